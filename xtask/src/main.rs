@@ -1,1 +1,185 @@
-fn main() {}
+//! `cargo xtask`: the project's build, test and bench entry points.
+//!
+//! Device code goes rustc (nvptx64) → our `rustile-ptx-linker` → PTX →
+//! `ptxas` → cubin, once per GPU arch; see `docs/ARCHITECTURE.md`.
+
+mod device;
+mod ptxas;
+mod setup;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::device::{Arch, BuildSpec};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", bin_name = "cargo xtask")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Installs what device builds need: rust-src and llvm-tools for the
+    /// pinned nightly, and ptxas (plus nvdisasm where pip has it) in .tools/.
+    Setup,
+    /// Builds every kernel to PTX and cubins in target/cubins/<arch>/, with a
+    /// ptxas resource report; fails when a kernel spills or uses a stack frame.
+    Build(BuildArgs),
+    /// The one test command: setup, `build --arch all`, then `cargo test --workspace [ARGS]`.
+    Test {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Builds the cubins for the local GPU (sm90a when unsure), then runs the bench binary.
+    Bench {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Disassembles a built cubin to SASS in target/cubins/<arch>/sass.txt.
+    Sass {
+        #[arg(long, default_value = "sm90a", value_parser = Arch::parse)]
+        arch: Arch,
+        /// Only this kernel (its exported name).
+        #[arg(long)]
+        kernel: Option<String>,
+        #[arg(long, hide = true)]
+        manifest_path: Option<PathBuf>,
+    },
+}
+
+#[derive(Args)]
+struct BuildArgs {
+    /// sm80, sm90a, sm100a, or `all` (sm80 and sm90a; sm100a is compile-only and only built when named).
+    /// Comma-separated or repeated.
+    #[arg(long, default_value = "all", value_delimiter = ',')]
+    arch: Vec<String>,
+    /// Build another nvptx64 cdylib instead of the workspace's rustile-ops-ptx
+    /// (for testing this pipeline); outputs go to <its dir>/target/.
+    #[arg(long, hide = true)]
+    manifest_path: Option<PathBuf>,
+    #[arg(long, short = 'p', hide = true)]
+    package: Option<String>,
+    /// Kernel-name globs that may spill (default: ops/allow-spills.txt).
+    #[arg(long, hide = true)]
+    allow_spills: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+type Result<T, E = String> = std::result::Result<T, E>;
+
+fn run(command: Cmd) -> Result<()> {
+    let repo = Repo::locate()?;
+    match command {
+        Cmd::Setup => {
+            setup::setup(&repo, setup::Mode::Explicit)?;
+        }
+        Cmd::Build(args) => {
+            let tools = setup::setup(&repo, setup::Mode::Implicit)?;
+            let arches = Arch::parse_list(&args.arch)?;
+            let spec = BuildSpec::new(&repo, args.manifest_path, args.package, args.allow_spills)?;
+            device::build(&repo, &tools, &spec, &arches)?;
+        }
+        Cmd::Test { args } => {
+            let tools = setup::setup(&repo, setup::Mode::Implicit)?;
+            let spec = BuildSpec::new(&repo, None, None, None)?;
+            device::build(&repo, &tools, &spec, &Arch::DEFAULT)?;
+            // The cdylib of kernel entries is no_std with its own panic handler; it only builds for nvptx64.
+            let names_a_package = args.iter().any(|a| a == "-p" || a.starts_with("--package"));
+            let mut cmd = repo.cargo();
+            cmd.arg("test");
+            if !names_a_package {
+                cmd.args(["--workspace", "--exclude", "rustile-ops-ptx"]);
+            }
+            cmd.args(&args);
+            run_step("cargo test", cmd)?;
+        }
+        Cmd::Bench { args } => {
+            let tools = setup::setup(&repo, setup::Mode::Implicit)?;
+            let arch = Arch::of_local_gpu().unwrap_or(Arch::Sm90a);
+            let spec = BuildSpec::new(&repo, None, None, None)?;
+            device::build(&repo, &tools, &spec, &[arch])?;
+            let mut cmd = repo.cargo();
+            cmd.args(["run", "--release", "-p", "rustile-bench", "--"]).args(&args);
+            run_step("bench", cmd)?;
+        }
+        Cmd::Sass { arch, kernel, manifest_path } => {
+            let tools = setup::setup(&repo, setup::Mode::Implicit)?;
+            let spec = BuildSpec::new(&repo, manifest_path, None, None)?;
+            ptxas::sass(&tools, &spec, arch, kernel.as_deref())?;
+        }
+    }
+    Ok(())
+}
+
+/// The workspace this xtask belongs to, and the toolchain it pins.
+pub struct Repo {
+    pub root: PathBuf,
+    pub toolchain: String,
+}
+
+impl Repo {
+    fn locate() -> Result<Repo> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().ok_or("xtask has no parent directory")?.to_path_buf();
+        let file = root.join("rust-toolchain.toml");
+        let text = std::fs::read_to_string(&file).map_err(|e| format!("reading {}: {e}", file.display()))?;
+        // One key of a flat file: not worth a TOML parser in the build tool.
+        let toolchain = text
+            .lines()
+            .filter_map(|line| line.trim().strip_prefix("channel"))
+            .filter_map(|rest| rest.trim_start().strip_prefix('='))
+            .map(|value| value.trim().trim_matches('"').to_string())
+            .next()
+            .ok_or_else(|| format!("no `channel = \"…\"` in {}", file.display()))?;
+        Ok(Repo { root, toolchain })
+    }
+
+    /// `cargo` for the pinned toolchain. Setting RUSTUP_TOOLCHAIN also keeps
+    /// builds of crates outside the repo (the pipeline's test probe) on it.
+    pub fn cargo(&self) -> Command {
+        let mut cmd = Command::new("cargo");
+        cmd.current_dir(&self.root).env("RUSTUP_TOOLCHAIN", &self.toolchain);
+        cmd
+    }
+
+    pub fn rustc(&self) -> Command {
+        let mut cmd = Command::new("rustc");
+        cmd.env("RUSTUP_TOOLCHAIN", &self.toolchain);
+        cmd
+    }
+}
+
+/// Runs a command with inherited output, announcing it and its duration.
+pub fn run_step(title: &str, mut cmd: Command) -> Result<()> {
+    println!("==> {title}: {}", show(&cmd));
+    let start = Instant::now();
+    let status = cmd.status().map_err(|e| format!("{title}: could not start {}: {e}", show(&cmd)))?;
+    println!("    {title}: {} in {}", if status.success() { "done" } else { "FAILED" }, secs(start));
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{title} failed ({status})"))
+    }
+}
+
+pub fn show(cmd: &Command) -> String {
+    std::iter::once(cmd.get_program()).chain(cmd.get_args()).map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ")
+}
+
+pub fn secs(start: Instant) -> String {
+    format!("{:.1} s", start.elapsed().as_secs_f64())
+}

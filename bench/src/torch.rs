@@ -1,0 +1,68 @@
+//! PyTorch baselines: runs `torch_baselines.py` in a subprocess and reads its
+//! rows back, so every op is compared on the same GPU in the same run.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde::Deserialize;
+
+use crate::harness::Row;
+
+/// Whether `python -c 'import torch'` works here.
+pub fn available(python: &str) -> bool {
+    Command::new(python)
+        .args(["-c", "import torch"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The script: next to the sources when run from this checkout, else under
+/// the working directory (the GPU machine gets a copy of the tree, no cargo).
+pub fn find_script() -> Option<PathBuf> {
+    let candidates = [
+        PathBuf::from("bench/torch_baselines.py"),
+        PathBuf::from("torch_baselines.py"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("torch_baselines.py"),
+    ];
+    candidates.into_iter().find(|p| p.is_file())
+}
+
+/// What the script is asked to time.
+pub struct Request<'a> {
+    pub ops: &'a [String],
+    pub rows: usize,
+    pub cols: usize,
+    pub numel: usize,
+    pub dtype: &'a str,
+}
+
+#[derive(Deserialize)]
+struct Output {
+    rows: Vec<Row>,
+}
+
+/// Runs the script and returns its rows; the error says what went wrong.
+pub fn run(python: &str, script: &Path, req: &Request) -> Result<Vec<Row>, String> {
+    let out = std::env::temp_dir().join(format!("rustile-torch-{}.json", std::process::id()));
+    let status = Command::new(python)
+        .arg(script)
+        .args(["--ops", &req.ops.join(",")])
+        .args(["--rows", &req.rows.to_string(), "--cols", &req.cols.to_string()])
+        .args(["--numel", &req.numel.to_string(), "--dtype", req.dtype])
+        .arg("--json")
+        .arg(&out)
+        // The script's progress goes to our stderr; our stdout stays the table.
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        .status()
+        .map_err(|e| format!("could not start {python}: {e}"))?;
+    if !status.success() {
+        return Err(format!("{} exited with {status}", script.display()));
+    }
+    let text = std::fs::read_to_string(&out).map_err(|e| format!("reading {}: {e}", out.display()))?;
+    let _ = std::fs::remove_file(&out);
+    let parsed: Output = serde_json::from_str(&text).map_err(|e| format!("parsing {}: {e}", out.display()))?;
+    Ok(parsed.rows)
+}

@@ -1,0 +1,116 @@
+use core::arch::asm;
+use core::arch::nvptx;
+
+// ---- special registers -------------------------------------------------------
+
+/// Thread index within the block (x only: Rustile programs are 1-D blocks).
+#[inline(always)]
+pub fn thread_idx() -> u32 {
+    unsafe { nvptx::_thread_idx_x() as u32 }
+}
+
+/// Block index along `axis` (0, 1 or 2).
+#[inline(always)]
+pub fn block_idx(axis: u32) -> u32 {
+    unsafe {
+        (match axis {
+            0 => nvptx::_block_idx_x(),
+            1 => nvptx::_block_idx_y(),
+            _ => nvptx::_block_idx_z(),
+        }) as u32
+    }
+}
+
+/// Grid size along `axis`.
+#[inline(always)]
+pub fn grid_dim(axis: u32) -> u32 {
+    unsafe {
+        (match axis {
+            0 => nvptx::_grid_dim_x(),
+            1 => nvptx::_grid_dim_y(),
+            _ => nvptx::_grid_dim_z(),
+        }) as u32
+    }
+}
+
+// ---- synchronization ------------------------------------------------------------
+
+/// `bar.sync 0`: every thread of the block waits here; orders shared memory.
+#[inline(always)]
+pub fn sync_threads() {
+    unsafe { nvptx::_syncthreads() }
+}
+
+// ---- shared memory ----------------------------------------------------------------
+
+/// The block's dynamic shared memory (sized by the launch's `smem_bytes`).
+#[inline(always)]
+pub fn dyn_smem<T>() -> *mut T {
+    core::intrinsics::gpu::gpu_launch_sized_workgroup_mem::<T>()
+}
+
+// ---- warp shuffles ---------------------------------------------------------------
+
+/// Butterfly exchange across the full warp: lane `i` gets lane `i ^ mask`'s value.
+#[inline(always)]
+pub fn shfl_xor(v: f32, mask: u32) -> f32 {
+    let out: f32;
+    unsafe {
+        asm!("shfl.sync.bfly.b32 {o}, {v}, {m}, 0x1f, 0xffffffff;",
+             o = out(reg32) out, v = in(reg32) v, m = in(reg32) mask,
+             options(pure, nomem, nostack));
+    }
+    out
+}
+
+// ---- fast math (the `.approx` unit; relative error around 2^-22) --------------------
+
+macro_rules! unary_f32 {
+    ($(#[$doc:meta])* $name:ident, $insn:literal) => {
+        $(#[$doc])*
+        #[inline(always)]
+        pub fn $name(x: f32) -> f32 {
+            let y: f32;
+            unsafe { asm!(concat!($insn, " {y}, {x};"), y = out(reg32) y, x = in(reg32) x, options(pure, nomem, nostack)); }
+            y
+        }
+    };
+}
+unary_f32!(/// 2^x
+    ex2, "ex2.approx.ftz.f32");
+unary_f32!(/// log2(x)
+    lg2, "lg2.approx.ftz.f32");
+unary_f32!(/// 1/sqrt(x)
+    rsqrt, "rsqrt.approx.ftz.f32");
+unary_f32!(/// sqrt(x), correctly rounded
+    sqrt, "sqrt.rn.f32");
+unary_f32!(/// 1/x, correctly rounded
+    rcp, "rcp.rn.f32");
+unary_f32!(/// tanh(x) (sm_75+; absolute error around 2^-11, use `tanh_accurate` for f32 accuracy)
+    tanh_approx, "tanh.approx.f32");
+
+// ---- conversions ------------------------------------------------------------------
+
+/// f32 → bf16 bits, round to nearest even (sm_80+).
+#[inline(always)]
+pub fn f32_to_bf16(x: f32) -> u16 {
+    let y: u16;
+    unsafe { asm!("cvt.rn.bf16.f32 {y}, {x};", y = out(reg16) y, x = in(reg32) x, options(pure, nomem, nostack)); }
+    y
+}
+
+/// f32 → f16 bits, round to nearest even.
+#[inline(always)]
+pub fn f32_to_f16(x: f32) -> u16 {
+    let y: u16;
+    unsafe { asm!("cvt.rn.f16.f32 {y}, {x};", y = out(reg16) y, x = in(reg32) x, options(pure, nomem, nostack)); }
+    y
+}
+
+/// f16 bits → f32 (exact).
+#[inline(always)]
+pub fn f16_to_f32(x: u16) -> f32 {
+    let y: f32;
+    unsafe { asm!("cvt.f32.f16 {y}, {x};", y = out(reg32) y, x = in(reg16) x, options(pure, nomem, nostack)); }
+    y
+}

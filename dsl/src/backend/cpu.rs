@@ -1,0 +1,90 @@
+//! CPU backend (the interpreter): a tile holds all its elements, so every
+//! thread-crossing step of the GPU backend is the identity here. Memory
+//! accesses are checked against the buffers the kernel was given.
+use crate::layout::V;
+use crate::Elem;
+use std::cell::Cell;
+
+pub const fn held_rows(r: usize, _c: usize, _th: usize) -> usize {
+    r
+}
+pub const fn held_cols(c: usize, _th: usize) -> usize {
+    c
+}
+#[inline(always)]
+pub fn tile_row<const C: usize, const TH: usize>(i: usize) -> usize {
+    i
+}
+#[inline(always)]
+pub fn tile_col<const C: usize, const TH: usize>(k: usize) -> usize {
+    k
+}
+#[inline(always)]
+pub fn owns_row<const C: usize, const TH: usize>() -> bool {
+    true
+}
+#[inline(always)]
+pub fn row_allreduce<const C: usize, const TH: usize, const N: usize>(_: &mut [f32; N], _: impl Fn(f32, f32) -> f32) {}
+#[inline(always)]
+pub fn col_allreduce<const C: usize, const TH: usize, const N: usize>(_: &mut [f32; N], _: impl Fn(f32, f32) -> f32) {}
+
+/// Reads a chunk: the bounds of `valid` came from the block pointer's shape;
+/// the buffer check (in `Raw::check`) catches a shape larger than the data.
+#[inline(always)]
+pub unsafe fn read_chunk<T: Elem>(p: *const T, stride: usize, valid: usize, fill: T) -> [T; V] {
+    let mut out = [fill; V];
+    for (v, o) in out.iter_mut().enumerate() {
+        if v < valid {
+            *o = unsafe { *p.wrapping_add(v * stride) };
+        }
+    }
+    out
+}
+
+#[inline(always)]
+pub unsafe fn write_chunk<T: Elem>(p: *mut T, stride: usize, valid: usize, x: [T; V]) {
+    for (v, x) in x.iter().enumerate() {
+        if v < valid {
+            unsafe { *p.wrapping_add(v * stride) = *x };
+        }
+    }
+}
+
+thread_local! {
+    static PROGRAM: Cell<([usize; 3], [usize; 3])> = const { Cell::new(([0; 3], [1; 3])) };
+}
+
+/// The program's index along `axis`.
+pub fn program_id(axis: u32) -> usize {
+    PROGRAM.with(|p| p.get().0[axis as usize])
+}
+
+/// The number of programs along `axis`.
+pub fn num_programs(axis: u32) -> usize {
+    PROGRAM.with(|p| p.get().1[axis as usize])
+}
+
+/// Runs `program` once for every program of `grid`, in parallel.
+///
+/// Programs of one launch must write disjoint memory, as on the GPU, where
+/// they run in no fixed order. Kernels keep whole tiles on the stack here, so
+/// the pool's threads get large stacks.
+pub fn run_grid(grid: [usize; 3], program: impl Fn() + Sync) {
+    use rayon::prelude::*;
+    static POOL: std::sync::OnceLock<rayon::ThreadPool> = std::sync::OnceLock::new();
+    let pool = POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .stack_size(64 << 20)
+            .thread_name(|i| format!("rustile-cpu-{i}"))
+            .build()
+            .expect("rustile: could not start the CPU interpreter's thread pool")
+    });
+    let total = grid[0] * grid[1] * grid[2];
+    pool.install(|| {
+        (0..total).into_par_iter().for_each(|n| {
+            let id = [n % grid[0], (n / grid[0]) % grid[1], n / (grid[0] * grid[1])];
+            PROGRAM.with(|p| p.set((id, grid)));
+            program();
+        })
+    });
+}

@@ -1,0 +1,131 @@
+//! Scalar f32 math, the same function on both backends: the GPU uses the
+//! `.approx` special-function unit where it is accurate to f32 rounding
+//! (exp2, log2, rsqrt) and builds the rest from those; the CPU uses `std`.
+
+#[cfg(target_arch = "nvptx64")]
+use rustile_device as dev;
+
+#[cfg(target_arch = "nvptx64")]
+const LOG2_E: f32 = core::f32::consts::LOG2_E;
+#[cfg(target_arch = "nvptx64")]
+const LN_2: f32 = core::f32::consts::LN_2;
+
+#[inline(always)]
+pub fn exp2(x: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    return dev::ex2(x);
+    #[cfg(not(target_arch = "nvptx64"))]
+    return x.exp2();
+}
+
+#[inline(always)]
+pub fn exp(x: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    return dev::ex2(x * LOG2_E);
+    #[cfg(not(target_arch = "nvptx64"))]
+    return x.exp();
+}
+
+#[inline(always)]
+pub fn log2(x: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    return dev::lg2(x);
+    #[cfg(not(target_arch = "nvptx64"))]
+    return x.log2();
+}
+
+#[inline(always)]
+pub fn log(x: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    return dev::lg2(x) * LN_2;
+    #[cfg(not(target_arch = "nvptx64"))]
+    return x.ln();
+}
+
+#[inline(always)]
+pub fn sqrt(x: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    return dev::sqrt(x);
+    #[cfg(not(target_arch = "nvptx64"))]
+    return x.sqrt();
+}
+
+#[inline(always)]
+pub fn rsqrt(x: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    return dev::rsqrt(x);
+    #[cfg(not(target_arch = "nvptx64"))]
+    return 1.0 / x.sqrt();
+}
+
+/// tanh to f32 accuracy (the hardware's `tanh.approx` is only good to ~1e-3).
+#[inline(always)]
+pub fn tanh(x: f32) -> f32 {
+    #[cfg(not(target_arch = "nvptx64"))]
+    return x.tanh();
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let a = abs(x);
+        if a < 0.25 {
+            // Odd Taylor series: the x^11 term is below 2e-9 here.
+            let x2 = x * x;
+            let p = 62.0 / 2835.0;
+            let p = p * x2 - 17.0 / 315.0;
+            let p = p * x2 + 2.0 / 15.0;
+            let p = p * x2 - 1.0 / 3.0;
+            return x + x * x2 * p;
+        }
+        // 1 - 2/(e^2a + 1): exact at infinity, no cancellation for a ≥ 0.25.
+        let t = 1.0 - 2.0 / (exp(2.0 * a) + 1.0);
+        if x < 0.0 { -t } else { t }
+    }
+}
+
+#[inline(always)]
+pub fn abs(x: f32) -> f32 {
+    f32::from_bits(x.to_bits() & 0x7fff_ffff)
+}
+
+#[inline(always)]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + exp(-x))
+}
+
+/// x·σ(x), the SiLU (swish) activation.
+#[inline(always)]
+pub fn silu(x: f32) -> f32 {
+    x * sigmoid(x)
+}
+
+/// GELU with the tanh approximation (as `F.gelu(x, approximate="tanh")`).
+#[inline(always)]
+pub fn gelu_tanh(x: f32) -> f32 {
+    const K: f32 = 0.797_884_6; // sqrt(2/pi)
+    0.5 * x * (1.0 + tanh(K * (x + 0.044715 * x * x * x)))
+}
+
+/// max that ignores the sign of zero and treats NaN as missing (like `f32::max`).
+#[inline(always)]
+pub fn max(a: f32, b: f32) -> f32 {
+    a.max(b)
+}
+
+#[inline(always)]
+pub fn min(a: f32, b: f32) -> f32 {
+    a.min(b)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn activations_match_their_definitions() {
+        for &x in &[-20.0f32, -3.0, -0.5, -1e-3, 0.0, 1e-3, 0.7, 4.0, 30.0] {
+            let xd = x as f64;
+            let s = 1.0 / (1.0 + (-xd).exp());
+            assert!((super::sigmoid(x) as f64 - s).abs() < 1e-6);
+            assert!((super::silu(x) as f64 - xd * s).abs() <= 1e-6 * (1.0 + xd.abs()));
+            let g = 0.5 * xd * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (xd + 0.044715 * xd.powi(3))).tanh());
+            assert!((super::gelu_tanh(x) as f64 - g).abs() <= 1e-6 * (1.0 + xd.abs()));
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! Pointers a kernel receives, and block pointers over them.
+//!
+//! On the GPU a kernel argument is a bare device address. In the CPU
+//! interpreter it also carries its buffer's length and whether it may be
+//! written, so that a block pointer whose shape claims more than the data, or
+//! a store through an input, stops with a message instead of corrupting memory.
+use crate::Elem;
+use core::marker::PhantomData;
+
+/// A read-only tensor argument (`&Tensor<T>` at the host launcher).
+#[repr(transparent)]
+pub struct Ptr<T>(pub(crate) Raw<T>);
+
+/// A writable tensor argument (`&mut Tensor<T>` at the host launcher).
+#[repr(transparent)]
+pub struct PtrMut<T>(pub(crate) Raw<T>);
+
+impl<T> Clone for Ptr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Ptr<T> {}
+impl<T> Clone for PtrMut<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for PtrMut<T> {}
+
+#[cfg(target_arch = "nvptx64")]
+#[repr(transparent)]
+#[doc(hidden)]
+pub struct Raw<T> {
+    p: *mut T,
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+#[doc(hidden)]
+pub struct Raw<T> {
+    p: *mut T,
+    len: usize,
+    writable: bool,
+}
+
+impl<T> Clone for Raw<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Raw<T> {}
+
+// SAFETY (CPU interpreter): programs of one launch write disjoint elements,
+// exactly the contract kernels already have on the GPU.
+#[cfg(not(target_arch = "nvptx64"))]
+unsafe impl<T: Send> Send for Raw<T> {}
+#[cfg(not(target_arch = "nvptx64"))]
+unsafe impl<T: Sync> Sync for Raw<T> {}
+
+#[cfg(not(target_arch = "nvptx64"))]
+impl<T> Ptr<T> {
+    /// The interpreter's view of a host slice (used by generated CPU entries).
+    pub fn from_slice(s: &[T]) -> Self {
+        Ptr(Raw { p: s.as_ptr() as *mut T, len: s.len(), writable: false })
+    }
+}
+#[cfg(not(target_arch = "nvptx64"))]
+impl<T> PtrMut<T> {
+    pub fn from_slice(s: &mut [T]) -> Self {
+        PtrMut(Raw { p: s.as_mut_ptr(), len: s.len(), writable: true })
+    }
+}
+
+impl<T> Raw<T> {
+    /// Address of element `idx` (not dereferenced here).
+    #[inline(always)]
+    pub(crate) fn at(self, idx: usize) -> *mut T {
+        self.p.wrapping_add(idx)
+    }
+
+    /// Interpreter only: every element a masked access will touch must lie in
+    /// the buffer. `first`, `stride` and `count` describe the access.
+    #[inline(always)]
+    #[allow(unused_variables)]
+    pub(crate) fn check(self, what: &str, first: usize, stride: usize, count: usize, write: bool) {
+        #[cfg(not(target_arch = "nvptx64"))]
+        {
+            if count == 0 {
+                return;
+            }
+            let last = first + (count - 1) * stride;
+            if last >= self.len {
+                panic!(
+                    "rustile interpreter: out-of-bounds {what}: element {last} of a buffer of {} elements \
+                     (the block pointer's shape or strides describe more than the tensor holds)",
+                    self.len
+                );
+            }
+            if write && !self.writable {
+                panic!("rustile interpreter: {what} through a read-only pointer (declare the argument as PtrMut<T>)");
+            }
+        }
+    }
+}
+
+/// Conversion of kernel arguments into the untyped base of a block pointer.
+pub trait AsRaw<T> {
+    #[doc(hidden)]
+    fn raw(self) -> Raw<T>;
+}
+impl<T> AsRaw<T> for Ptr<T> {
+    fn raw(self) -> Raw<T> {
+        self.0
+    }
+}
+impl<T> AsRaw<T> for PtrMut<T> {
+    fn raw(self) -> Raw<T> {
+        self.0
+    }
+}
+
+/// A window of `R×C` elements onto a 2-D tensor: base pointer, the tensor's
+/// `shape` and `strides` (in elements), and the window's `offsets`.
+/// Loads and stores through it are masked at the tensor's edges.
+///
+/// `TH` is the program's thread count; inside a `#[kernel]` the alias
+/// `BlockPtr<T, R, C>` fills it in.
+pub struct BlockPtr<T, const R: usize, const C: usize, const TH: usize> {
+    pub(crate) base: Raw<T>,
+    pub(crate) shape: [usize; 2],
+    pub(crate) strides: [usize; 2],
+    pub(crate) offsets: [usize; 2],
+    _t: PhantomData<T>,
+}
+
+impl<T, const R: usize, const C: usize, const TH: usize> Clone for BlockPtr<T, R, C, TH> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T, const R: usize, const C: usize, const TH: usize> Copy for BlockPtr<T, R, C, TH> {}
+
+impl<T: Elem, const R: usize, const C: usize, const TH: usize> BlockPtr<T, R, C, TH> {
+    /// A window at `offsets` onto a tensor of `shape` with `strides`.
+    #[inline(always)]
+    pub fn new(base: impl AsRaw<T>, shape: [usize; 2], strides: [usize; 2], offsets: [usize; 2]) -> Self {
+        BlockPtr { base: base.raw(), shape, strides, offsets, _t: PhantomData }
+    }
+
+    /// The `R×C` window at `[row, col]` of a row-major `rows×cols` matrix.
+    #[inline(always)]
+    pub fn rows(base: impl AsRaw<T>, rows: usize, cols: usize, at: [usize; 2]) -> Self {
+        Self::new(base, [rows, cols], [cols, 1], at)
+    }
+
+    /// The window moved by `by` = [rows, cols].
+    #[inline(always)]
+    pub fn advance(self, by: [usize; 2]) -> Self {
+        BlockPtr { offsets: [self.offsets[0] + by[0], self.offsets[1] + by[1]], ..self }
+    }
+
+    pub fn offsets(&self) -> [usize; 2] {
+        self.offsets
+    }
+    pub fn shape(&self) -> [usize; 2] {
+        self.shape
+    }
+
+    /// How many of the `V` columns from `col` are inside the tensor.
+    #[inline(always)]
+    pub(crate) fn valid_cols(&self, col: usize) -> usize {
+        if col >= self.shape[1] { 0 } else { self.shape[1] - col }
+    }
+}

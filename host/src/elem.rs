@@ -1,0 +1,2 @@
+//! The element types a tensor may hold: the DSL's own trait.
+pub use rustile::Elem;

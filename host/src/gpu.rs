@@ -1,0 +1,609 @@
+//! The GPU: one device, one stream, the modules loaded on it, and tensors.
+//!
+//! Everything is issued on one non-blocking stream, so work is ordered the way
+//! it was called. Memory, copies and launches go through cudarc's `result`/`sys`
+//! layers, because its safe `CudaSlice` needs cudarc's own element trait and
+//! ours (bf16, f16, fp8) is defined by the DSL.
+
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::marker::PhantomData;
+use std::panic::catch_unwind;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::sys::{self, CUdevice_attribute as Attr, CUresult};
+use cudarc::driver::{result, CudaContext, CudaEvent, CudaStream, DriverError};
+
+use crate::cubin::{pick_image, Cubins, Image};
+use crate::param::{arg_ptrs, pack_all, Param};
+use crate::{Elem, Error, Result};
+
+/// Above this much dynamic shared memory a kernel must opt in per function.
+const DEFAULT_SMEM: u32 = 48 * 1024;
+
+pub struct Gpu {
+    /// Holds the (primary) context alive too.
+    stream: Arc<CudaStream>,
+    name: String,
+    cc: (u32, u32),
+    sms: u32,
+    l2: usize,
+    mem_total: usize,
+    smem_optin: u32,
+    /// Stream-ordered allocation (cuMemAllocAsync) avoids the implicit device
+    /// sync of cuMemFree, so freeing a temporary does not stall timed work.
+    stream_alloc: bool,
+    /// Loaded modules, keyed by the address of their `Cubins` static.
+    modules: Mutex<HashMap<usize, Module>>,
+}
+
+struct Module {
+    handle: sys::CUmodule,
+    crate_name: &'static str,
+    arch: &'static str,
+    funcs: HashMap<String, Func>,
+}
+
+#[derive(Clone, Copy)]
+struct Func {
+    handle: sys::CUfunction,
+    /// The dynamic shared memory this function is already allowed to use.
+    smem_allowed: u32,
+}
+
+// The raw handles are plain driver ids, valid from any thread once the
+// context is current; the Mutex around the map serialises their use.
+unsafe impl Send for Module {}
+
+/// The driver's name and text for an error, e.g. "CUDA_ERROR_INVALID_VALUE (invalid argument)".
+fn describe(e: DriverError) -> String {
+    let name = e.error_name().map(|s| s.to_string_lossy().into_owned());
+    let text = e.error_string().map(|s| s.to_string_lossy().into_owned());
+    match (name, text) {
+        (Ok(n), Ok(t)) => format!("{n} ({t})"),
+        _ => format!("{:?}", e.0),
+    }
+}
+
+fn cuda(what: &str) -> impl FnOnce(DriverError) -> Error + '_ {
+    move |e| Error::Cuda(format!("{what}: {}", describe(e)))
+}
+
+/// Finds libcuda and initialises it, once per process. cudarc panics when the
+/// library or one of its symbols is missing, so look first and catch the rest.
+fn probe() -> Result<()> {
+    static PROBE: OnceLock<Result<()>> = OnceLock::new();
+    PROBE
+        .get_or_init(|| {
+            find_libcuda()?;
+            let init = catch_unwind(|| {
+                result::init()?;
+                result::device::get_count()
+            });
+            match init {
+                Err(panic) => Err(Error::NoDriver(panic_text(panic))),
+                Ok(Err(e)) if e.0 == CUresult::CUDA_ERROR_NO_DEVICE => Err(Error::NoGpu),
+                Ok(Err(e)) => Err(Error::NoDriver(format!("cuInit failed: {}", describe(e)))),
+                Ok(Ok(0)) => Err(Error::NoGpu),
+                Ok(Ok(_)) => Ok(()),
+            }
+        })
+        .clone()
+}
+
+/// Tries the same library names cudarc will; on failure says what the OS said.
+fn find_libcuda() -> Result<()> {
+    let mut last = String::from("no candidate names");
+    for name in cudarc::get_lib_name_candidates("cuda") {
+        // SAFETY: loading libcuda runs no user-visible initialisers.
+        match unsafe { libloading::Library::new(&name) } {
+            Ok(_) => return Ok(()),
+            // libloading's own text is just "dlopen failed"; the reason is its source.
+            Err(e) => last = std::error::Error::source(&e).map_or(e.to_string(), |s| s.to_string()),
+        }
+    }
+    Err(Error::NoDriver(last))
+}
+
+fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "the driver library panicked while loading".into())
+}
+
+/// Set RUSTILE_LAUNCH_BLOCKING=1 to wait after every launch, so a faulting
+/// kernel is the one named in the error (like CUDA_LAUNCH_BLOCKING).
+fn blocking_launches() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("RUSTILE_LAUNCH_BLOCKING").is_ok_and(|v| v == "1"))
+}
+
+impl Gpu {
+    /// Opens device 0. Returns `NoDriver` or `NoGpu` (never panics) where
+    /// there is no usable GPU.
+    pub fn new() -> Result<Gpu> {
+        probe()?;
+        catch_unwind(Self::open).unwrap_or_else(|p| Err(Error::NoDriver(panic_text(p))))
+    }
+
+    /// Whether `Gpu::new` can succeed; tests use it to skip with a message.
+    pub fn available() -> bool {
+        probe().is_ok()
+    }
+
+    fn open() -> Result<Gpu> {
+        let ctx = CudaContext::new(0).map_err(cuda("creating a context on device 0"))?;
+        let attr = |a: Attr| ctx.attribute(a).map_err(cuda("reading a device attribute"));
+        let cc = ctx.compute_capability().map_err(cuda("reading the compute capability"))?;
+        Ok(Gpu {
+            name: ctx.name().map_err(cuda("reading the device name"))?,
+            cc: (cc.0 as u32, cc.1 as u32),
+            sms: attr(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
+            l2: attr(Attr::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as usize,
+            smem_optin: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u32,
+            mem_total: ctx.total_mem().map_err(cuda("reading the memory size"))?,
+            stream_alloc: ctx.has_async_alloc(),
+            stream: ctx.new_stream().map_err(cuda("creating a stream"))?,
+            modules: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    pub fn compute_capability(&self) -> (u32, u32) {
+        self.cc
+    }
+    pub fn sm_count(&self) -> u32 {
+        self.sms
+    }
+    pub fn l2_bytes(&self) -> usize {
+        self.l2
+    }
+    /// Total device memory in bytes; `mem_info` has the free amount.
+    pub fn mem_bytes(&self) -> usize {
+        self.mem_total
+    }
+    /// (free, total) device memory in bytes, right now.
+    pub fn mem_info(&self) -> Result<(usize, usize)> {
+        self.bind()?;
+        result::mem_get_info().map_err(cuda("reading free memory"))
+    }
+
+    /// The driver wants the context current on the calling thread; a Gpu may
+    /// be shared between threads, so every entry point makes sure of it.
+    fn bind(&self) -> Result<()> {
+        self.stream.context().bind_to_thread().map_err(cuda("making the context current"))
+    }
+
+    fn raw_stream(&self) -> sys::CUstream {
+        self.stream.cu_stream()
+    }
+
+    fn free_bytes(&self) -> usize {
+        self.mem_info().map(|(free, _)| free).unwrap_or(0)
+    }
+
+    /// Allocates uninitialised memory for a row-major tensor.
+    pub fn alloc<T: Elem>(&self, shape: &[usize]) -> Result<Tensor<T>> {
+        let numel = checked_numel(shape)?;
+        let bytes = numel
+            .checked_mul(size_of::<T>())
+            .ok_or_else(|| Error::Shape(format!("{shape:?} of {} overflows usize bytes", T::NAME)))?;
+        let ptr = if bytes == 0 {
+            0 // the driver refuses empty allocations
+        } else {
+            self.bind()?;
+            let got = unsafe {
+                if self.stream_alloc {
+                    result::malloc_async(self.raw_stream(), bytes)
+                } else {
+                    result::malloc_sync(bytes)
+                }
+            };
+            got.map_err(|e| match e.0 {
+                CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+                    Error::OutOfMemory { requested: bytes, free: self.free_bytes() }
+                }
+                _ => cuda("allocating device memory")(e),
+            })?
+        };
+        let buf = DeviceBuf { ptr, stream: self.stream.clone(), stream_ordered: self.stream_alloc };
+        Ok(Tensor { buf, shape: shape.to_vec(), strides: row_major(shape), _elem: PhantomData })
+    }
+
+    pub fn upload<T: Elem>(&self, data: &[T], shape: &[usize]) -> Result<Tensor<T>> {
+        if checked_numel(shape)? != data.len() {
+            return Err(Error::Shape(format!("{} values do not fill shape {shape:?}", data.len())));
+        }
+        let t = self.alloc(shape)?;
+        if !data.is_empty() {
+            unsafe { result::memcpy_htod_async(t.device_ptr(), data, self.raw_stream()) }
+                .map_err(cuda("copying to the GPU"))?;
+            // `data` is pageable host memory the caller may drop right after.
+            self.sync()?;
+        }
+        Ok(t)
+    }
+
+    pub fn download<T: Elem>(&self, t: &Tensor<T>) -> Result<Vec<T>> {
+        t.require_contiguous("download")?;
+        let mut out = vec![T::default(); t.numel()];
+        if !out.is_empty() {
+            self.bind()?;
+            unsafe { result::memcpy_dtoh_async(&mut out, t.device_ptr(), self.raw_stream()) }
+                .map_err(cuda("copying from the GPU"))?;
+            self.sync()?;
+        }
+        Ok(out)
+    }
+
+    /// Sets every byte of `t`, e.g. 0xFF to poison an output before a check.
+    pub fn fill_bytes<T: Elem>(&self, t: &mut Tensor<T>, byte: u8) -> Result<()> {
+        if t.bytes() == 0 {
+            return Ok(());
+        }
+        self.bind()?;
+        unsafe { result::memset_d8_async(t.device_ptr(), byte, t.bytes(), self.raw_stream()) }
+            .map_err(cuda("filling device memory"))
+    }
+
+    pub fn copy_d2d<T: Elem>(&self, src: &Tensor<T>, dst: &mut Tensor<T>) -> Result<()> {
+        src.require_contiguous("copy_d2d")?;
+        dst.require_contiguous("copy_d2d")?;
+        if src.numel() != dst.numel() {
+            return Err(Error::Shape(format!(
+                "copy_d2d from {:?} into {:?}: element counts differ",
+                src.shape, dst.shape
+            )));
+        }
+        if src.bytes() == 0 {
+            return Ok(());
+        }
+        self.bind()?;
+        let stream = self.raw_stream();
+        unsafe { result::memcpy_dtod_async(dst.device_ptr(), src.device_ptr(), src.bytes(), stream) }
+            .map_err(cuda("copying on the GPU"))
+    }
+
+    /// Waits for all work issued so far. A kernel that faulted earlier is
+    /// reported here (run with RUSTILE_LAUNCH_BLOCKING=1 to pin it down).
+    pub fn sync(&self) -> Result<()> {
+        self.stream.synchronize().map_err(cuda("waiting for the GPU"))
+    }
+
+    /// Launches `kernel` from the image of `cubins` that fits this GPU.
+    pub fn launch(
+        &self,
+        cubins: &'static Cubins,
+        kernel: &str,
+        grid: [u32; 3],
+        block: [u32; 3],
+        smem_bytes: u32,
+        params: &[Param],
+    ) -> Result<()> {
+        let fail = |msg: String| Error::Launch { kernel: kernel.to_string(), msg };
+        if grid.contains(&0) || block.contains(&0) {
+            return Err(fail(format!("grid {grid:?} and block {block:?} may not contain 0")));
+        }
+        if smem_bytes > self.smem_optin {
+            return Err(fail(format!(
+                "asks for {smem_bytes} bytes of dynamic shared memory; this GPU allows {} per block",
+                self.smem_optin
+            )));
+        }
+        self.bind()?;
+        let func = self.function(cubins, kernel, smem_bytes)?;
+
+        // The slots must stay alive across cuLaunchKernel, which reads them.
+        let mut slots = pack_all(params);
+        let mut args = arg_ptrs(&mut slots);
+        let (g, b) = ((grid[0], grid[1], grid[2]), (block[0], block[1], block[2]));
+        let launched =
+            unsafe { result::launch_kernel(func, g, b, smem_bytes, self.raw_stream(), &mut args) };
+        launched.map_err(|e| self.launch_error(kernel, e))?;
+
+        // Faults of earlier kernels only surface on a later call; a query
+        // reports them near their cause without waiting for this launch.
+        match unsafe { sys::cuStreamQuery(self.raw_stream()) } {
+            CUresult::CUDA_SUCCESS | CUresult::CUDA_ERROR_NOT_READY => {}
+            e => return Err(self.launch_error(kernel, DriverError(e))),
+        }
+        if blocking_launches() {
+            self.stream.synchronize().map_err(|e| self.launch_error(kernel, e))?;
+        }
+        Ok(())
+    }
+
+    fn launch_error(&self, kernel: &str, e: DriverError) -> Error {
+        match e.0 {
+            // The driver does not say how much it wanted (registers, local memory).
+            CUresult::CUDA_ERROR_OUT_OF_MEMORY => Error::OutOfMemory { requested: 0, free: self.free_bytes() },
+            _ => Error::Launch { kernel: kernel.to_string(), msg: describe(e) },
+        }
+    }
+
+    /// The function handle, loading the module on first use and raising the
+    /// shared-memory limit when a launch needs more than the default 48 KiB.
+    fn function(&self, cubins: &'static Cubins, kernel: &str, smem_bytes: u32) -> Result<sys::CUfunction> {
+        let mut modules = self.modules.lock().unwrap_or_else(|p| p.into_inner());
+        let key = cubins as *const Cubins as usize;
+        if !modules.contains_key(&key) {
+            modules.insert(key, self.load_module(cubins)?);
+        }
+        let module = modules.get_mut(&key).expect("inserted above");
+
+        let func = match module.funcs.get(kernel) {
+            Some(f) => *f,
+            None => {
+                let name = CString::new(kernel)
+                    .map_err(|_| Error::Launch { kernel: kernel.into(), msg: "name contains NUL".into() })?;
+                let handle = unsafe { result::module::get_function(module.handle, name) }.map_err(|e| {
+                    let msg = match e.0 {
+                        CUresult::CUDA_ERROR_NOT_FOUND => format!(
+                            "no such kernel in the {} image of `{}` (rebuild with `cargo xtask build`?)",
+                            module.arch, module.crate_name
+                        ),
+                        _ => describe(e),
+                    };
+                    Error::Launch { kernel: kernel.into(), msg }
+                })?;
+                Func { handle, smem_allowed: DEFAULT_SMEM }
+            }
+        };
+        let mut func = func;
+        if smem_bytes > func.smem_allowed {
+            let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+            unsafe { result::function::set_function_attribute(func.handle, attr, smem_bytes as i32) }
+                .map_err(|e| Error::Launch {
+                    kernel: kernel.into(),
+                    msg: format!("raising dynamic shared memory to {smem_bytes} bytes: {}", describe(e)),
+                })?;
+            func.smem_allowed = smem_bytes;
+        }
+        module.funcs.insert(kernel.to_string(), func);
+        Ok(func.handle)
+    }
+
+    fn load_module(&self, cubins: &'static Cubins) -> Result<Module> {
+        let image = pick_image(self.cc, cubins)?;
+        if let Image::Ptx { arch, .. } = image {
+            eprintln!(
+                "rustile: no cubin of `{}` for {} ({}); JIT-compiling its {arch} PTX instead",
+                cubins.crate_name,
+                self.name,
+                crate::cubin::native_arch(self.cc)
+            );
+        }
+        let handle = load_image(&image).map_err(|(e, log)| {
+            let log = if log.is_empty() { String::new() } else { format!("; driver log: {log}") };
+            Error::Cuda(format!(
+                "loading the {} image of `{}`: {}{log}",
+                image.arch(),
+                cubins.crate_name,
+                describe(e)
+            ))
+        })?;
+        Ok(Module { handle, crate_name: cubins.crate_name, arch: image.arch(), funcs: HashMap::new() })
+    }
+
+    /// A timing event on this GPU's context.
+    pub fn event(&self) -> Result<Event> {
+        let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT); // timing enabled
+        self.stream.context().new_event(flags).map(Event).map_err(cuda("creating an event"))
+    }
+
+    pub fn event_pair(&self) -> Result<(Event, Event)> {
+        Ok((self.event()?, self.event()?))
+    }
+
+    /// Records `e` on the stream, after all work issued so far.
+    pub fn record(&self, e: &Event) -> Result<()> {
+        e.0.record(&self.stream).map_err(cuda("recording an event"))
+    }
+
+    /// Milliseconds the GPU spent on the work `f` issues. Waits for it.
+    pub fn time(&self, mut f: impl FnMut() -> Result<()>) -> Result<f32> {
+        let (start, end) = self.event_pair()?;
+        self.record(&start)?;
+        f()?;
+        self.record(&end)?;
+        start.elapsed_ms(&end)
+    }
+}
+
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        // Nothing to report to from here; a failed unload leaks one module.
+        if self.bind().is_err() {
+            return;
+        }
+        let modules = self.modules.get_mut().unwrap_or_else(|p| p.into_inner());
+        for (_, m) in modules.drain() {
+            let _ = unsafe { result::module::unload(m.handle) };
+        }
+    }
+}
+
+/// Loads a cubin or PTX, returning the JIT/loader log on failure.
+fn load_image(image: &Image) -> std::result::Result<sys::CUmodule, (DriverError, String)> {
+    // The loader reads an ELF cubin in place, so give it an 8-aligned copy;
+    // PTX must be NUL-terminated.
+    let data: Vec<u64> = match *image {
+        Image::Cubin { bytes, .. } => {
+            let mut words = vec![0u64; bytes.len().div_ceil(8)];
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), words.as_mut_ptr().cast(), bytes.len()) };
+            words
+        }
+        Image::Ptx { text, .. } => {
+            let mut words = vec![0u64; (text.len() + 1).div_ceil(8)];
+            unsafe { std::ptr::copy_nonoverlapping(text.as_ptr(), words.as_mut_ptr().cast(), text.len()) };
+            words
+        }
+    };
+    let mut log = vec![0u8; 16 * 1024];
+    let mut opts = [
+        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+    ];
+    // Option values travel as pointers; the size is an integer in one.
+    let mut vals: [*mut c_void; 2] = [log.as_mut_ptr().cast(), log.len() as *mut c_void];
+    let mut module = std::ptr::null_mut();
+    let res = unsafe {
+        sys::cuModuleLoadDataEx(&mut module, data.as_ptr().cast(), 2, opts.as_mut_ptr(), vals.as_mut_ptr())
+    };
+    match res.result() {
+        Ok(()) => Ok(module),
+        Err(e) => {
+            let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+            Err((e, String::from_utf8_lossy(&log[..end]).trim().to_string()))
+        }
+    }
+}
+
+/// A CUDA event with timing, for measuring work on a `Gpu`'s stream.
+pub struct Event(CudaEvent);
+
+impl Event {
+    /// Milliseconds from `self` to `end`; waits for both to complete.
+    pub fn elapsed_ms(&self, end: &Event) -> Result<f32> {
+        self.0.elapsed_ms(&end.0).map_err(cuda("reading event times"))
+    }
+}
+
+/// Device memory, freed on drop in stream order after the work that uses it.
+struct DeviceBuf {
+    ptr: u64,
+    stream: Arc<CudaStream>,
+    stream_ordered: bool,
+}
+
+impl Drop for DeviceBuf {
+    fn drop(&mut self) {
+        if self.ptr == 0 {
+            return;
+        }
+        // Errors here (usually a context already broken by a faulting kernel)
+        // have nowhere to go, and the memory dies with the context anyway.
+        let _ = self.stream.context().bind_to_thread();
+        let _ = unsafe {
+            if self.stream_ordered {
+                result::free_async(self.ptr, self.stream.cu_stream())
+            } else {
+                result::free_sync(self.ptr)
+            }
+        };
+    }
+}
+
+/// A tensor in device memory: shape, strides in elements, typed by its element.
+pub struct Tensor<T> {
+    buf: DeviceBuf,
+    shape: Vec<usize>,
+    strides: Vec<usize>,
+    _elem: PhantomData<T>,
+}
+
+impl<T: Elem> Tensor<T> {
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    pub fn strides(&self) -> &[usize] {
+        &self.strides
+    }
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+    pub fn bytes(&self) -> usize {
+        self.numel() * size_of::<T>()
+    }
+    pub fn device_ptr(&self) -> u64 {
+        self.buf.ptr
+    }
+    /// The tensor's address as a kernel argument.
+    pub fn param(&self) -> Param {
+        Param::Ptr(self.buf.ptr)
+    }
+    pub fn is_contiguous(&self) -> bool {
+        // Size-1 dimensions may carry any stride without changing the layout.
+        let want = row_major(&self.shape);
+        self.shape.iter().zip(&self.strides).zip(&want).all(|((&n, &s), &w)| n == 1 || s == w)
+    }
+    /// Same memory, new shape; only for contiguous tensors of equal size.
+    pub fn reshape(mut self, shape: &[usize]) -> Result<Self> {
+        self.require_contiguous("reshape")?;
+        if checked_numel(shape)? != self.numel() {
+            return Err(Error::Shape(format!("cannot reshape {:?} into {shape:?}", self.shape)));
+        }
+        self.shape = shape.to_vec();
+        self.strides = row_major(shape);
+        Ok(self)
+    }
+
+    fn require_contiguous(&self, what: &str) -> Result<()> {
+        if self.is_contiguous() {
+            Ok(())
+        } else {
+            Err(Error::Shape(format!(
+                "{what} needs a contiguous tensor; got shape {:?} strides {:?}",
+                self.shape, self.strides
+            )))
+        }
+    }
+}
+
+impl<T: Elem> std::fmt::Debug for Tensor<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tensor<{}>{:?} @ {:#x}", T::NAME, self.shape, self.buf.ptr)
+    }
+}
+
+fn checked_numel(shape: &[usize]) -> Result<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| Error::Shape(format!("{shape:?} has more elements than fit in usize")))
+}
+
+pub(crate) fn row_major(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * shape[i + 1];
+    }
+    strides
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_gpu_is_an_error_not_a_panic() {
+        match Gpu::new() {
+            Ok(gpu) => eprintln!("a GPU is present ({}); nothing to check", gpu.name()),
+            Err(e @ (Error::NoDriver(_) | Error::NoGpu)) => {
+                assert!(!Gpu::available());
+                eprintln!("as expected here: {e}");
+            }
+            Err(e) => panic!("unexpected error without a GPU: {e}"),
+        }
+    }
+
+    #[test]
+    fn strides_and_sizes() {
+        assert_eq!(row_major(&[2, 3, 4]), vec![12, 4, 1]);
+        assert_eq!(row_major(&[5]), vec![1]);
+        assert!(row_major(&[]).is_empty());
+        assert_eq!(checked_numel(&[]).unwrap(), 1);
+        assert!(matches!(checked_numel(&[usize::MAX, 2]), Err(Error::Shape(_))));
+    }
+
+    #[test]
+    fn gpu_is_shareable() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Gpu>();
+        send_sync::<Tensor<f32>>();
+        send_sync::<Event>();
+    }
+}

@@ -1,0 +1,195 @@
+//! LayerNorm and RMSNorm forward over the last dimension, for any row
+//! length, saving the per-row statistics a backward pass needs.
+//!
+//! * LayerNorm: `y = (x − mean) · rstd · w + b`, `rstd = 1/sqrt(var + eps)`;
+//!   saves `mean` and `rstd`.
+//! * RMSNorm: `y = x · rstd · w`, `rstd = 1/sqrt(mean(x²) + eps)`; saves `rstd`.
+//!
+//! A row that fits one tile is read once: mean, then the variance of the
+//! centred values in registers (no cancellation). Longer rows combine
+//! per-tile (count, mean, M2) with Chan's formula, then take a second pass.
+use rustile::prelude::*;
+
+// ---- kernels ---------------------------------------------------------------------------
+
+/// LayerNorm of each row; `has_bias = 0` ignores `b`.
+#[kernel(
+    configs = [
+        (BM = 32, BN = 32, WARPS = 4),
+        (BM = 16, BN = 128, WARPS = 4),
+        (BM = 4, BN = 512, WARPS = 4),
+        (BM = 1, BN = 1024, WARPS = 4),
+        (BM = 1, BN = 2048, WARPS = 8),
+        (BM = 1, BN = 4096, WARPS = 16),
+        (BM = 1, BN = 8192, WARPS = 16),
+        (BM = 1, BN = 16384, WARPS = 32),
+    ],
+    grid = [cdiv(rows, BM)],
+    dtypes = [f32, bf16, f16],
+)]
+pub fn layer_norm_kernel<T: Elem>(
+    x: Ptr<T>, w: Ptr<T>, b: Ptr<T>, y: PtrMut<T>, mean_out: PtrMut<f32>, rstd_out: PtrMut<f32>,
+    rows: usize, cols: usize, eps: f32, has_bias: u32,
+) {
+    let r0 = program_id(0) * BM;
+    let src = BlockPtr::<T, BM, BN>::rows(x, rows, cols, [r0, 0]);
+    let dst = BlockPtr::<T, BM, BN>::rows(y, rows, cols, [r0, 0]);
+    let inside = |c0: usize| Tile::<bool, BM, BN>::from_fn(|_, c| c0 + c < cols);
+
+    // Statistics: (count, mean, M2) of each row, one tile at a time.
+    let (mut n, mut mean, mut m2) = (0.0f32, Col::<f32, BM, BN>::splat(0.0), Col::<f32, BM, BN>::splat(0.0));
+    let mut c0 = 0;
+    while c0 < cols {
+        let xt = load(&src.advance([0, c0])).cast::<f32>();
+        let k = (if cols - c0 < BN { cols - c0 } else { BN }) as f32;
+        let tmean = xt.row_sum() * (1.0 / k);
+        let d = inside(c0).select(xt - tmean, Tile::zeros());
+        let tm2 = (d * d).row_sum();
+        let delta = tmean - mean;
+        let n_new = n + k;
+        mean = mean + delta * (k / n_new);
+        m2 = m2 + tm2 + delta * delta * (n * k / n_new);
+        n = n_new;
+        c0 += BN;
+    }
+    let rstd = (m2 * (1.0 / cols as f32) + eps).rsqrt();
+    mean.store(mean_out, r0, rows);
+    rstd.store(rstd_out, r0, rows);
+
+    // Normalize; a single-tile row is re-read from L2/L1, not from memory twice.
+    let mut c0 = 0;
+    while c0 < cols {
+        let xt = load(&src.advance([0, c0])).cast::<f32>();
+        let wt = Row::<T, BM, BN>::load(w, c0, cols).cast::<f32>();
+        let mut yt = (xt - mean) * rstd * wt;
+        if has_bias != 0 {
+            yt = yt + Row::<T, BM, BN>::load(b, c0, cols).cast::<f32>();
+        }
+        store(&dst.advance([0, c0]), &yt.cast::<T>());
+        c0 += BN;
+    }
+}
+
+/// RMSNorm of each row.
+#[kernel(
+    configs = [
+        (BM = 32, BN = 32, WARPS = 4),
+        (BM = 16, BN = 128, WARPS = 4),
+        (BM = 4, BN = 512, WARPS = 4),
+        (BM = 1, BN = 1024, WARPS = 4),
+        (BM = 1, BN = 2048, WARPS = 8),
+        (BM = 1, BN = 4096, WARPS = 16),
+        (BM = 1, BN = 8192, WARPS = 16),
+        (BM = 1, BN = 16384, WARPS = 32),
+    ],
+    grid = [cdiv(rows, BM)],
+    dtypes = [f32, bf16, f16],
+)]
+pub fn rms_norm_kernel<T: Elem>(x: Ptr<T>, w: Ptr<T>, y: PtrMut<T>, rstd_out: PtrMut<f32>, rows: usize, cols: usize, eps: f32) {
+    let r0 = program_id(0) * BM;
+    let src = BlockPtr::<T, BM, BN>::rows(x, rows, cols, [r0, 0]);
+    let dst = BlockPtr::<T, BM, BN>::rows(y, rows, cols, [r0, 0]);
+    let mut sumsq = Col::<f32, BM, BN>::splat(0.0);
+    let mut c0 = 0;
+    while c0 < cols {
+        let xt = load(&src.advance([0, c0])).cast::<f32>();
+        sumsq = sumsq + (xt * xt).row_sum();
+        c0 += BN;
+    }
+    let rstd = (sumsq * (1.0 / cols as f32) + eps).rsqrt();
+    rstd.store(rstd_out, r0, rows);
+    let mut c0 = 0;
+    while c0 < cols {
+        let xt = load(&src.advance([0, c0])).cast::<f32>();
+        let wt = Row::<T, BM, BN>::load(w, c0, cols).cast::<f32>();
+        store(&dst.advance([0, c0]), &(xt * rstd * wt).cast::<T>());
+        c0 += BN;
+    }
+}
+
+// ---- config choice and host API ----------------------------------------------------------
+
+/// The narrowest config whose tile holds a whole row; past 16384 columns the widest.
+#[cfg(not(target_arch = "nvptx64"))]
+pub fn default_config(cols: usize) -> usize {
+    crate::pick_config(layer_norm_kernel::CONFIGS, |c| c.get("BN").unwrap() >= cols)
+}
+
+/// What a norm's forward pass saves for its backward pass (one value per row).
+#[cfg(not(target_arch = "nvptx64"))]
+pub struct NormStats {
+    /// Row means (LayerNorm only; empty for RMSNorm).
+    pub mean: Vec<f32>,
+    pub rstd: Vec<f32>,
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+mod host {
+    use super::*;
+    use crate::check::{expect_shape, matrix};
+    use rustile_host::{Error, Gpu, Result, Tensor};
+
+    fn check_eps(eps: f32) -> Result<()> {
+        if !(eps >= 0.0 && eps.is_finite()) {
+            return Err(Error::Shape(format!("eps must be a finite number ≥ 0, not {eps}")));
+        }
+        Ok(())
+    }
+
+    /// LayerNorm over the last dimension of the 2-D `x`: writes `y` `[rows, cols]`,
+    /// `mean` and `rstd` `[rows]` (f32). `w` and `b` are `[cols]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn layer_norm<T: Elem>(
+        gpu: &Gpu, x: &Tensor<T>, w: &Tensor<T>, b: Option<&Tensor<T>>, eps: f32,
+        y: &mut Tensor<T>, mean: &mut Tensor<f32>, rstd: &mut Tensor<f32>,
+    ) -> Result<()> {
+        let (rows, cols) = matrix("x", x)?;
+        expect_shape("w", w, &[cols])?;
+        if let Some(b) = b {
+            expect_shape("b", b, &[cols])?;
+        }
+        expect_shape("y", y, &[rows, cols])?;
+        expect_shape("mean", mean, &[rows])?;
+        expect_shape("rstd", rstd, &[rows])?;
+        check_eps(eps)?;
+        let cfg = default_config(cols);
+        layer_norm_kernel::launch(gpu, cfg, x, w, b.unwrap_or(w), y, mean, rstd, rows, cols, eps, b.is_some() as u32)
+    }
+
+    /// RMSNorm over the last dimension of the 2-D `x`: writes `y` and `rstd` `[rows]`.
+    pub fn rms_norm<T: Elem>(gpu: &Gpu, x: &Tensor<T>, w: &Tensor<T>, eps: f32, y: &mut Tensor<T>, rstd: &mut Tensor<f32>) -> Result<()> {
+        let (rows, cols) = matrix("x", x)?;
+        expect_shape("w", w, &[cols])?;
+        expect_shape("y", y, &[rows, cols])?;
+        expect_shape("rstd", rstd, &[rows])?;
+        check_eps(eps)?;
+        rms_norm_kernel::launch(gpu, default_config(cols), x, w, y, rstd, rows, cols, eps)
+    }
+
+    /// LayerNorm in the CPU interpreter: `(y, stats)`.
+    pub fn layer_norm_cpu<T: Elem>(x: &[T], rows: usize, cols: usize, w: &[T], b: Option<&[T]>, eps: f32) -> (Vec<T>, NormStats) {
+        assert_eq!(x.len(), rows * cols, "layer_norm: x holds {} elements, not {rows}×{cols}", x.len());
+        assert_eq!(w.len(), cols, "layer_norm: w must have {cols} elements");
+        let mut y = vec![T::default(); x.len()];
+        let (mut mean, mut rstd) = (vec![0.0; rows], vec![0.0; rows]);
+        let bias = b.unwrap_or(w);
+        assert_eq!(bias.len(), cols, "layer_norm: b must have {cols} elements");
+        layer_norm_kernel::cpu(default_config(cols), x, w, bias, &mut y, &mut mean, &mut rstd, rows, cols, eps, b.is_some() as u32);
+        (y, NormStats { mean, rstd })
+    }
+
+    /// RMSNorm in the CPU interpreter: `(y, stats)` (`stats.mean` is empty).
+    pub fn rms_norm_cpu<T: Elem>(x: &[T], rows: usize, cols: usize, w: &[T], eps: f32) -> (Vec<T>, NormStats) {
+        assert_eq!(x.len(), rows * cols, "rms_norm: x holds {} elements, not {rows}×{cols}", x.len());
+        assert_eq!(w.len(), cols, "rms_norm: w must have {cols} elements");
+        let mut y = vec![T::default(); x.len()];
+        let mut rstd = vec![0.0; rows];
+        rms_norm_kernel::cpu(default_config(cols), x, w, &mut y, &mut rstd, rows, cols, eps);
+        (y, NormStats { mean: Vec::new(), rstd })
+    }
+}
+#[cfg(not(target_arch = "nvptx64"))]
+pub use host::*;
+
+#[cfg(test)]
+mod tests;

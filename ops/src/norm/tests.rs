@@ -1,0 +1,97 @@
+//! CPU-interpreter checks of LayerNorm and RMSNorm against float64: every
+//! config (one-tile and long-row paths), odd shapes, with and without bias,
+//! a large common offset (where a naive variance cancels), tiny and large
+//! scales; the saved statistics too.
+use super::*;
+use crate::reference;
+use crate::testing::*;
+
+fn check_ln<T: Elem>(rows: usize, cols: usize, offset: f32, scale: f32, bias: bool) {
+    let (mut rng, seed) = rng();
+    let x: Vec<T> = normal(&mut rng, rows * cols, offset, scale);
+    let w: Vec<T> = normal(&mut rng, cols, 1.0, 0.5);
+    let b: Vec<T> = normal(&mut rng, cols, 0.0, 0.5);
+    let eps = 1e-5;
+    let (want, want_mean, want_rstd) = reference::layer_norm(&wide(&x), cols, &wide(&w), bias.then(|| wide(&b)).as_deref(), eps as f64);
+    for cfg in 0..layer_norm_kernel::CONFIGS.len() {
+        if cols > 4 * layer_norm_kernel::CONFIGS[cfg].get("BN").unwrap() {
+            continue;
+        }
+        let mut y = poisoned::<T>(rows * cols);
+        let (mut mean, mut rstd) = (poisoned::<f32>(rows), poisoned::<f32>(rows));
+        layer_norm_kernel::cpu(cfg, &x, &w, &b, &mut y, &mut mean, &mut rstd, rows, cols, eps, bias as u32);
+        let ctx = format!("layer_norm<{}> {rows}×{cols} offset={offset} scale={scale} bias={bias} cfg={cfg} (seed {seed})", T::NAME);
+        // x − mean loses |offset|/scale ulps to the rounding of the mean itself, in any f32 code.
+        let tol = tolerance::<T>() + 4.0 * (offset / scale).abs() as f64 * f32::EPSILON as f64;
+        let err = rel_err(&y, &want);
+        assert!(err <= tol, "{ctx}: y rel err {err:.2e} > {tol:.1e}");
+        assert!(rel_err(&mean, &want_mean) < 1e-5, "{ctx}: mean rel err {:.2e}", rel_err(&mean, &want_mean));
+        assert!(rel_err(&rstd, &want_rstd) < 1e-4, "{ctx}: rstd rel err {:.2e}", rel_err(&rstd, &want_rstd));
+    }
+}
+
+fn check_rms<T: Elem>(rows: usize, cols: usize, scale: f32) {
+    let (mut rng, seed) = rng();
+    let x: Vec<T> = normal(&mut rng, rows * cols, 0.0, scale);
+    let w: Vec<T> = normal(&mut rng, cols, 1.0, 0.5);
+    let eps = 1e-6;
+    let (want, want_rstd) = reference::rms_norm(&wide(&x), cols, &wide(&w), eps as f64);
+    for cfg in 0..rms_norm_kernel::CONFIGS.len() {
+        if cols > 4 * rms_norm_kernel::CONFIGS[cfg].get("BN").unwrap() {
+            continue;
+        }
+        let mut y = poisoned::<T>(rows * cols);
+        let mut rstd = poisoned::<f32>(rows);
+        rms_norm_kernel::cpu(cfg, &x, &w, &mut y, &mut rstd, rows, cols, eps);
+        let ctx = format!("rms_norm<{}> {rows}×{cols} scale={scale} cfg={cfg} (seed {seed})", T::NAME);
+        let err = rel_err(&y, &want);
+        assert!(err <= tolerance::<T>(), "{ctx}: y rel err {err:.2e}");
+        assert!(rel_err(&rstd, &want_rstd) < 1e-4, "{ctx}: rstd rel err {:.2e}", rel_err(&rstd, &want_rstd));
+    }
+}
+
+#[test]
+fn layer_norm_matches_float64_at_odd_shapes() {
+    for (rows, cols) in [(1, 8), (1, 7), (3, 100), (37, 33), (5, 1000), (2, 3001)] {
+        for bias in [false, true] {
+            check_ln::<f32>(rows, cols, 0.0, 1.0, bias);
+            check_ln::<bf16>(rows, cols, 0.0, 1.0, bias);
+        }
+        check_ln::<f16>(rows, cols, 0.0, 1.0, true);
+    }
+}
+
+#[test]
+fn layer_norm_long_rows_and_hard_magnitudes() {
+    check_ln::<f32>(2, 40_001, 0.0, 1.0, true);
+    // A common offset 1000× the spread: E[x²] − E[x]² would lose every digit.
+    check_ln::<f32>(4, 5000, 1000.0, 1.0, true);
+    check_ln::<f32>(4, 20_000, 1000.0, 1.0, false);
+    check_ln::<f32>(3, 333, 0.0, 1e-3, true);
+    check_ln::<f32>(3, 333, 0.0, 1e4, true);
+}
+
+#[test]
+fn rms_norm_matches_float64() {
+    for (rows, cols) in [(1, 8), (1, 7), (3, 100), (37, 33), (5, 1000), (2, 3001)] {
+        check_rms::<f32>(rows, cols, 1.0);
+        check_rms::<bf16>(rows, cols, 1.0);
+        check_rms::<f16>(rows, cols, 1.0);
+    }
+    check_rms::<f32>(2, 40_001, 1.0);
+    check_rms::<f32>(3, 333, 1e-3);
+    check_rms::<f32>(3, 333, 1e4);
+}
+
+#[test]
+fn host_wrappers_save_statistics() {
+    let (mut rng, _) = rng();
+    let (rows, cols) = (6, 257);
+    let x: Vec<f32> = normal(&mut rng, rows * cols, 2.0, 3.0);
+    let w: Vec<f32> = normal(&mut rng, cols, 1.0, 0.1);
+    let (_, stats) = layer_norm_cpu(&x, rows, cols, &w, None, 1e-5);
+    let (_, mean, rstd) = reference::layer_norm(&wide(&x), cols, &wide(&w), None, 1e-5);
+    assert!(rel_err(&stats.mean, &mean) < 1e-5 && rel_err(&stats.rstd, &rstd) < 1e-4);
+    let (_, stats) = rms_norm_cpu(&x, rows, cols, &w, 1e-6);
+    assert!(stats.mean.is_empty() && stats.rstd.len() == rows);
+}

@@ -1,0 +1,45 @@
+//! Float64 references for every op, the yardstick of the CPU-interpreter
+//! tests, the GPU tests and the bench's correctness check.
+
+pub fn add(x: &[f64], y: &[f64]) -> Vec<f64> {
+    x.iter().zip(y).map(|(a, b)| a + b).collect()
+}
+
+pub fn swiglu(a: &[f64], b: &[f64]) -> Vec<f64> {
+    a.iter().zip(b).map(|(a, b)| a / (1.0 + (-a).exp()) * b).collect()
+}
+
+pub fn softmax(x: &[f64], cols: usize) -> Vec<f64> {
+    let mut y = Vec::with_capacity(x.len());
+    for row in x.chunks(cols) {
+        let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let s: f64 = row.iter().map(|v| (v - m).exp()).sum();
+        y.extend(row.iter().map(|v| (v - m).exp() / s));
+    }
+    y
+}
+
+/// LayerNorm: (y, mean, rstd).
+pub fn layer_norm(x: &[f64], cols: usize, w: &[f64], b: Option<&[f64]>, eps: f64) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (mut y, mut means, mut rstds) = (Vec::with_capacity(x.len()), Vec::new(), Vec::new());
+    for row in x.chunks(cols) {
+        let mean = row.iter().sum::<f64>() / cols as f64;
+        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / cols as f64;
+        let rstd = 1.0 / (var + eps).sqrt();
+        y.extend(row.iter().enumerate().map(|(c, v)| (v - mean) * rstd * w[c] + b.map_or(0.0, |b| b[c])));
+        means.push(mean);
+        rstds.push(rstd);
+    }
+    (y, means, rstds)
+}
+
+/// RMSNorm: (y, rstd).
+pub fn rms_norm(x: &[f64], cols: usize, w: &[f64], eps: f64) -> (Vec<f64>, Vec<f64>) {
+    let (mut y, mut rstds) = (Vec::with_capacity(x.len()), Vec::new());
+    for row in x.chunks(cols) {
+        let rstd = 1.0 / (row.iter().map(|v| v * v).sum::<f64>() / cols as f64 + eps).sqrt();
+        y.extend(row.iter().enumerate().map(|(c, v)| v * rstd * w[c]));
+        rstds.push(rstd);
+    }
+    (y, rstds)
+}

@@ -1,0 +1,79 @@
+//! Row softmax, `y = exp(x − max) / Σ exp(x − max)` along each row, for any
+//! row length. A program takes BM rows. When a row fits one BN-wide tile it
+//! is read once and written once; longer rows are seen tile by tile through
+//! the online softmax (pass 1: running max and sum; pass 2: normalize).
+use rustile::prelude::*;
+
+// ---- kernel ----------------------------------------------------------------------------
+
+/// Softmax of each row of a row-major `rows×cols` matrix.
+#[kernel(
+    configs = [
+        (BM = 32, BN = 32, WARPS = 4),
+        (BM = 16, BN = 128, WARPS = 4),
+        (BM = 4, BN = 512, WARPS = 4),
+        (BM = 1, BN = 1024, WARPS = 4),
+        (BM = 1, BN = 2048, WARPS = 8),
+        (BM = 1, BN = 4096, WARPS = 16),
+        (BM = 1, BN = 8192, WARPS = 16),
+        (BM = 1, BN = 16384, WARPS = 32),
+    ],
+    grid = [cdiv(rows, BM)],
+    dtypes = [f32, bf16, f16],
+)]
+pub fn softmax_kernel<T: Elem>(x: Ptr<T>, y: PtrMut<T>, rows: usize, cols: usize) {
+    let src = BlockPtr::<T, BM, BN>::rows(x, rows, cols, [program_id(0) * BM, 0]);
+    let dst = BlockPtr::<T, BM, BN>::rows(y, rows, cols, [program_id(0) * BM, 0]);
+    let mut stats = OnlineSoftmax::<BM, BN>::new();
+    if cols <= BN {
+        let (p, _) = stats.step(load_or(&src, f32::NEG_INFINITY).cast::<f32>());
+        store(&dst, &(p * stats.l.recip()).cast::<T>());
+        return;
+    }
+    let mut c = 0;
+    while c < cols {
+        stats.push(load_or(&src.advance([0, c]), f32::NEG_INFINITY).cast::<f32>());
+        c += BN;
+    }
+    c = 0;
+    while c < cols {
+        let s = load_or(&src.advance([0, c]), f32::NEG_INFINITY).cast::<f32>();
+        store(&dst.advance([0, c]), &stats.probs(s).cast::<T>());
+        c += BN;
+    }
+}
+
+// ---- config choice and host API ----------------------------------------------------------
+
+/// The narrowest config whose tile holds a whole row (one read, one write);
+/// past 16384 columns, the widest, in two passes.
+#[cfg(not(target_arch = "nvptx64"))]
+pub fn default_config(cols: usize) -> usize {
+    crate::pick_config(softmax_kernel::CONFIGS, |c| c.get("BN").unwrap() >= cols)
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+mod host {
+    use super::*;
+    use rustile_host::{Gpu, Result, Tensor};
+
+    /// `y = softmax(x, dim = -1)` for a 2-D row-major `x`.
+    pub fn softmax<T: Elem>(gpu: &Gpu, x: &Tensor<T>, y: &mut Tensor<T>) -> Result<()> {
+        let (rows, cols) = crate::check::matrix("x", x)?;
+        crate::check::expect_shape("y", y, &[rows, cols])?;
+        softmax_kernel::launch(gpu, default_config(cols), x, y, rows, cols)
+    }
+
+    /// Softmax of each row in the CPU interpreter.
+    pub fn softmax_cpu<T: Elem>(x: &[T], rows: usize, cols: usize) -> Vec<T> {
+        assert_eq!(x.len(), rows * cols, "softmax: x holds {} elements, not {rows}×{cols}", x.len());
+        let mut y = vec![T::default(); x.len()];
+        softmax_kernel::cpu(default_config(cols), x, &mut y, rows, cols);
+        y
+    }
+}
+#[cfg(not(target_arch = "nvptx64"))]
+pub use host::*;
+
+#[cfg(test)]
+mod tests;

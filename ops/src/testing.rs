@@ -1,0 +1,58 @@
+//! Helpers for checking kernels: fresh random inputs and the relative error
+//! against a float64 reference. Used by the CPU tests, the GPU tests and the
+//! bench; nothing here is tuned to any shape.
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use rustile::Elem;
+
+/// A generator seeded from the OS, with its seed, so a failure can be replayed
+/// (`RUSTILE_SEED=<seed>` fixes it).
+pub fn rng() -> (StdRng, u64) {
+    let seed = std::env::var("RUSTILE_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| rand::thread_rng().gen());
+    (StdRng::seed_from_u64(seed), seed)
+}
+
+/// `n` values `offset + scale·N(0, 1)`, stored as `T`.
+pub fn normal<T: Elem>(rng: &mut StdRng, n: usize, offset: f32, scale: f32) -> Vec<T> {
+    (0..n)
+        .map(|_| {
+            // Box–Muller: two uniforms to one standard normal.
+            let (u, v): (f32, f32) = (rng.gen_range(f32::EPSILON..1.0), rng.gen());
+            T::from_f32(offset + scale * (-2.0 * u.ln()).sqrt() * (std::f32::consts::TAU * v).cos())
+        })
+        .collect()
+}
+
+/// The values as f64 (the reference computes on exactly what the kernel saw).
+pub fn wide<T: Elem>(x: &[T]) -> Vec<f64> {
+    x.iter().map(|v| v.to_f32() as f64).collect()
+}
+
+/// ‖out − ref‖ / ‖ref‖; NaN anywhere (an unwritten or broken element) gives infinity.
+pub fn rel_err<T: Elem>(out: &[T], reference: &[f64]) -> f64 {
+    assert_eq!(out.len(), reference.len(), "output has {} elements, reference {}", out.len(), reference.len());
+    let (mut num, mut den) = (0.0, 0.0);
+    for (o, r) in out.iter().zip(reference) {
+        let o = o.to_f32() as f64;
+        if !o.is_finite() {
+            return f64::INFINITY;
+        }
+        num += (o - r) * (o - r);
+        den += r * r;
+    }
+    if den == 0.0 { num.sqrt() } else { (num / den).sqrt() }
+}
+
+/// The tolerance for outputs stored as `T` (rounding of the output itself dominates).
+pub fn tolerance<T: Elem>() -> f64 {
+    match T::NAME {
+        "f32" => 2e-6,
+        "bf16" => 1e-2,
+        "f16" => 2e-3,
+        _ => 1e-1,
+    }
+}
+
+/// A buffer of NaNs (or the format's nearest), to prove every element gets written.
+pub fn poisoned<T: Elem>(n: usize) -> Vec<T> {
+    vec![T::from_f32(f32::NAN); n]
+}

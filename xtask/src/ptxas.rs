@@ -1,0 +1,340 @@
+//! ptxas: assembling PTX to cubins, its `-v` resource report, and the
+//! spill/stack check every kernel must pass.
+//!
+//! A stack frame or spills mean a kernel keeps values in local memory, which
+//! for our kernels almost always means a fragment loop that did not unroll:
+//! a silent 2-10x slowdown. So the build fails on them unless the kernel is
+//! listed in `ops/allow-spills.txt` (one glob per line, `#` comments).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::Serialize;
+
+use crate::device::{Arch, BuildSpec};
+use crate::setup::{ptxas_version, Tools};
+use crate::{show, Result};
+
+#[derive(Serialize, Default, Debug, Clone, PartialEq)]
+pub struct Resources {
+    pub name: String,
+    /// A kernel (`.entry`); false for a device function ptxas kept out of line.
+    pub entry: bool,
+    pub registers: u32,
+    pub barriers: u32,
+    pub shared_bytes: u64,
+    pub constant_bytes: u64,
+    pub stack_frame_bytes: u64,
+    pub spill_store_bytes: u64,
+    pub spill_load_bytes: u64,
+}
+
+#[derive(Serialize, Debug)]
+pub struct Report {
+    pub arch: String,
+    pub ptxas: String,
+    pub kernels: Vec<Resources>,
+    /// ptxas warnings and performance advisories (such as serialized wgmma).
+    pub notes: Vec<String>,
+}
+
+pub fn assemble(ptxas: &Path, ptx: &Path, cubin: &Path, arch: Arch) -> Result<Report> {
+    let mut cmd = Command::new(ptxas);
+    cmd.arg(format!("-arch={}", arch.name())).args(["-O3", "-v"]).arg(ptx).arg("-o").arg(cubin);
+    let out = cmd.output().map_err(|e| format!("could not run {}: {e}", ptxas.display()))?;
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    if !out.status.success() {
+        return Err(format!("{}: ptxas failed ({})\n  command: {}\n{text}", arch.name(), out.status, show(&cmd)));
+    }
+    let (kernels, notes) = parse_verbose(&text);
+    Ok(Report { arch: arch.name().into(), ptxas: ptxas_version(ptxas), kernels, notes })
+}
+
+/// Reads `ptxas -v` output, which for each function looks like
+///
+/// ```text
+/// ptxas info    : Compiling entry function 'add' for 'sm_80'
+/// ptxas info    : Function properties for add
+///     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+/// ptxas info    : Used 12 registers, used 0 barriers, 16 bytes smem, 384 bytes cmem[0]
+/// ```
+pub fn parse_verbose(text: &str) -> (Vec<Resources>, Vec<String>) {
+    let mut kernels: Vec<Resources> = Vec::new();
+    let mut notes = Vec::new();
+    let mut current: Option<usize> = None;
+    let select = |kernels: &mut Vec<Resources>, name: &str, entry: bool| -> usize {
+        let index = kernels.iter().position(|k| k.name == name).unwrap_or_else(|| {
+            kernels.push(Resources { name: name.to_string(), ..Default::default() });
+            kernels.len() - 1
+        });
+        kernels[index].entry |= entry;
+        index
+    };
+    for line in text.lines() {
+        let body = line.split_once(": ").map(|(_, b)| b.trim()).unwrap_or(line.trim());
+        if let Some(rest) = body.strip_prefix("Compiling entry function '") {
+            let name = rest.split('\'').next().unwrap_or(rest);
+            current = Some(select(&mut kernels, name, true));
+        } else if let Some(rest) = body.strip_prefix("Compiling function '") {
+            let name = rest.split('\'').next().unwrap_or(rest);
+            current = Some(select(&mut kernels, name, false));
+        } else if let Some(name) = body.strip_prefix("Function properties for ") {
+            current = Some(select(&mut kernels, name.trim(), false));
+        } else if let (Some(i), true) = (current, line.contains("bytes stack frame")) {
+            for part in line.split(',') {
+                let value = leading_number(part);
+                let k = &mut kernels[i];
+                if part.contains("stack frame") {
+                    k.stack_frame_bytes = value;
+                } else if part.contains("spill stores") {
+                    k.spill_store_bytes = value;
+                } else if part.contains("spill loads") {
+                    k.spill_load_bytes = value;
+                }
+            }
+        } else if let (Some(i), Some(rest)) = (current, body.strip_prefix("Used ")) {
+            for part in rest.split(',') {
+                let part = part.trim().trim_start_matches("used ");
+                let value = leading_number(part);
+                let k = &mut kernels[i];
+                if part.ends_with("registers") {
+                    k.registers = value as u32;
+                } else if part.ends_with("barriers") {
+                    k.barriers = value as u32;
+                } else if part.ends_with("bytes smem") {
+                    k.shared_bytes = value;
+                } else if part.contains("bytes cmem") {
+                    k.constant_bytes += value;
+                }
+            }
+        } else if line.starts_with("ptxas warning") || line.starts_with("ptxas error") || body.contains("Performance") {
+            notes.push(body.to_string());
+        }
+    }
+    (kernels, notes)
+}
+
+fn leading_number(s: &str) -> u64 {
+    s.trim().split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0)
+}
+
+impl Report {
+    pub fn entries(&self) -> impl Iterator<Item = &Resources> {
+        self.kernels.iter().filter(|k| k.entry)
+    }
+
+    pub fn max_registers_line(&self) -> String {
+        match self.entries().max_by_key(|k| k.registers) {
+            Some(k) => format!("max {} registers ({})", k.registers, k.name),
+            None => "no kernels".into(),
+        }
+    }
+
+    /// One message per kernel that keeps values in local memory and is not allowed to.
+    pub fn violations(&self, allow: &AllowList) -> Vec<String> {
+        let mut found = Vec::new();
+        for k in &self.kernels {
+            let spills = k.spill_store_bytes + k.spill_load_bytes > 0;
+            // Out-of-line device functions need a frame for the call ABI; only their spills count.
+            let stack = k.entry && k.stack_frame_bytes > 0;
+            if !(spills || stack) || allow.allows(&k.name) {
+                continue;
+            }
+            let what = if k.entry { "kernel" } else { "device function" };
+            let mut problems = Vec::new();
+            if spills {
+                problems.push(format!("spills ({} bytes stores, {} bytes loads)", k.spill_store_bytes, k.spill_load_bytes));
+            }
+            if stack {
+                problems.push(format!("has a {}-byte stack frame", k.stack_frame_bytes));
+            }
+            found.push(format!(
+                "{what} `{}` {} (local memory): usually a loop over register fragments that did not unroll, or an array indexed at run time",
+                k.name,
+                problems.join(" and ")
+            ));
+        }
+        found
+    }
+
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        let mut table = format!("# ptxas -v for {} ({})\n", self.arch, self.ptxas);
+        let width = self.kernels.iter().map(|k| k.name.len()).max().unwrap_or(0).max(6);
+        let _ = writeln!(table, "{:<width$}  {:>4}  {:>10}  {:>9}  {:>11}  {:>10}  {:>8}", "kernel", "regs", "smem bytes", "stack", "spill store", "spill load", "barriers");
+        for k in &self.kernels {
+            let name = if k.entry { k.name.clone() } else { format!("{} (function)", k.name) };
+            let _ = writeln!(
+                table,
+                "{name:<width$}  {:>4}  {:>10}  {:>9}  {:>11}  {:>10}  {:>8}",
+                k.registers, k.shared_bytes, k.stack_frame_bytes, k.spill_store_bytes, k.spill_load_bytes, k.barriers
+            );
+        }
+        for note in &self.notes {
+            let _ = writeln!(table, "note: {note}");
+        }
+        let json = serde_json::to_string_pretty(self).map_err(|e| e.to_string())?;
+        for (file, text) in [("resources.txt", table), ("resources.json", json + "\n")] {
+            let path = dir.join(file);
+            std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        }
+        Ok(())
+    }
+}
+
+/// Kernel-name globs (`*` and `?`) that may spill or use a stack frame.
+pub struct AllowList {
+    globs: Vec<String>,
+}
+
+impl AllowList {
+    pub fn read(path: &Path) -> Result<AllowList> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(format!("reading {}: {e}", path.display())),
+        };
+        let globs = text
+            .lines()
+            .map(|l| l.split('#').next().unwrap_or("").trim())
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect();
+        Ok(AllowList { globs })
+    }
+
+    pub fn allows(&self, name: &str) -> bool {
+        self.globs.iter().any(|g| glob_match(g.as_bytes(), name.as_bytes()))
+    }
+}
+
+fn glob_match(pattern: &[u8], name: &[u8]) -> bool {
+    match (pattern.split_first(), name.split_first()) {
+        (None, None) => true,
+        (Some((b'*', rest)), _) => glob_match(rest, name) || (!name.is_empty() && glob_match(pattern, &name[1..])),
+        (Some((b'?', rest)), Some((_, name_rest))) => glob_match(rest, name_rest),
+        (Some((p, rest)), Some((n, name_rest))) if p == n => glob_match(rest, name_rest),
+        _ => false,
+    }
+}
+
+/// `cargo xtask sass`: SASS of a built cubin into `sass.txt` beside it.
+pub fn sass(tools: &Tools, spec: &BuildSpec, arch: Arch, kernel: Option<&str>) -> Result<()> {
+    let Some(nvdisasm) = &tools.nvdisasm else {
+        return Err("nvdisasm is not installed; run `cargo xtask setup` (it tries the nvidia-cuda-nvdisasm wheel), \
+                    or put nvdisasm from a CUDA toolkit under .tools/nvdisasm/"
+            .into());
+    };
+    let cubin: PathBuf = spec
+        .cubin_path(arch)
+        .filter(|p| p.is_file())
+        .ok_or_else(|| format!("no cubin for {}; run `cargo xtask build --arch {}` first", arch.name(), arch.name()))?;
+    let mut cmd = Command::new(nvdisasm);
+    cmd.arg("--print-code").arg(&cubin);
+    let out = cmd.output().map_err(|e| format!("could not run {}: {e}", nvdisasm.display()))?;
+    if !out.status.success() {
+        return Err(format!("nvdisasm failed ({}): {}\n  command: {}", out.status, String::from_utf8_lossy(&out.stderr), show(&cmd)));
+    }
+    let all = String::from_utf8_lossy(&out.stdout);
+    // nvdisasm selects functions only by symbol index, so one kernel is cut out of the whole listing.
+    let sass = match kernel {
+        None => all.into_owned(),
+        Some(kernel) => function_listing(&all, kernel).ok_or_else(|| {
+            format!("no kernel `{kernel}` in {}; see resources.txt beside it for the names", cubin.display())
+        })?,
+    };
+    let path = spec.cubin_dir(arch).join("sass.txt");
+    std::fs::write(&path, sass.as_bytes()).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    // HGMMA means the wgmma path; a matrix kernel with only HMMA is on the slower mma.sync path.
+    let count = |op: &str| sass.matches(op).count();
+    println!(
+        "==> SASS of {} → {} ({} lines; HGMMA {}, HMMA {}, local LDL/STL {})",
+        cubin.display(),
+        path.display(),
+        sass.lines().count(),
+        count("HGMMA"),
+        count("HMMA"),
+        count("LDL") + count("STL")
+    );
+    Ok(())
+}
+
+/// The part of an nvdisasm listing under `//----- .text.<name> -----`, up to the next such banner.
+fn function_listing(listing: &str, name: &str) -> Option<String> {
+    let banner = "//---------------------";
+    let mut lines = listing.lines().skip_while(|l| {
+        !(l.starts_with(banner) && l[banner.len()..].split_whitespace().next() == Some(&format!(".text.{name}")))
+    });
+    let first = lines.next()?;
+    let rest = lines.take_while(|l| !l.starts_with(banner));
+    Some(std::iter::once(first).chain(rest).map(|l| format!("{l}\n")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VERBOSE: &str = "\
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'gemm_128x128' for 'sm_90a'
+ptxas info    : Function properties for gemm_128x128
+    576 bytes stack frame, 96 bytes spill stores, 88 bytes spill loads
+ptxas info    : Used 255 registers, used 1 barriers, 32768 bytes smem, 384 bytes cmem[0]
+ptxas info    : Function properties for helper
+    16 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Compiling entry function 'add' for 'sm_90a'
+ptxas info    : Function properties for add
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 12 registers, used 0 barriers
+ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized in the function 'gemm_128x128'
+ptxas info    : Compile time = 10.089 ms
+";
+
+    #[test]
+    fn reads_ptxas_verbose_output() {
+        let (kernels, notes) = parse_verbose(VERBOSE);
+        let gemm = Resources {
+            name: "gemm_128x128".into(),
+            entry: true,
+            registers: 255,
+            barriers: 1,
+            shared_bytes: 32768,
+            constant_bytes: 384,
+            stack_frame_bytes: 576,
+            spill_store_bytes: 96,
+            spill_load_bytes: 88,
+        };
+        assert_eq!(kernels[0], gemm);
+        assert_eq!((kernels[1].name.as_str(), kernels[1].entry, kernels[1].stack_frame_bytes), ("helper", false, 16));
+        assert_eq!((kernels[2].name.as_str(), kernels[2].entry, kernels[2].registers), ("add", true, 12));
+        assert_eq!(notes.len(), 1);
+        assert!(notes[0].contains("serialized"));
+    }
+
+    #[test]
+    fn spills_fail_unless_allowed() {
+        let (kernels, notes) = parse_verbose(VERBOSE);
+        let report = Report { arch: "sm_90a".into(), ptxas: String::new(), kernels, notes };
+        let none = AllowList { globs: vec![] };
+        let violations = report.violations(&none);
+        assert_eq!(violations.len(), 1, "{violations:?}");
+        assert!(violations[0].contains("`gemm_128x128`") && violations[0].contains("576-byte stack frame"));
+        assert!(report.violations(&AllowList { globs: vec!["gemm_*".into()] }).is_empty());
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob_match(b"gemm_*", b"gemm_128x128"));
+        assert!(glob_match(b"*_bwd?", b"attn_bwd2"));
+        assert!(!glob_match(b"gemm_?", b"gemm_12"));
+        assert!(glob_match(b"add", b"add"));
+        assert!(!glob_match(b"add", b"add2"));
+    }
+
+    #[test]
+    fn cuts_one_function_from_a_listing() {
+        let listing = "head\n//--------------------- .text.ab    ----\nab:\n  EXIT ;\n//--------------------- .text.a     ----\na:\n  RET ;\n//--------------------- SYMBOLS ----\n";
+        assert_eq!(function_listing(listing, "a").unwrap(), "//--------------------- .text.a     ----\na:\n  RET ;\n");
+        assert!(function_listing(listing, "b").is_none());
+    }
+}
