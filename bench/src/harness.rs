@@ -167,6 +167,7 @@ impl Row {
         self.bytes = Some(bytes);
         self
     }
+    #[allow(dead_code)] // for the matrix ops, which report TFLOP/s
     pub fn flops(mut self, flops: f64) -> Row {
         self.flops = Some(flops);
         self

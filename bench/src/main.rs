@@ -3,6 +3,8 @@
 //! Prints a table and writes JSON (see `harness::Report`). Without a GPU it
 //! says so and runs the CPU interpreter at small sizes instead.
 
+// Much of the harness is only used once the op benches are wired in.
+#[allow(dead_code)]
 mod harness;
 mod torch;
 
@@ -97,10 +99,10 @@ fn short_reason(e: &Error) -> String {
 }
 
 fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes) -> rustile_host::Result<()> {
-    let (major, minor) = gpu.compute_capability();
     eprintln!(
-        "{}: sm_{major}{minor}, {} SMs, {} MiB L2, {} GiB",
+        "{}: {}, {} SMs, {} MiB L2, {} GiB",
         gpu.name(),
+        rustile_host::native_arch(gpu.compute_capability()),
         gpu.sm_count(),
         gpu.l2_bytes() >> 20,
         gpu.mem_bytes() >> 30

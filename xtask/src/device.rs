@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use crate::ptxas::{self, AllowList};
 use crate::setup::Tools;
-use crate::{secs, show, Repo, Result};
+use crate::{secs, show, write_if_changed, Repo, Result};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Arch {
@@ -268,5 +268,6 @@ fn cargo_artifacts(mut cmd: Command) -> Result<Vec<serde_json::Value>> {
 }
 
 fn copy(from: &Path, to: &Path) -> Result<()> {
-    std::fs::copy(from, to).map(|_| ()).map_err(|e| format!("copying {} to {}: {e}", from.display(), to.display()))
+    let bytes = std::fs::read(from).map_err(|e| format!("reading {}: {e}", from.display()))?;
+    write_if_changed(to, &bytes)
 }

@@ -183,3 +183,12 @@ pub fn show(cmd: &Command) -> String {
 pub fn secs(start: Instant) -> String {
     format!("{:.1} s", start.elapsed().as_secs_f64())
 }
+
+/// ops/build.rs watches target/cubins/: files rewritten with the same bytes
+/// would rerun it and recompile everything above rustile-ops for nothing.
+pub fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<()> {
+    if std::fs::read(path).is_ok_and(|old| old == bytes) {
+        return Ok(());
+    }
+    std::fs::write(path, bytes).map_err(|e| format!("writing {}: {e}", path.display()))
+}

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::device::{Arch, BuildSpec};
 use crate::setup::{ptxas_version, Tools};
-use crate::{show, Result};
+use crate::{show, write_if_changed, Result};
 
 #[derive(Serialize, Default, Debug, Clone, PartialEq)]
 pub struct Resources {
@@ -175,8 +175,7 @@ impl Report {
         }
         let json = serde_json::to_string_pretty(self).map_err(|e| e.to_string())?;
         for (file, text) in [("resources.txt", table), ("resources.json", json + "\n")] {
-            let path = dir.join(file);
-            std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+            write_if_changed(&dir.join(file), text.as_bytes())?;
         }
         Ok(())
     }

@@ -1,0 +1,137 @@
+//! Every op on the GPU, against float64 references, on fresh random inputs
+//! at odd sizes, with outputs poisoned (all bits set, a NaN) beforehand so
+//! an unwritten element fails. Every config of every kernel runs at least once.
+use rustile::{bf16, f16, Elem};
+use rustile_host::{Error, Gpu, Tensor};
+use rustile_ops::testing::{normal, rel_err, rng, tolerance, wide};
+use rustile_ops::{norm, reference, softmax, vector};
+use rustile_tests::gpu_or_skip;
+
+fn up<T: Elem>(gpu: &Gpu, x: &[T], shape: &[usize]) -> Tensor<T> {
+    gpu.upload(x, shape).expect("upload")
+}
+
+fn poisoned<T: Elem>(gpu: &Gpu, shape: &[usize]) -> Tensor<T> {
+    let mut t = gpu.alloc(shape).expect("alloc");
+    gpu.fill_bytes(&mut t, 0xFF).expect("poison");
+    t
+}
+
+fn vector_case<T: Elem>(gpu: &Gpu, n: usize) {
+    let (mut rng, seed) = rng();
+    let (x, y): (Vec<T>, Vec<T>) = (normal(&mut rng, n, 0.0, 1.0), normal(&mut rng, n, 0.0, 1.0));
+    let (dx, dy) = (up(gpu, &x, &[n]), up(gpu, &y, &[n]));
+    for cfg in 0..vector::add_kernel::CONFIGS.len() {
+        let mut out = poisoned::<T>(gpu, &[n]);
+        vector::add_kernel::launch(gpu, cfg, &dx, &dy, &mut out, n).unwrap();
+        let err = rel_err(&gpu.download(&out).unwrap(), &reference::add(&wide(&x), &wide(&y)));
+        assert!(err <= tolerance::<T>(), "add<{}> n={n} cfg={cfg}: rel err {err:.2e} (seed {seed})", T::NAME);
+
+        let mut out = poisoned::<T>(gpu, &[n]);
+        vector::swiglu_kernel::launch(gpu, cfg, &dx, &dy, &mut out, n).unwrap();
+        let err = rel_err(&gpu.download(&out).unwrap(), &reference::swiglu(&wide(&x), &wide(&y)));
+        assert!(err <= tolerance::<T>(), "swiglu<{}> n={n} cfg={cfg}: rel err {err:.2e} (seed {seed})", T::NAME);
+    }
+}
+
+#[test]
+fn vector_ops_match_float64() {
+    let Some(gpu) = gpu_or_skip("vector_ops_match_float64") else { return };
+    for n in [1, 7, 4097, 1_000_003] {
+        vector_case::<f32>(&gpu, n);
+        vector_case::<bf16>(&gpu, n);
+        vector_case::<f16>(&gpu, n);
+    }
+}
+
+fn softmax_case<T: Elem>(gpu: &Gpu, rows: usize, cols: usize, scale: f32) {
+    let (mut rng, seed) = rng();
+    let x: Vec<T> = normal(&mut rng, rows * cols, 0.0, scale);
+    let want = reference::softmax(&wide(&x), cols);
+    let dx = up(gpu, &x, &[rows, cols]);
+    for cfg in 0..softmax::softmax_kernel::CONFIGS.len() {
+        let mut y = poisoned::<T>(gpu, &[rows, cols]);
+        softmax::softmax_kernel::launch(gpu, cfg, &dx, &mut y, rows, cols).unwrap();
+        let err = rel_err(&gpu.download(&y).unwrap(), &want);
+        assert!(err <= tolerance::<T>(), "softmax<{}> {rows}×{cols} ×{scale} cfg={cfg}: rel err {err:.2e} (seed {seed})", T::NAME);
+    }
+}
+
+#[test]
+fn softmax_matches_float64() {
+    let Some(gpu) = gpu_or_skip("softmax_matches_float64") else { return };
+    for (rows, cols) in [(1, 1), (1, 7), (37, 33), (5, 1000), (3, 3001), (2, 40_001), (1000, 129)] {
+        softmax_case::<f32>(&gpu, rows, cols, 1.0);
+        softmax_case::<bf16>(&gpu, rows, cols, 1.0);
+        softmax_case::<f16>(&gpu, rows, cols, 1.0);
+    }
+    softmax_case::<f32>(&gpu, 7, 513, 1000.0);
+    softmax_case::<f32>(&gpu, 7, 513, 1e-4);
+}
+
+fn norm_case<T: Elem>(gpu: &Gpu, rows: usize, cols: usize, offset: f32, bias: bool) {
+    let (mut rng, seed) = rng();
+    let x: Vec<T> = normal(&mut rng, rows * cols, offset, 1.0);
+    let w: Vec<T> = normal(&mut rng, cols, 1.0, 0.5);
+    let b: Vec<T> = normal(&mut rng, cols, 0.0, 0.5);
+    let (dx, dw, db) = (up(gpu, &x, &[rows, cols]), up(gpu, &w, &[cols]), up(gpu, &b, &[cols]));
+    let tol = tolerance::<T>() + 4.0 * offset.abs() as f64 * f32::EPSILON as f64;
+    let (want, want_mean, want_rstd) = reference::layer_norm(&wide(&x), cols, &wide(&w), bias.then(|| wide(&b)).as_deref(), 1e-5);
+    let (want_rms, want_rms_rstd) = reference::rms_norm(&wide(&x), cols, &wide(&w), 1e-6);
+    for cfg in 0..norm::layer_norm_kernel::CONFIGS.len() {
+        let ctx = format!("<{}> {rows}×{cols} offset={offset} bias={bias} cfg={cfg} (seed {seed})", T::NAME);
+        let mut y = poisoned::<T>(gpu, &[rows, cols]);
+        let (mut mean, mut rstd) = (poisoned::<f32>(gpu, &[rows]), poisoned::<f32>(gpu, &[rows]));
+        norm::layer_norm_kernel::launch(gpu, cfg, &dx, &dw, &db, &mut y, &mut mean, &mut rstd, rows, cols, 1e-5, bias as u32).unwrap();
+        let err = rel_err(&gpu.download(&y).unwrap(), &want);
+        assert!(err <= tol, "layer_norm{ctx}: y rel err {err:.2e}");
+        assert!(rel_err(&gpu.download(&mean).unwrap(), &want_mean) < 1e-5, "layer_norm{ctx}: mean");
+        assert!(rel_err(&gpu.download(&rstd).unwrap(), &want_rstd) < 1e-4, "layer_norm{ctx}: rstd");
+
+        if offset == 0.0 {
+            let mut y = poisoned::<T>(gpu, &[rows, cols]);
+            let mut rstd = poisoned::<f32>(gpu, &[rows]);
+            norm::rms_norm_kernel::launch(gpu, cfg, &dx, &dw, &mut y, &mut rstd, rows, cols, 1e-6).unwrap();
+            let err = rel_err(&gpu.download(&y).unwrap(), &want_rms);
+            assert!(err <= tol, "rms_norm{ctx}: y rel err {err:.2e}");
+            assert!(rel_err(&gpu.download(&rstd).unwrap(), &want_rms_rstd) < 1e-4, "rms_norm{ctx}: rstd");
+        }
+    }
+}
+
+#[test]
+fn norms_match_float64() {
+    let Some(gpu) = gpu_or_skip("norms_match_float64") else { return };
+    for (rows, cols) in [(1, 7), (37, 33), (5, 1000), (3, 3001), (2, 40_001), (1000, 129)] {
+        for bias in [false, true] {
+            norm_case::<f32>(&gpu, rows, cols, 0.0, bias);
+            norm_case::<bf16>(&gpu, rows, cols, 0.0, bias);
+        }
+        norm_case::<f16>(&gpu, rows, cols, 0.0, true);
+    }
+    norm_case::<f32>(&gpu, 4, 5000, 1000.0, true);
+}
+
+#[test]
+fn host_apis_check_their_arguments() {
+    let Some(gpu) = gpu_or_skip("host_apis_check_their_arguments") else { return };
+    let x = gpu.alloc::<f32>(&[4, 8]).unwrap();
+    let mut wrong = gpu.alloc::<f32>(&[4, 9]).unwrap();
+    assert!(matches!(softmax::softmax(&gpu, &x, &mut wrong), Err(Error::Shape(_))));
+    let flat = gpu.alloc::<f32>(&[32]).unwrap();
+    let mut out = gpu.alloc::<f32>(&[32]).unwrap();
+    assert!(matches!(softmax::softmax(&gpu, &flat, &mut out), Err(Error::Shape(_))));
+    let short = gpu.alloc::<f32>(&[31]).unwrap();
+    assert!(matches!(vector::add(&gpu, &flat, &short, &mut out), Err(Error::Shape(_))));
+    let w = gpu.alloc::<f32>(&[7]).unwrap();
+    let (mut y, mut mean, mut rstd) = (gpu.alloc::<f32>(&[4, 8]).unwrap(), gpu.alloc::<f32>(&[4]).unwrap(), gpu.alloc::<f32>(&[4]).unwrap());
+    assert!(matches!(norm::layer_norm(&gpu, &x, &w, None, 1e-5, &mut y, &mut mean, &mut rstd), Err(Error::Shape(_))));
+    // An element type the kernel was not built for is an error, not a crash.
+    let e = gpu.alloc::<rustile::F8E4M3>(&[16]).unwrap();
+    let mut eo = gpu.alloc::<rustile::F8E4M3>(&[16]).unwrap();
+    assert!(matches!(vector::add(&gpu, &e, &e, &mut eo), Err(Error::DType(_))));
+    // Empty tensors launch nothing.
+    let z = gpu.alloc::<f32>(&[0, 8]).unwrap();
+    let mut zo = gpu.alloc::<f32>(&[0, 8]).unwrap();
+    softmax::softmax(&gpu, &z, &mut zo).unwrap();
+}

@@ -1,0 +1,45 @@
+//! Every kernel entry (each config × dtype the `#[kernel]` macro declared)
+//! was assembled by ptxas for sm_80 and sm_90a, with no spills and no stack
+//! frame. `cargo xtask test` builds these before running the tests; the
+//! reports come from `cargo xtask build` (target/cubins/<arch>/resources.json).
+use rustile_ops::{norm, softmax, vector};
+use std::path::PathBuf;
+
+fn expected_entries() -> Vec<String> {
+    let mut names = Vec::new();
+    let mut add = |kernel: &str, configs: &[rustile::KernelConfig], dtypes: &[&str]| {
+        for c in configs {
+            for d in dtypes {
+                names.push(format!("{kernel}__{}__{d}", c.name));
+            }
+        }
+    };
+    add("add_kernel", vector::add_kernel::CONFIGS, vector::add_kernel::DTYPES);
+    add("swiglu_kernel", vector::swiglu_kernel::CONFIGS, vector::swiglu_kernel::DTYPES);
+    add("softmax_kernel", softmax::softmax_kernel::CONFIGS, softmax::softmax_kernel::DTYPES);
+    add("layer_norm_kernel", norm::layer_norm_kernel::CONFIGS, norm::layer_norm_kernel::DTYPES);
+    add("rms_norm_kernel", norm::rms_norm_kernel::CONFIGS, norm::rms_norm_kernel::DTYPES);
+    names
+}
+
+#[test]
+fn every_kernel_assembles_without_spills() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/cubins");
+    for arch in ["sm_80", "sm_90a"] {
+        let path = root.join(arch).join("resources.json");
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!("no ptxas report at {} ({e}): run `cargo xtask build --arch all` first (`cargo xtask test` does)", path.display())
+        });
+        let report: serde_json::Value = serde_json::from_str(&text).expect("resources.json is JSON");
+        let kernels = report["kernels"].as_array().expect("resources.json has a `kernels` list");
+        for name in expected_entries() {
+            let k = kernels
+                .iter()
+                .find(|k| k["name"] == name.as_str())
+                .unwrap_or_else(|| panic!("{arch}: kernel {name} is missing from the cubin"));
+            for field in ["spill_stores", "spill_loads", "stack_bytes"] {
+                assert_eq!(k[field].as_u64(), Some(0), "{arch}: {name} has {field} = {}", k[field]);
+            }
+        }
+    }
+}
