@@ -6,6 +6,7 @@
 // Much of the harness is only used once the op benches are wired in.
 #[allow(dead_code)]
 mod harness;
+mod ops;
 mod torch;
 
 use std::path::PathBuf;
@@ -13,7 +14,7 @@ use std::path::PathBuf;
 use clap::Parser;
 use rustile_host::{Error, Gpu};
 
-use harness::{MeasureCfg, Report, Row};
+use harness::{MeasureCfg, Report};
 
 /// The ops this bench knows, in table order.
 const OPS: &[&str] = &["add", "swiglu", "softmax", "layernorm", "rmsnorm"];
@@ -80,7 +81,9 @@ fn main() {
         Ok(gpu) => gpu,
         Err(e) => {
             println!("no GPU found ({}): running the CPU interpreter at small sizes", short_reason(&e));
-            cpu_fallback(&args.ops);
+            if !ops::cpu_fallback(&args.ops) {
+                std::process::exit(1);
+            }
             return;
         }
     };
@@ -113,7 +116,7 @@ fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes) -> rustile_host::Result<()> 
 
     let mut report = Report::new(gpu.name(), Some(copy));
     for op in &args.ops {
-        report.rows.extend(bench_op(gpu, &cfg, op, sizes)?);
+        report.rows.extend(ops::bench_op(gpu, &cfg, op, sizes)?);
     }
 
     let want_torch = if args.no_torch { false } else { args.torch || torch::available(&args.python) };
@@ -147,16 +150,3 @@ fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes) -> rustile_host::Result<()> 
     Ok(())
 }
 
-/// Our implementation of `op` at `sizes`, measured with `harness::measure`,
-/// as rows for the table (impl = `harness::RUSTILE`, with bytes or flops set).
-/// Hook for the ops: until one is wired in, an op contributes no row of ours.
-fn bench_op(_gpu: &Gpu, _cfg: &MeasureCfg, op: &str, _sizes: &Sizes) -> rustile_host::Result<Vec<Row>> {
-    eprintln!("{op}: no rustile kernel wired into the bench yet");
-    Ok(vec![])
-}
-
-/// Hook for the ops: run each op in the CPU interpreter at small sizes and
-/// check it against its reference.
-fn cpu_fallback(ops: &[String]) {
-    let _ = ops;
-}

@@ -1,0 +1,127 @@
+//! Our side of each op's benchmark: fresh random inputs, one correctness
+//! check against the float64 reference (on sampled rows, so an 8192×8192
+//! check stays cheap), then the timed runs.
+use crate::harness::{measure, MeasureCfg, Row, Stats, RUSTILE};
+use crate::Sizes;
+use rustile::{bf16, f16, Elem};
+use rustile_host::{Error, Gpu, Result, Tensor};
+use rustile_ops::testing::{normal, rel_err, rng, tolerance, wide};
+use rustile_ops::{norm, reference, softmax, vector};
+
+pub fn bench_op(gpu: &Gpu, cfg: &MeasureCfg, op: &str, s: &Sizes) -> Result<Vec<Row>> {
+    match s.dtype.as_str() {
+        "f32" => bench_typed::<f32>(gpu, cfg, op, s),
+        "bf16" => bench_typed::<bf16>(gpu, cfg, op, s),
+        _ => bench_typed::<f16>(gpu, cfg, op, s),
+    }
+}
+
+fn bench_typed<T: Elem>(gpu: &Gpu, cfg: &MeasureCfg, op: &str, s: &Sizes) -> Result<Vec<Row>> {
+    let size = std::mem::size_of::<T>() as f64;
+    let (mut rng, seed) = rng();
+    let (rows, cols, n) = (s.rows, s.cols, s.numel);
+    let row = |shape: &[usize], stats: Stats, bytes: f64| Row::new(op, shape, T::NAME, RUSTILE, stats).bytes(bytes);
+    let check = |what: &str, err: f64| -> Result<()> {
+        eprintln!("{op}: {what} rel err {err:.2e} (seed {seed})");
+        if err > tolerance::<T>() {
+            return Err(Error::Launch { kernel: op.into(), msg: format!("wrong result: rel err {err:.2e} (seed {seed})") });
+        }
+        Ok(())
+    };
+    match op {
+        "add" | "swiglu" => {
+            let x: Vec<T> = normal(&mut rng, n, 0.0, 1.0);
+            let y: Vec<T> = normal(&mut rng, n, 0.0, 1.0);
+            let (dx, dy) = (gpu.upload(&x, &[n])?, gpu.upload(&y, &[n])?);
+            let mut out = gpu.alloc::<T>(&[n])?;
+            let run = |out: &mut Tensor<T>| if op == "add" { vector::add(gpu, &dx, &dy, out) } else { vector::swiglu(gpu, &dx, &dy, out) };
+            gpu.fill_bytes(&mut out, 0xFF)?;
+            run(&mut out)?;
+            let got = gpu.download(&out)?;
+            let k = n.min(1 << 20); // the first and last million elements
+            for range in [0..k, n - k..n] {
+                let want = if op == "add" {
+                    reference::add(&wide(&x[range.clone()]), &wide(&y[range.clone()]))
+                } else {
+                    reference::swiglu(&wide(&x[range.clone()]), &wide(&y[range.clone()]))
+                };
+                check("sampled", rel_err(&got[range], &want))?;
+            }
+            let stats = measure(gpu, cfg, || run(&mut out))?;
+            Ok(vec![row(&[n], stats, 3.0 * n as f64 * size)])
+        }
+        "softmax" | "layernorm" | "rmsnorm" => {
+            let x: Vec<T> = normal(&mut rng, rows * cols, 0.0, 1.0);
+            let w: Vec<T> = normal(&mut rng, cols, 1.0, 0.5);
+            let b: Vec<T> = normal(&mut rng, cols, 0.0, 0.5);
+            let (dx, dw, db) = (gpu.upload(&x, &[rows, cols])?, gpu.upload(&w, &[cols])?, gpu.upload(&b, &[cols])?);
+            let mut y = gpu.alloc::<T>(&[rows, cols])?;
+            let (mut mean, mut rstd) = (gpu.alloc::<f32>(&[rows])?, gpu.alloc::<f32>(&[rows])?);
+            let run = |y: &mut Tensor<T>, mean: &mut Tensor<f32>, rstd: &mut Tensor<f32>| match op {
+                "softmax" => softmax::softmax(gpu, &dx, y),
+                "layernorm" => norm::layer_norm(gpu, &dx, &dw, Some(&db), 1e-5, y, mean, rstd),
+                _ => norm::rms_norm(gpu, &dx, &dw, 1e-6, y, rstd),
+            };
+            gpu.fill_bytes(&mut y, 0xFF)?;
+            run(&mut y, &mut mean, &mut rstd)?;
+            let got = gpu.download(&y)?;
+            let k = rows.min(16); // the first and last 16 rows
+            for r in [0..k, rows - k..rows] {
+                let span = r.start * cols..r.end * cols;
+                let xs = wide(&x[span.clone()]);
+                let want = match op {
+                    "softmax" => reference::softmax(&xs, cols),
+                    "layernorm" => reference::layer_norm(&xs, cols, &wide(&w), Some(&wide(&b)), 1e-5).0,
+                    _ => reference::rms_norm(&xs, cols, &wide(&w), 1e-6).0,
+                };
+                check("sampled rows", rel_err(&got[span], &want))?;
+            }
+            let stats = measure(gpu, cfg, || run(&mut y, &mut mean, &mut rstd))?;
+            let params = if op == "softmax" { 0.0 } else { 2.0 * cols as f64 * size + 8.0 * rows as f64 };
+            Ok(vec![row(&[rows, cols], stats, 2.0 * (rows * cols) as f64 * size + params)])
+        }
+        _ => unreachable!("ops are checked in main"),
+    }
+}
+
+/// Without a GPU: every op in the CPU interpreter at small, odd sizes,
+/// checked against float64, so the bench command still proves something.
+pub fn cpu_fallback(ops: &[String]) -> bool {
+    let (mut rng, seed) = rng();
+    let (rows, cols, n) = (67, 1000, 100_003);
+    let mut ok = true;
+    println!("{:<10} {:>12} {:>6} {:>12} {:>10}", "op", "shape", "dtype", "rel err", "time");
+    for op in ops {
+        let t0 = std::time::Instant::now();
+        let (shape, err) = match op.as_str() {
+            "add" | "swiglu" => {
+                let x: Vec<bf16> = normal(&mut rng, n, 0.0, 1.0);
+                let y: Vec<bf16> = normal(&mut rng, n, 0.0, 1.0);
+                let (got, want) = if op == "add" {
+                    (vector::add_cpu(&x, &y), reference::add(&wide(&x), &wide(&y)))
+                } else {
+                    (vector::swiglu_cpu(&x, &y), reference::swiglu(&wide(&x), &wide(&y)))
+                };
+                (format!("{n}"), rel_err(&got, &want))
+            }
+            _ => {
+                let x: Vec<bf16> = normal(&mut rng, rows * cols, 0.0, 1.0);
+                let w: Vec<bf16> = normal(&mut rng, cols, 1.0, 0.5);
+                let err = match op.as_str() {
+                    "softmax" => rel_err(&softmax::softmax_cpu(&x, rows, cols), &reference::softmax(&wide(&x), cols)),
+                    "layernorm" => rel_err(
+                        &norm::layer_norm_cpu(&x, rows, cols, &w, None, 1e-5).0,
+                        &reference::layer_norm(&wide(&x), cols, &wide(&w), None, 1e-5).0,
+                    ),
+                    _ => rel_err(&norm::rms_norm_cpu(&x, rows, cols, &w, 1e-6).0, &reference::rms_norm(&wide(&x), cols, &wide(&w), 1e-6).0),
+                };
+                (format!("{rows}x{cols}"), err)
+            }
+        };
+        let pass = err <= tolerance::<bf16>();
+        ok &= pass;
+        println!("{op:<10} {shape:>12} {:>6} {err:>12.2e} {:>8.1}ms {}", "bf16", t0.elapsed().as_secs_f64() * 1e3, if pass { "ok" } else { "WRONG" });
+    }
+    println!("(CPU interpreter results are checks, not speed; seed {seed})");
+    ok
+}
