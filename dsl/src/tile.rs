@@ -149,12 +149,14 @@ macro_rules! math_methods {
         /// Elementwise `max(x, 0)`.
         #[inline(always)]
         pub fn relu(self) -> Self { Self { v: self.v.map(|x| math::max(x, 0.0)) } }
+        // (Index loops here and below: an array's by-value iterator keeps its
+        // position in memory, which on the GPU becomes a stack frame.)
         /// Elementwise maximum of two.
         #[inline(always)]
-        pub fn max(self, o: Self) -> Self { let mut v = self.v; for (a, b) in v.iter_mut().zip(o.v) { *a = math::max(*a, b) } Self { v } }
+        pub fn max(self, o: Self) -> Self { let mut v = self.v; for i in 0..v.len() { v[i] = math::max(v[i], o.v[i]) } Self { v } }
         /// Elementwise minimum of two.
         #[inline(always)]
-        pub fn min(self, o: Self) -> Self { let mut v = self.v; for (a, b) in v.iter_mut().zip(o.v) { *a = math::min(*a, b) } Self { v } }
+        pub fn min(self, o: Self) -> Self { let mut v = self.v; for i in 0..v.len() { v[i] = math::min(v[i], o.v[i]) } Self { v } }
     };
 }
 

@@ -97,7 +97,8 @@ fn run(command: Cmd) -> Result<()> {
         Cmd::Test { args } => {
             let tools = setup::setup(&repo, setup::Mode::Implicit)?;
             let spec = BuildSpec::new(&repo, None, None, None)?;
-            device::build(&repo, &tools, &spec, &Arch::DEFAULT)?;
+            // A failed device build should not hide what the host tests say, so both run.
+            let device = device::build(&repo, &tools, &spec, &Arch::DEFAULT);
             // The cdylib of kernel entries is no_std with its own panic handler; it only builds for nvptx64.
             let names_a_package = args.iter().any(|a| a == "-p" || a.starts_with("--package"));
             let mut cmd = repo.cargo();
@@ -106,7 +107,11 @@ fn run(command: Cmd) -> Result<()> {
                 cmd.args(["--workspace", "--exclude", "rustile-ops-ptx"]);
             }
             cmd.args(&args);
-            run_step("cargo test", cmd)?;
+            let host = run_step("cargo test", cmd);
+            let failures: Vec<String> = [device, host].into_iter().filter_map(Result::err).collect();
+            if !failures.is_empty() {
+                return Err(failures.join("\n"));
+            }
         }
         Cmd::Bench { args } => {
             let tools = setup::setup(&repo, setup::Mode::Implicit)?;

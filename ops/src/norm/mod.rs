@@ -5,9 +5,10 @@
 //!   saves `mean` and `rstd`.
 //! * RMSNorm: `y = x · rstd · w`, `rstd = 1/sqrt(mean(x²) + eps)`; saves `rstd`.
 //!
-//! A row that fits one tile is read once: mean, then the variance of the
-//! centred values in registers (no cancellation). Longer rows combine
-//! per-tile (count, mean, M2) with Chan's formula, then take a second pass.
+//! A row that fits one tile is read once and kept in registers: its mean,
+//! then the variance of the centred values (no cancellation). Longer rows
+//! combine per-tile (count, mean, M2) with Chan's formula, then take a second
+//! pass.
 use rustile::prelude::*;
 
 // ---- kernels ---------------------------------------------------------------------------
@@ -35,6 +36,22 @@ pub fn layer_norm_kernel<T: Elem>(
     let src = BlockPtr::<T, BM, BN>::rows(x, rows, cols, [r0, 0]);
     let dst = BlockPtr::<T, BM, BN>::rows(y, rows, cols, [r0, 0]);
     let inside = |c0: usize| Tile::<bool, BM, BN>::from_fn(|_, c| c0 + c < cols);
+    let affine = |yt: Tile<f32, BM, BN>, c0: usize| {
+        let yt = yt * Row::<T, BM, BN>::load(w, c0, cols).cast::<f32>();
+        if has_bias != 0 { yt + Row::<T, BM, BN>::load(b, c0, cols).cast::<f32>() } else { yt }
+    };
+
+    if cols <= BN {
+        // The row stays in registers: one read, one write.
+        let xt = load(&src).cast::<f32>();
+        let mean = xt.row_sum() * (1.0 / cols as f32);
+        let d = inside(0).select(xt - mean, Tile::zeros());
+        let rstd = ((d * d).row_sum() * (1.0 / cols as f32) + eps).rsqrt();
+        mean.store(mean_out, r0, rows);
+        rstd.store(rstd_out, r0, rows);
+        store(&dst, &affine(d * rstd, 0).cast::<T>());
+        return;
+    }
 
     // Statistics: (count, mean, M2) of each row, one tile at a time.
     let (mut n, mut mean, mut m2) = (0.0f32, Col::<f32, BM, BN>::splat(0.0), Col::<f32, BM, BN>::splat(0.0));
@@ -56,16 +73,10 @@ pub fn layer_norm_kernel<T: Elem>(
     mean.store(mean_out, r0, rows);
     rstd.store(rstd_out, r0, rows);
 
-    // Normalize; a single-tile row is re-read from L2/L1, not from memory twice.
     let mut c0 = 0;
     while c0 < cols {
         let xt = load(&src.advance([0, c0])).cast::<f32>();
-        let wt = Row::<T, BM, BN>::load(w, c0, cols).cast::<f32>();
-        let mut yt = (xt - mean) * rstd * wt;
-        if has_bias != 0 {
-            yt = yt + Row::<T, BM, BN>::load(b, c0, cols).cast::<f32>();
-        }
-        store(&dst.advance([0, c0]), &yt.cast::<T>());
+        store(&dst.advance([0, c0]), &affine((xt - mean) * rstd, c0).cast::<T>());
         c0 += BN;
     }
 }
@@ -89,6 +100,14 @@ pub fn rms_norm_kernel<T: Elem>(x: Ptr<T>, w: Ptr<T>, y: PtrMut<T>, rstd_out: Pt
     let r0 = program_id(0) * BM;
     let src = BlockPtr::<T, BM, BN>::rows(x, rows, cols, [r0, 0]);
     let dst = BlockPtr::<T, BM, BN>::rows(y, rows, cols, [r0, 0]);
+    if cols <= BN {
+        // The row stays in registers: one read, one write.
+        let xt = load(&src).cast::<f32>();
+        let rstd = ((xt * xt).row_sum() * (1.0 / cols as f32) + eps).rsqrt();
+        rstd.store(rstd_out, r0, rows);
+        store(&dst, &(xt * rstd * Row::<T, BM, BN>::load(w, 0, cols).cast::<f32>()).cast::<T>());
+        return;
+    }
     let mut sumsq = Col::<f32, BM, BN>::splat(0.0);
     let mut c0 = 0;
     while c0 < cols {
