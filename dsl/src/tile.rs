@@ -21,7 +21,14 @@ use crate::math;
 use crate::{BlockPtr, Elem, Ptr, PtrMut};
 
 /// Elements of a tile held by one thread (all of them on the CPU).
+///
+/// Every tile type's size bound goes through here, so a shape that cannot be
+/// laid out over the program is rejected while type-checking the kernel
+/// (`cargo check` included), on both backends.
 pub const fn len(r: usize, c: usize, th: usize) -> usize {
+    if let Some(why) = crate::layout::check(r, c, th) {
+        panic!("{}", why);
+    }
     held_rows(r, c, th) * held_cols(c, th)
 }
 

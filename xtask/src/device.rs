@@ -160,11 +160,15 @@ fn build_arch(repo: &Repo, tools: &Tools, spec: &BuildSpec, linker: &Path, allow
     println!("==> building {cpu} ...");
 
     let target_dir = spec.out_root.join("nvptx").join(arch.name());
-    let rustflags = [
+    let mut rustflags = vec![
         format!("-Ctarget-cpu={cpu}"),
         format!("-Clinker={}", linker.display()),
         "-Cllvm-args=-unroll-threshold=5000".to_string(),
     ];
+    // For experiments such as a newer PTX ISA (`-Ctarget-feature=+ptx87`); changing them rebuilds core.
+    if let Ok(extra) = std::env::var("RUSTILE_DEVICE_RUSTFLAGS") {
+        rustflags.extend(extra.split_whitespace().map(str::to_string));
+    }
     let mut cmd = repo.cargo();
     cmd.current_dir(spec.manifest.parent().unwrap_or(&repo.root))
         .args(["build", "--target", "nvptx64-nvidia-cuda", "-Zbuild-std=core", "--profile", "device"])
@@ -199,7 +203,7 @@ fn build_arch(repo: &Repo, tools: &Tools, spec: &BuildSpec, linker: &Path, allow
     let ptxas_start = Instant::now();
     let stem = spec.stem.clone().unwrap_or_else(|| ptx.file_stem().unwrap_or_default().to_string_lossy().into_owned());
     let staged_cubin = target_dir.join(format!("{stem}.cubin"));
-    let report = ptxas::assemble(&tools.ptxas, &ptx, &staged_cubin, arch)?;
+    let (report, ptxas_cached) = ptxas::assemble(&tools.ptxas, &ptx, &staged_cubin, arch)?;
 
     let out_dir = spec.cubin_dir(arch);
     std::fs::create_dir_all(&out_dir).map_err(|e| format!("creating {}: {e}", out_dir.display()))?;
@@ -236,7 +240,7 @@ fn build_arch(repo: &Repo, tools: &Tools, spec: &BuildSpec, linker: &Path, allow
         println!("    ptxas: {note}");
     }
     println!(
-        "    {cpu}: {} kernels, {}, cubin {} ({} bytes); {} (cargo {:.1} s, ptxas {})",
+        "    {cpu}: {} kernels, {}, cubin {} ({} bytes); {} (cargo {:.1} s, ptxas {}{})",
         report.entries().count(),
         report.max_registers_line(),
         final_cubin.display(),
@@ -244,6 +248,7 @@ fn build_arch(repo: &Repo, tools: &Tools, spec: &BuildSpec, linker: &Path, allow
         secs(start),
         cargo_time.as_secs_f64(),
         secs(ptxas_start),
+        if ptxas_cached { ", unchanged PTX" } else { "" },
     );
     Ok(())
 }

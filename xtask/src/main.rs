@@ -70,13 +70,24 @@ struct BuildArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match run(cli.command) {
+    match run(parse_cli(std::env::args().collect())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("error: {message}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `test` and `bench` hand their arguments on untouched: clap would eat the
+/// `--` of `cargo xtask test -- --nocapture`, which cargo test needs.
+fn parse_cli(argv: Vec<String>) -> Cmd {
+    let rest = argv.get(2..).unwrap_or_default().to_vec();
+    let asks_help = matches!(rest.as_slice(), [h] if h == "-h" || h == "--help");
+    match argv.get(1).map(String::as_str) {
+        Some("test") if !asks_help => Cmd::Test { args: rest },
+        Some("bench") if !asks_help => Cmd::Bench { args: rest },
+        _ => Cli::parse_from(argv).command,
     }
 }
 
@@ -105,6 +116,10 @@ fn run(command: Cmd) -> Result<()> {
             cmd.arg("test");
             if !names_a_package {
                 cmd.args(["--workspace", "--exclude", "rustile-ops-ptx"]);
+            }
+            // CI and newcomers should see every failing test binary, not just the first.
+            if !args.iter().any(|a| a == "--no-fail-fast") {
+                cmd.arg("--no-fail-fast");
             }
             cmd.args(&args);
             let host = run_step("cargo test", cmd);
@@ -196,4 +211,30 @@ pub fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<()> {
         return Ok(());
     }
     std::fs::write(path, bytes).map_err(|e| format!("writing {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn passed_through(argv: &[&str]) -> Vec<String> {
+        match parse_cli(argv.iter().map(|a| a.to_string()).collect()) {
+            Cmd::Test { args } | Cmd::Bench { args } => args,
+            _ => panic!("not test or bench"),
+        }
+    }
+
+    #[test]
+    fn test_and_bench_pass_their_arguments_on() {
+        assert_eq!(passed_through(&["xtask", "test", "-p", "rustile-ops", "--", "--nocapture"]), ["-p", "rustile-ops", "--", "--nocapture"]);
+        assert_eq!(passed_through(&["xtask", "test", "--", "--nocapture"]), ["--", "--nocapture"]);
+        assert_eq!(passed_through(&["xtask", "bench", "--op", "gemm"]), ["--op", "gemm"]);
+    }
+
+    #[test]
+    fn arch_lists() {
+        let all = Arch::parse_list(&["all".into(), "sm_100a".into(), "sm90a".into()]).unwrap();
+        assert_eq!(all, [Arch::Sm80, Arch::Sm90a, Arch::Sm100a]);
+        assert!(Arch::parse("sm75").is_err());
+    }
 }

@@ -39,16 +39,35 @@ pub struct Report {
     pub notes: Vec<String>,
 }
 
-pub fn assemble(ptxas: &Path, ptx: &Path, cubin: &Path, arch: Arch) -> Result<Report> {
+/// Assembles `ptx` into `cubin` and reads the resource report. ptxas takes
+/// seconds on a module of many kernels, so when the PTX and the command are
+/// those of the last run, that run's cubin and report are reused.
+pub fn assemble(ptxas: &Path, ptx: &Path, cubin: &Path, arch: Arch) -> Result<(Report, bool)> {
     let mut cmd = Command::new(ptxas);
     cmd.arg(format!("-arch={}", arch.name())).args(["-O3", "-v"]).arg(ptx).arg("-o").arg(cubin);
-    let out = cmd.output().map_err(|e| format!("could not run {}: {e}", ptxas.display()))?;
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    if !out.status.success() {
-        return Err(format!("{}: ptxas failed ({})\n  command: {}\n{text}", arch.name(), out.status, show(&cmd)));
-    }
+    let version = ptxas_version(ptxas);
+    let key = format!("{version}\n{}\n", show(&cmd));
+    let ptx_bytes = std::fs::read(ptx).map_err(|e| format!("reading {}: {e}", ptx.display()))?;
+    let last_input = cubin.with_extension("ptxas-input.ptx");
+    let last_log = cubin.with_extension("ptxas-log.txt");
+
+    let cached = cubin.is_file()
+        && std::fs::read(&last_input).is_ok_and(|b| b == ptx_bytes)
+        && std::fs::read_to_string(&last_log).is_ok_and(|log| log.starts_with(&key));
+    let text = if cached {
+        std::fs::read_to_string(&last_log).unwrap_or_default()[key.len()..].to_string()
+    } else {
+        let out = cmd.output().map_err(|e| format!("could not run {}: {e}", ptxas.display()))?;
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        if !out.status.success() {
+            return Err(format!("{}: ptxas failed ({})\n  command: {}\n{text}", arch.name(), out.status, show(&cmd)));
+        }
+        write_if_changed(&last_log, format!("{key}{text}").as_bytes())?;
+        write_if_changed(&last_input, &ptx_bytes)?;
+        text
+    };
     let (kernels, notes) = parse_verbose(&text);
-    Ok(Report { arch: arch.name().into(), ptxas: ptxas_version(ptxas), kernels, notes })
+    Ok((Report { arch: arch.name().into(), ptxas: version, kernels, notes }, cached))
 }
 
 /// Reads `ptxas -v` output, which for each function looks like
@@ -116,7 +135,7 @@ pub fn parse_verbose(text: &str) -> (Vec<Resources>, Vec<String>) {
 }
 
 fn leading_number(s: &str) -> u64 {
-    s.trim().split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0)
+    s.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0)
 }
 
 impl Report {
