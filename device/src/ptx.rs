@@ -51,16 +51,19 @@ pub fn dyn_smem<T>() -> *mut T {
 
 // ---- warp shuffles ---------------------------------------------------------------
 
+// The shuffle must be the LLVM intrinsic, not inline asm: the intrinsic is
+// `convergent`, so LLVM never moves it into a branch that only some lanes
+// take. (As asm it was sunk into an `if lane == 0` block, and the full-mask
+// shuffle then waited forever for the other 31 lanes.)
+unsafe extern "C" {
+    #[link_name = "llvm.nvvm.shfl.sync.bfly.f32"]
+    fn shfl_sync_bfly_f32(member_mask: u32, v: f32, lane_mask: u32, clamp: u32) -> f32;
+}
+
 /// Butterfly exchange across the full warp: lane `i` gets lane `i ^ mask`'s value.
 #[inline(always)]
 pub fn shfl_xor(v: f32, mask: u32) -> f32 {
-    let out: f32;
-    unsafe {
-        asm!("shfl.sync.bfly.b32 {o}, {v}, {m}, 0x1f, 0xffffffff;",
-             o = out(reg32) out, v = in(reg32) v, m = in(reg32) mask,
-             options(pure, nomem, nostack));
-    }
-    out
+    unsafe { shfl_sync_bfly_f32(0xffff_ffff, v, mask, 0x1f) }
 }
 
 // ---- fast math (the `.approx` unit; relative error around 2^-22) --------------------
