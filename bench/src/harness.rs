@@ -163,6 +163,11 @@ impl Row {
             ..Row::default()
         }
     }
+    /// Ours: the default config (`rustile`) or one of a sweep (`rustile cfg=…`).
+    pub fn is_ours(&self) -> bool {
+        self.imp.starts_with(RUSTILE)
+    }
+
     pub fn bytes(mut self, bytes: f64) -> Row {
         self.bytes = Some(bytes);
         self
@@ -212,7 +217,7 @@ impl Report {
         }
         let group = |r: &Row| order.iter().position(|o| (o.0.as_str(), o.1.as_str(), o.2.as_str()) == r.key());
         self.rows.sort_by(|a, b| {
-            (group(a), a.imp != RUSTILE, a.median_ms).partial_cmp(&(group(b), b.imp != RUSTILE, b.median_ms)).unwrap()
+            (group(a), !a.is_ours(), a.median_ms).partial_cmp(&(group(b), !b.is_ours(), b.median_ms)).unwrap()
         });
 
         let best_baseline: Vec<Option<f64>> = self
@@ -221,7 +226,7 @@ impl Report {
             .map(|r| {
                 self.rows
                     .iter()
-                    .filter(|b| b.key() == r.key() && b.imp != RUSTILE && b.median_ms > 0.0)
+                    .filter(|b| b.key() == r.key() && !b.is_ours() && b.median_ms > 0.0)
                     .map(|b| b.median_ms)
                     .min_by(f64::total_cmp)
             })
@@ -234,7 +239,7 @@ impl Report {
                 _ => None,
             };
             r.vs_best_baseline = match best {
-                Some(b) if r.imp == RUSTILE && r.median_ms > 0.0 => Some(b / r.median_ms),
+                Some(b) if r.is_ours() && r.median_ms > 0.0 => Some(b / r.median_ms),
                 _ => None,
             };
         }

@@ -52,6 +52,9 @@ struct Args {
     /// Path of torch_baselines.py (default: found under bench/).
     #[arg(long)]
     torch_script: Option<PathBuf>,
+    /// Also time every config of each op's kernel.
+    #[arg(long)]
+    sweep: bool,
     /// Timed repetitions per measurement.
     #[arg(long, default_value_t = 100)]
     reps: usize,
@@ -116,7 +119,7 @@ fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes) -> rustile_host::Result<()> 
 
     let mut report = Report::new(gpu.name(), Some(copy));
     for op in &args.ops {
-        report.rows.extend(ops::bench_op(gpu, &cfg, op, sizes)?);
+        report.rows.extend(ops::bench_op(gpu, &cfg, op, sizes, args.sweep)?);
     }
 
     let want_torch = if args.no_torch { false } else { args.torch || torch::available(&args.python) };

@@ -8,15 +8,29 @@ use rustile_host::{Error, Gpu, Result, Tensor};
 use rustile_ops::testing::{normal, rel_err, rng, tolerance, wide};
 use rustile_ops::{norm, reference, softmax, vector};
 
-pub fn bench_op(gpu: &Gpu, cfg: &MeasureCfg, op: &str, s: &Sizes) -> Result<Vec<Row>> {
+/// `sweep`: also time every config of the op's kernel (rows `rustile cfg=NAME`).
+pub fn bench_op(gpu: &Gpu, cfg: &MeasureCfg, op: &str, s: &Sizes, sweep: bool) -> Result<Vec<Row>> {
     match s.dtype.as_str() {
-        "f32" => bench_typed::<f32>(gpu, cfg, op, s),
-        "bf16" => bench_typed::<bf16>(gpu, cfg, op, s),
-        _ => bench_typed::<f16>(gpu, cfg, op, s),
+        "f32" => bench_typed::<f32>(gpu, cfg, op, s, sweep),
+        "bf16" => bench_typed::<bf16>(gpu, cfg, op, s, sweep),
+        _ => bench_typed::<f16>(gpu, cfg, op, s, sweep),
     }
 }
 
-fn bench_typed<T: Elem>(gpu: &Gpu, cfg: &MeasureCfg, op: &str, s: &Sizes) -> Result<Vec<Row>> {
+/// Times `run(config)` for every config that `fits`, as extra rows named after the config.
+fn sweep_rows(
+    gpu: &Gpu, mcfg: &MeasureCfg, configs: &[rustile::KernelConfig], fits: impl Fn(&rustile::KernelConfig) -> bool,
+    mut run: impl FnMut(usize) -> Result<()>, row: impl Fn(Stats, String) -> Row,
+) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for (i, c) in configs.iter().enumerate().filter(|(_, c)| fits(c)) {
+        let stats = measure(gpu, mcfg, || run(i))?;
+        rows.push(row(stats, format!("{RUSTILE} cfg={}", c.name)));
+    }
+    Ok(rows)
+}
+
+fn bench_typed<T: Elem>(gpu: &Gpu, cfg: &MeasureCfg, op: &str, s: &Sizes, sweep: bool) -> Result<Vec<Row>> {
     let size = std::mem::size_of::<T>() as f64;
     let (mut rng, seed) = rng();
     let (rows, cols, n) = (s.rows, s.cols, s.numel);
@@ -48,7 +62,15 @@ fn bench_typed<T: Elem>(gpu: &Gpu, cfg: &MeasureCfg, op: &str, s: &Sizes) -> Res
                 check("sampled", rel_err(&got[range], &want))?;
             }
             let stats = measure(gpu, cfg, || run(&mut out))?;
-            Ok(vec![row(&[n], stats, 3.0 * n as f64 * size)])
+            let bytes = 3.0 * n as f64 * size;
+            let mut rows = vec![row(&[n], stats, bytes)];
+            if sweep {
+                let k = if op == "add" { vector::add_kernel::CONFIGS } else { vector::swiglu_kernel::CONFIGS };
+                rows.extend(sweep_rows(gpu, cfg, k, |_| true, |c| {
+                    if op == "add" { vector::add_kernel::launch(gpu, c, &dx, &dy, &mut out, n) } else { vector::swiglu_kernel::launch(gpu, c, &dx, &dy, &mut out, n) }
+                }, |st, name| Row::new(op, &[n], T::NAME, &name, st).bytes(bytes))?);
+            }
+            Ok(rows)
         }
         "softmax" | "layernorm" | "rmsnorm" => {
             let x: Vec<T> = normal(&mut rng, rows * cols, 0.0, 1.0);
@@ -78,7 +100,19 @@ fn bench_typed<T: Elem>(gpu: &Gpu, cfg: &MeasureCfg, op: &str, s: &Sizes) -> Res
             }
             let stats = measure(gpu, cfg, || run(&mut y, &mut mean, &mut rstd))?;
             let params = if op == "softmax" { 0.0 } else { 2.0 * cols as f64 * size + 8.0 * rows as f64 };
-            Ok(vec![row(&[rows, cols], stats, 2.0 * (rows * cols) as f64 * size + params)])
+            let bytes = 2.0 * (rows * cols) as f64 * size + params;
+            let mut out = vec![row(&[rows, cols], stats, bytes)];
+            if sweep {
+                // Configs whose tile holds a whole row (the others take two passes by design).
+                let fits = |c: &rustile::KernelConfig| c.get("BN").unwrap() >= cols || c.get("BN") == Some(16384);
+                let k = match op { "softmax" => softmax::softmax_kernel::CONFIGS, "layernorm" => norm::layer_norm_kernel::CONFIGS, _ => norm::rms_norm_kernel::CONFIGS };
+                out.extend(sweep_rows(gpu, cfg, k, fits, |c| match op {
+                    "softmax" => softmax::softmax_kernel::launch(gpu, c, &dx, &mut y, rows, cols),
+                    "layernorm" => norm::layer_norm_kernel::launch(gpu, c, &dx, &dw, &db, &mut y, &mut mean, &mut rstd, rows, cols, 1e-5, 1),
+                    _ => norm::rms_norm_kernel::launch(gpu, c, &dx, &dw, &mut y, &mut rstd, rows, cols, 1e-6),
+                }, |st, name| Row::new(op, &[rows, cols], T::NAME, &name, st).bytes(bytes))?);
+            }
+            Ok(out)
         }
         _ => unreachable!("ops are checked in main"),
     }

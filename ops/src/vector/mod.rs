@@ -39,8 +39,8 @@ mod host {
     use crate::check::expect_shape;
     use rustile_host::{Gpu, Result, Tensor};
 
-    /// The default config: 4096 elements a program, two 16-byte chunks per thread.
-    pub const DEFAULT_CONFIG: usize = 1;
+    /// The default config: 8192 elements a program, four 16-byte (bf16) chunks per thread.
+    pub const DEFAULT_CONFIG: usize = 2;
 
     /// `out = x + y` on the GPU; all three of one shape, contiguous.
     pub fn add<T: Elem>(gpu: &Gpu, x: &Tensor<T>, y: &Tensor<T>, out: &mut Tensor<T>) -> Result<()> {
