@@ -334,17 +334,6 @@ where
         let fill = T::from_f32(0.0);
         let () = Shape::<R, C, TH>::OK;
         let mut v = [fill; held_cols(C, TH)];
-        let end = start + be::tile_col::<C, TH>(held_cols(C, TH) - V) + V;
-        let base = src.0.at(start) as usize;
-        if end <= n && base % T::CHUNK_ALIGN == 0 {
-            // All chunks inside and aligned: back-to-back vector loads (see `load_or`).
-            for j in 0..held_cols(C, TH) / V {
-                let col = start + be::tile_col::<C, TH>(j * V);
-                src.0.check("Row::load", col, 1, V, false);
-                v[j * V..j * V + V].copy_from_slice(&unsafe { T::read_chunk(src.0.at(col)) });
-            }
-            return Row { v };
-        }
         for j in 0..held_cols(C, TH) / V {
             let col = start + be::tile_col::<C, TH>(j * V);
             let valid = if col >= n { 0 } else { n - col };
@@ -409,28 +398,12 @@ where
     let mut out = Tile::<T, R, C, TH>::splat(fill);
     let w = held_cols(C, TH);
     let [rs, cs] = src.strides;
-    if whole_window(src) {
-        // Straight-line vector loads, no branch between them, so they are all
-        // in flight at once (a branch per chunk serialized them on the GPU).
-        for i in 0..held_rows(R, C, TH) {
-            let row = src.offsets[0] + be::tile_row::<C, TH>(i);
-            for j in 0..w / V {
-                let first = row * rs + src.offsets[1] + be::tile_col::<C, TH>(j * V);
-                src.base.check("load", first, 1, V, false);
-                let chunk = unsafe { T::read_chunk(src.base.at(first)) };
-                out.v[i * w + j * V..i * w + j * V + V].copy_from_slice(&chunk);
-            }
-        }
-        return out;
-    }
     for i in 0..held_rows(R, C, TH) {
         let row = src.offsets[0] + be::tile_row::<C, TH>(i);
-        if row >= src.shape[0] {
-            continue;
-        }
         for j in 0..w / V {
             let col = src.offsets[1] + be::tile_col::<C, TH>(j * V);
-            let valid = src.valid_cols(col);
+            // A row past the end loads nothing (valid = 0), without a branch.
+            let valid = if row < src.shape[0] { src.valid_cols(col) } else { 0 };
             let first = row * rs + col * cs;
             src.base.check("load", first, cs, valid.min(V), false);
             let chunk = unsafe { be::read_chunk(src.base.at(first), cs, valid, fill) };
@@ -438,25 +411,6 @@ where
         }
     }
     out
-}
-
-/// Whether every chunk this thread holds of the window is inside the tensor,
-/// contiguous and aligned for a vector access: the common case away from
-/// the edges, which then needs no per-chunk tests.
-#[inline(always)]
-fn whole_window<T: Elem, const R: usize, const C: usize, const TH: usize>(p: &BlockPtr<T, R, C, TH>) -> bool {
-    let [rs, cs] = p.strides;
-    let size = core::mem::size_of::<T>();
-    let last_row = p.offsets[0] + be::tile_row::<C, TH>(held_rows(R, C, TH) - 1);
-    let first_col = p.offsets[1] + be::tile_col::<C, TH>(0);
-    let end_col = p.offsets[1] + be::tile_col::<C, TH>(held_cols(C, TH) - V) + V;
-    let first = p.base.at(p.offsets[0] * rs + first_col) as usize;
-    cs == 1
-        && last_row < p.shape[0]
-        && end_col <= p.shape[1]
-        && first % T::CHUNK_ALIGN == 0
-        && (rs * size) % T::CHUNK_ALIGN == 0
-        && (p.offsets[1] * size) % T::CHUNK_ALIGN == 0
 }
 
 /// Stores a tile into the block pointer's window; elements outside the tensor are skipped.
@@ -467,25 +421,17 @@ where
 {
     let w = held_cols(C, TH);
     let [rs, cs] = dst.strides;
-    let whole = whole_window(dst);
     for i in 0..held_rows(R, C, TH) {
         let row = dst.offsets[0] + be::tile_row::<C, TH>(i);
-        if !whole && row >= dst.shape[0] {
-            continue;
-        }
         for j in 0..w / V {
             let col = dst.offsets[1] + be::tile_col::<C, TH>(j * V);
+            // A row past the end stores nothing (valid = 0), without a branch.
+            let valid = if row < dst.shape[0] { dst.valid_cols(col) } else { 0 };
             let first = row * rs + col * cs;
+            dst.base.check("store", first, cs, valid.min(V), true);
             let mut chunk = [tile.v[0]; V];
             chunk.copy_from_slice(&tile.v[i * w + j * V..i * w + j * V + V]);
-            if whole {
-                dst.base.check("store", first, 1, V, true);
-                unsafe { T::write_chunk(dst.base.at(first), chunk) };
-            } else {
-                let valid = dst.valid_cols(col);
-                dst.base.check("store", first, cs, valid.min(V), true);
-                unsafe { be::write_chunk(dst.base.at(first), cs, valid, chunk) };
-            }
+            unsafe { be::write_chunk(dst.base.at(first), cs, valid, chunk) };
         }
     }
 }

@@ -103,17 +103,36 @@ pub fn col_allreduce<const C: usize, const TH: usize, const N: usize>(parts: &mu
 }
 
 /// Loads the 8 elements of a chunk starting at `p`, of which the first
-/// `valid` exist; the others get `fill`. A whole, contiguous, aligned chunk
-/// is one vector access.
+/// `valid` exist; the others get `fill`. Branch-free: one predicated vector
+/// load for a whole, contiguous, aligned chunk, predicated scalar loads for
+/// an edge chunk, then a select, so the compiler can issue every load of a
+/// kernel before it waits for the first.
 #[inline(always)]
 pub unsafe fn read_chunk<T: Elem>(p: *const T, stride: usize, valid: usize, fill: T) -> [T; V] {
-    if valid >= V && stride == 1 && (p as usize) % T::CHUNK_ALIGN == 0 {
-        return unsafe { T::read_chunk(p) };
-    }
-    let mut out = [fill; V];
+    let full = valid >= V && stride == 1 && (p as usize) % T::CHUNK_ALIGN == 0;
+    let vector: [T; V] = unsafe {
+        match core::mem::size_of::<T>() {
+            4 => {
+                let f = bits::<T, u32>(fill);
+                let q = p as *const u32;
+                core::mem::transmute_copy(&[dev::ld_v4_if(q, full, f), dev::ld_v4_if(q.wrapping_add(4), full, f)])
+            }
+            2 => {
+                let f = bits::<T, u16>(fill) as u32;
+                core::mem::transmute_copy(&dev::ld_v4_if(p as *const u32, full, f | f << 16))
+            }
+            _ => {
+                let f = bits::<T, u8>(fill) as u32;
+                core::mem::transmute_copy(&dev::ld_v2_if(p as *const u32, full, f * 0x0101_0101))
+            }
+        }
+    };
+    let mut out = vector;
     for (v, o) in out.iter_mut().enumerate() {
-        if v < valid {
-            *o = unsafe { *p.wrapping_add(v * stride) };
+        let on = !full && v < valid;
+        let s = unsafe { scalar_load_if(p.wrapping_add(v * stride), on, fill) };
+        if !full {
+            *o = s;
         }
     }
     out
@@ -122,12 +141,47 @@ pub unsafe fn read_chunk<T: Elem>(p: *const T, stride: usize, valid: usize, fill
 /// Stores the first `valid` elements of a chunk (see `read_chunk`).
 #[inline(always)]
 pub unsafe fn write_chunk<T: Elem>(p: *mut T, stride: usize, valid: usize, x: [T; V]) {
-    if valid >= V && stride == 1 && (p as usize) % T::CHUNK_ALIGN == 0 {
-        return unsafe { T::write_chunk(p, x) };
+    let full = valid >= V && stride == 1 && (p as usize) % T::CHUNK_ALIGN == 0;
+    unsafe {
+        match core::mem::size_of::<T>() {
+            4 => {
+                let w: [[u32; 4]; 2] = core::mem::transmute_copy(&x);
+                dev::st_v4_if(p as *mut u32, full, w[0]);
+                dev::st_v4_if((p as *mut u32).wrapping_add(4), full, w[1]);
+            }
+            2 => dev::st_v4_if(p as *mut u32, full, core::mem::transmute_copy(&x)),
+            _ => dev::st_v2_if(p as *mut u32, full, core::mem::transmute_copy(&x)),
+        }
+        for (v, x) in x.iter().enumerate() {
+            scalar_store_if(p.wrapping_add(v * stride), !full && v < valid, *x);
+        }
     }
-    for (v, x) in x.iter().enumerate() {
-        if v < valid {
-            unsafe { *p.wrapping_add(v * stride) = *x };
+}
+
+/// The bits of a value as the unsigned integer of its size.
+#[inline(always)]
+unsafe fn bits<T: Copy, U: Copy>(x: T) -> U {
+    unsafe { core::mem::transmute_copy(&x) }
+}
+
+#[inline(always)]
+unsafe fn scalar_load_if<T: Elem>(p: *const T, on: bool, fill: T) -> T {
+    unsafe {
+        match core::mem::size_of::<T>() {
+            4 => bits(dev::ld_b32_if(p as *const u32, on, bits(fill))),
+            2 => bits(dev::ld_b16_if(p as *const u16, on, bits(fill))),
+            _ => bits(dev::ld_b8_if(p as *const u8, on, bits(fill))),
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn scalar_store_if<T: Elem>(p: *mut T, on: bool, x: T) {
+    unsafe {
+        match core::mem::size_of::<T>() {
+            4 => dev::st_b32_if(p as *mut u32, on, bits(x)),
+            2 => dev::st_b16_if(p as *mut u16, on, bits(x)),
+            _ => dev::st_b8_if(p as *mut u8, on, bits(x)),
         }
     }
 }
