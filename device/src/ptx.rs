@@ -124,6 +124,10 @@ pub fn f16_to_f32(x: u16) -> f32 {
 // a kernel's loads can then all be issued before the first one is used (a
 // branch around each load made the compiler consume it before the next).
 // A load whose predicate is false leaves `fill` and touches no memory.
+// Loads are deliberately not `readonly`: LLVM then keeps them in program
+// order with the other memory operations, so a kernel's own prefetch
+// distance (one tile ahead) is what runs, not every later load hoisted into
+// registers at once.
 
 /// 16 bytes at `p` (16-aligned) if `on`, else `fill`.
 #[inline(always)]
@@ -132,7 +136,7 @@ pub unsafe fn ld_v4_if(p: *const u32, on: bool, fill: u32) -> [u32; 4] {
     unsafe {
         asm!("{{ .reg .pred p; setp.ne.b32 p, {on}, 0; @p ld.global.v4.b32 {{{a}, {b}, {c}, {d}}}, [{p}]; }}",
              on = in(reg32) on as u32, p = in(reg64) p, a = inout(reg32) a, b = inout(reg32) b,
-             c = inout(reg32) c, d = inout(reg32) d, options(readonly, nostack, preserves_flags));
+             c = inout(reg32) c, d = inout(reg32) d, options(nostack, preserves_flags));
     }
     [a, b, c, d]
 }
@@ -144,7 +148,7 @@ pub unsafe fn ld_v2_if(p: *const u32, on: bool, fill: u32) -> [u32; 2] {
     unsafe {
         asm!("{{ .reg .pred p; setp.ne.b32 p, {on}, 0; @p ld.global.v2.b32 {{{a}, {b}}}, [{p}]; }}",
              on = in(reg32) on as u32, p = in(reg64) p, a = inout(reg32) a, b = inout(reg32) b,
-             options(readonly, nostack, preserves_flags));
+             options(nostack, preserves_flags));
     }
     [a, b]
 }
@@ -157,7 +161,7 @@ macro_rules! scalar_access {
             let mut x = fill;
             unsafe {
                 asm!(concat!("{{ .reg .pred p; setp.ne.b32 p, {on}, 0; @p ld.global.", $w, " {x}, [{p}]; }}"),
-                     on = in(reg32) on as u32, p = in(reg64) p, x = inout($reg) x, options(readonly, nostack, preserves_flags));
+                     on = in(reg32) on as u32, p = in(reg64) p, x = inout($reg) x, options(nostack, preserves_flags));
             }
             x
         }
@@ -180,7 +184,7 @@ pub unsafe fn ld_b8_if(p: *const u8, on: bool, fill: u8) -> u8 {
     let mut x = fill as u16;
     unsafe {
         asm!("{{ .reg .pred p; setp.ne.b32 p, {on}, 0; @p ld.global.b8 {x}, [{p}]; }}",
-             on = in(reg32) on as u32, p = in(reg64) p, x = inout(reg16) x, options(readonly, nostack, preserves_flags));
+             on = in(reg32) on as u32, p = in(reg64) p, x = inout(reg16) x, options(nostack, preserves_flags));
     }
     x as u8
 }

@@ -13,116 +13,153 @@ use rustile::prelude::*;
 
 // ---- kernels ---------------------------------------------------------------------------
 
-/// LayerNorm of each row; `has_bias = 0` ignores `b`.
+/// LayerNorm of each row; `has_bias = 0` ignores `b`. A program takes `RP`
+/// consecutive blocks of `BM` rows, loading block k+1 before reducing block k.
 #[kernel(
     configs = [
-        (BM = 32, BN = 32, WARPS = 4),
-        (BM = 16, BN = 128, WARPS = 4),
-        (BM = 4, BN = 512, WARPS = 4),
-        (BM = 1, BN = 1024, WARPS = 4),
-        (BM = 1, BN = 2048, WARPS = 8),
-        (BM = 1, BN = 4096, WARPS = 16),
-        (BM = 1, BN = 8192, WARPS = 16),
-        (BM = 1, BN = 16384, WARPS = 32),
+        (BM = 32, BN = 32, WARPS = 4, RP = 4),
+        (BM = 16, BN = 128, WARPS = 4, RP = 4),
+        (BM = 4, BN = 512, WARPS = 4, RP = 4),
+        (BM = 1, BN = 1024, WARPS = 4, RP = 4),
+        (BM = 1, BN = 2048, WARPS = 8, RP = 4),
+        (BM = 1, BN = 4096, WARPS = 8, RP = 4),
+        (BM = 1, BN = 8192, WARPS = 16, RP = 4),
+        (BM = 1, BN = 8192, WARPS = 16, RP = 1),
+        (BM = 1, BN = 8192, WARPS = 32, RP = 4),
+        (BM = 1, BN = 16384, WARPS = 32, RP = 2),
     ],
-    grid = [cdiv(rows, BM)],
+    grid = [cdiv(rows, BM * RP)],
     dtypes = [f32, bf16, f16],
 )]
 pub fn layer_norm_kernel<T: Elem>(
     x: Ptr<T>, w: Ptr<T>, b: Ptr<T>, y: PtrMut<T>, mean_out: PtrMut<f32>, rstd_out: PtrMut<f32>,
     rows: usize, cols: usize, eps: f32, has_bias: u32,
 ) {
-    let r0 = program_id(0) * BM;
-    let src = BlockPtr::<T, BM, BN>::rows(x, rows, cols, [r0, 0]);
-    let dst = BlockPtr::<T, BM, BN>::rows(y, rows, cols, [r0, 0]);
+    let first = program_id(0) * BM * RP;
+    let src = |r0: usize| BlockPtr::<T, BM, BN>::rows(x, rows, cols, [r0, 0]);
+    let dst = |r0: usize| BlockPtr::<T, BM, BN>::rows(y, rows, cols, [r0, 0]);
     let inside = |c0: usize| Tile::<bool, BM, BN>::from_fn(|_, c| c0 + c < cols);
-    let affine = |yt: Tile<f32, BM, BN>, c0: usize| {
-        let yt = yt * Row::<T, BM, BN>::load(w, c0, cols).cast::<f32>();
-        if has_bias != 0 { yt + Row::<T, BM, BN>::load(b, c0, cols).cast::<f32>() } else { yt }
+    // Weight and bias of columns c0.., loaded without a branch (no bias: zeros).
+    let params = |c0: usize| {
+        let wt = Row::<T, BM, BN>::load(w, c0, cols).cast::<f32>();
+        let bt = Row::<T, BM, BN>::load(b, c0, if has_bias != 0 { cols } else { 0 }).cast::<f32>();
+        (wt, bt)
     };
 
     if cols <= BN {
-        // The row stays in registers: one read, one write.
-        let xt = load(&src).cast::<f32>();
-        let mean = xt.row_sum() * (1.0 / cols as f32);
-        let d = inside(0).select(xt - mean, Tile::zeros());
-        let rstd = ((d * d).row_sum() * (1.0 / cols as f32) + eps).rsqrt();
-        mean.store(mean_out, r0, rows);
-        rstd.store(rstd_out, r0, rows);
-        store(&dst, &affine(d * rstd, 0).cast::<T>());
+        // Each row fits one tile and stays in registers: one read, one write.
+        let mut next = load(&src(first));
+        for k in 0..RP {
+            let r0 = first + k * BM;
+            if r0 >= rows {
+                return;
+            }
+            let xt = next.cast::<f32>();
+            next = load(&src(r0 + BM));
+            // Reloaded per block (from L1/L2) rather than held: registers decide occupancy here.
+            let (wt, bt) = params(0);
+            let mean = xt.row_sum() * (1.0 / cols as f32);
+            let d = inside(0).select(xt - mean, Tile::zeros());
+            let rstd = ((d * d).row_sum() * (1.0 / cols as f32) + eps).rsqrt();
+            mean.store(mean_out, r0, rows);
+            rstd.store(rstd_out, r0, rows);
+            store(&dst(r0), &(d * rstd * wt + bt).cast::<T>());
+        }
         return;
     }
 
-    // Statistics: (count, mean, M2) of each row, one tile at a time.
-    let (mut n, mut mean, mut m2) = (0.0f32, Col::<f32, BM, BN>::splat(0.0), Col::<f32, BM, BN>::splat(0.0));
-    let mut c0 = 0;
-    while c0 < cols {
-        let xt = load(&src.advance([0, c0])).cast::<f32>();
-        let k = (if cols - c0 < BN { cols - c0 } else { BN }) as f32;
-        let tmean = xt.row_sum() * (1.0 / k);
-        let d = inside(c0).select(xt - tmean, Tile::zeros());
-        let tm2 = (d * d).row_sum();
-        let delta = tmean - mean;
-        let n_new = n + k;
-        mean = mean + delta * (k / n_new);
-        m2 = m2 + tm2 + delta * delta * (n * k / n_new);
-        n = n_new;
-        c0 += BN;
-    }
-    let rstd = (m2 * (1.0 / cols as f32) + eps).rsqrt();
-    mean.store(mean_out, r0, rows);
-    rstd.store(rstd_out, r0, rows);
-
-    let mut c0 = 0;
-    while c0 < cols {
-        let xt = load(&src.advance([0, c0])).cast::<f32>();
-        store(&dst.advance([0, c0]), &affine((xt - mean) * rstd, c0).cast::<T>());
-        c0 += BN;
+    for k in 0..RP {
+        let r0 = first + k * BM;
+        if r0 >= rows {
+            return;
+        }
+        // Statistics: (count, mean, M2) of each row, one tile at a time (Chan's formula).
+        let (mut n, mut mean, mut m2) = (0.0f32, Col::<f32, BM, BN>::splat(0.0), Col::<f32, BM, BN>::splat(0.0));
+        let mut c0 = 0;
+        while c0 < cols {
+            let xt = load(&src(r0).advance([0, c0])).cast::<f32>();
+            let k = (if cols - c0 < BN { cols - c0 } else { BN }) as f32;
+            let tmean = xt.row_sum() * (1.0 / k);
+            let d = inside(c0).select(xt - tmean, Tile::zeros());
+            let tm2 = (d * d).row_sum();
+            let delta = tmean - mean;
+            let n_new = n + k;
+            mean = mean + delta * (k / n_new);
+            m2 = m2 + tm2 + delta * delta * (n * k / n_new);
+            n = n_new;
+            c0 += BN;
+        }
+        let rstd = (m2 * (1.0 / cols as f32) + eps).rsqrt();
+        mean.store(mean_out, r0, rows);
+        rstd.store(rstd_out, r0, rows);
+        let mut c0 = 0;
+        while c0 < cols {
+            let (wt, bt) = params(c0);
+            let xt = load(&src(r0).advance([0, c0])).cast::<f32>();
+            store(&dst(r0).advance([0, c0]), &((xt - mean) * rstd * wt + bt).cast::<T>());
+            c0 += BN;
+        }
     }
 }
 
-/// RMSNorm of each row.
+/// RMSNorm of each row (`RP` blocks of `BM` rows a program, as LayerNorm).
 #[kernel(
     configs = [
-        (BM = 32, BN = 32, WARPS = 4),
-        (BM = 16, BN = 128, WARPS = 4),
-        (BM = 4, BN = 512, WARPS = 4),
-        (BM = 1, BN = 1024, WARPS = 4),
-        (BM = 1, BN = 2048, WARPS = 8),
-        (BM = 1, BN = 4096, WARPS = 16),
-        (BM = 1, BN = 8192, WARPS = 16),
-        (BM = 1, BN = 16384, WARPS = 32),
+        (BM = 32, BN = 32, WARPS = 4, RP = 4),
+        (BM = 16, BN = 128, WARPS = 4, RP = 4),
+        (BM = 4, BN = 512, WARPS = 4, RP = 4),
+        (BM = 1, BN = 1024, WARPS = 4, RP = 4),
+        (BM = 1, BN = 2048, WARPS = 8, RP = 4),
+        (BM = 1, BN = 4096, WARPS = 8, RP = 4),
+        (BM = 1, BN = 8192, WARPS = 16, RP = 4),
+        (BM = 1, BN = 8192, WARPS = 16, RP = 1),
+        (BM = 1, BN = 8192, WARPS = 32, RP = 4),
+        (BM = 1, BN = 16384, WARPS = 32, RP = 2),
     ],
-    grid = [cdiv(rows, BM)],
+    grid = [cdiv(rows, BM * RP)],
     dtypes = [f32, bf16, f16],
 )]
 pub fn rms_norm_kernel<T: Elem>(x: Ptr<T>, w: Ptr<T>, y: PtrMut<T>, rstd_out: PtrMut<f32>, rows: usize, cols: usize, eps: f32) {
-    let r0 = program_id(0) * BM;
-    let src = BlockPtr::<T, BM, BN>::rows(x, rows, cols, [r0, 0]);
-    let dst = BlockPtr::<T, BM, BN>::rows(y, rows, cols, [r0, 0]);
+    let first = program_id(0) * BM * RP;
+    let src = |r0: usize| BlockPtr::<T, BM, BN>::rows(x, rows, cols, [r0, 0]);
+    let dst = |r0: usize| BlockPtr::<T, BM, BN>::rows(y, rows, cols, [r0, 0]);
     if cols <= BN {
-        // The row stays in registers: one read, one write.
-        let xt = load(&src).cast::<f32>();
-        let rstd = ((xt * xt).row_sum() * (1.0 / cols as f32) + eps).rsqrt();
-        rstd.store(rstd_out, r0, rows);
-        store(&dst, &(xt * rstd * Row::<T, BM, BN>::load(w, 0, cols).cast::<f32>()).cast::<T>());
+        let wt = Row::<T, BM, BN>::load(w, 0, cols).cast::<f32>();
+        let mut next = load(&src(first));
+        for k in 0..RP {
+            let r0 = first + k * BM;
+            if r0 >= rows {
+                return;
+            }
+            let xt = next.cast::<f32>();
+            next = load(&src(r0 + BM));
+            let rstd = ((xt * xt).row_sum() * (1.0 / cols as f32) + eps).rsqrt();
+            rstd.store(rstd_out, r0, rows);
+            store(&dst(r0), &(xt * rstd * wt).cast::<T>());
+        }
         return;
     }
-    let mut sumsq = Col::<f32, BM, BN>::splat(0.0);
-    let mut c0 = 0;
-    while c0 < cols {
-        let xt = load(&src.advance([0, c0])).cast::<f32>();
-        sumsq = sumsq + (xt * xt).row_sum();
-        c0 += BN;
-    }
-    let rstd = (sumsq * (1.0 / cols as f32) + eps).rsqrt();
-    rstd.store(rstd_out, r0, rows);
-    let mut c0 = 0;
-    while c0 < cols {
-        let xt = load(&src.advance([0, c0])).cast::<f32>();
-        let wt = Row::<T, BM, BN>::load(w, c0, cols).cast::<f32>();
-        store(&dst.advance([0, c0]), &(xt * rstd * wt).cast::<T>());
-        c0 += BN;
+    for k in 0..RP {
+        let r0 = first + k * BM;
+        if r0 >= rows {
+            return;
+        }
+        let mut sumsq = Col::<f32, BM, BN>::splat(0.0);
+        let mut c0 = 0;
+        while c0 < cols {
+            let xt = load(&src(r0).advance([0, c0])).cast::<f32>();
+            sumsq = sumsq + (xt * xt).row_sum();
+            c0 += BN;
+        }
+        let rstd = (sumsq * (1.0 / cols as f32) + eps).rsqrt();
+        rstd.store(rstd_out, r0, rows);
+        let mut c0 = 0;
+        while c0 < cols {
+            let xt = load(&src(r0).advance([0, c0])).cast::<f32>();
+            let wt = Row::<T, BM, BN>::load(w, c0, cols).cast::<f32>();
+            store(&dst(r0).advance([0, c0]), &(xt * rstd * wt).cast::<T>());
+            c0 += BN;
+        }
     }
 }
 

@@ -1,45 +1,68 @@
 //! Row softmax, `y = exp(x − max) / Σ exp(x − max)` along each row, for any
-//! row length. A program takes BM rows. When a row fits one BN-wide tile it
+//! row length. A program takes RP blocks of BM rows. When a row fits one BN-wide tile it
 //! is read once and written once; longer rows are seen tile by tile through
 //! the online softmax (pass 1: running max and sum; pass 2: normalize).
 use rustile::prelude::*;
 
 // ---- kernel ----------------------------------------------------------------------------
 
-/// Softmax of each row of a row-major `rows×cols` matrix.
+/// Softmax of each row of a row-major `rows×cols` matrix. A program takes
+/// `RP` consecutive blocks of `BM` rows and loads block k+1 before it reduces
+/// block k, so memory stays busy while the program waits at its reductions.
 #[kernel(
     configs = [
-        (BM = 32, BN = 32, WARPS = 4),
-        (BM = 16, BN = 128, WARPS = 4),
-        (BM = 4, BN = 512, WARPS = 4),
-        (BM = 1, BN = 1024, WARPS = 4),
-        (BM = 1, BN = 2048, WARPS = 8),
-        (BM = 1, BN = 4096, WARPS = 16),
-        (BM = 1, BN = 8192, WARPS = 16),
-        (BM = 1, BN = 16384, WARPS = 32),
+        (BM = 32, BN = 32, WARPS = 4, RP = 4),
+        (BM = 16, BN = 128, WARPS = 4, RP = 4),
+        (BM = 4, BN = 512, WARPS = 4, RP = 4),
+        (BM = 1, BN = 1024, WARPS = 4, RP = 4),
+        (BM = 1, BN = 2048, WARPS = 8, RP = 4),
+        (BM = 1, BN = 4096, WARPS = 8, RP = 4),
+        (BM = 1, BN = 8192, WARPS = 16, RP = 4),
+        (BM = 1, BN = 8192, WARPS = 16, RP = 1),
+        (BM = 1, BN = 8192, WARPS = 32, RP = 4),
+        (BM = 1, BN = 16384, WARPS = 32, RP = 2),
     ],
-    grid = [cdiv(rows, BM)],
+    grid = [cdiv(rows, BM * RP)],
     dtypes = [f32, bf16, f16],
 )]
 pub fn softmax_kernel<T: Elem>(x: Ptr<T>, y: PtrMut<T>, rows: usize, cols: usize) {
-    let src = BlockPtr::<T, BM, BN>::rows(x, rows, cols, [program_id(0) * BM, 0]);
-    let dst = BlockPtr::<T, BM, BN>::rows(y, rows, cols, [program_id(0) * BM, 0]);
-    let mut stats = OnlineSoftmax::<BM, BN>::new();
+    let first = program_id(0) * BM * RP;
+    let src = |r0: usize| BlockPtr::<T, BM, BN>::rows(x, rows, cols, [r0, 0]);
+    let dst = |r0: usize| BlockPtr::<T, BM, BN>::rows(y, rows, cols, [r0, 0]);
     if cols <= BN {
-        let (p, _) = stats.step(load_or(&src, f32::NEG_INFINITY).cast::<f32>());
-        store(&dst, &(p * stats.l.recip()).cast::<T>());
+        // Each row fits one tile: read once, written once, next block in flight.
+        let mut next = load_or(&src(first), f32::NEG_INFINITY);
+        for k in 0..RP {
+            let r0 = first + k * BM;
+            if r0 >= rows {
+                return;
+            }
+            let s = next.cast::<f32>();
+            next = load_or(&src(r0 + BM), f32::NEG_INFINITY);
+            let mut stats = OnlineSoftmax::<BM, BN>::new();
+            let (p, _) = stats.step(s);
+            store(&dst(r0), &(p * stats.l.recip()).cast::<T>());
+        }
         return;
     }
-    let mut c = 0;
-    while c < cols {
-        stats.push(load_or(&src.advance([0, c]), f32::NEG_INFINITY).cast::<f32>());
-        c += BN;
-    }
-    c = 0;
-    while c < cols {
-        let s = load_or(&src.advance([0, c]), f32::NEG_INFINITY).cast::<f32>();
-        store(&dst.advance([0, c]), &stats.probs(s).cast::<T>());
-        c += BN;
+    // Longer rows: running max and sum over the row's tiles, then normalize.
+    for k in 0..RP {
+        let r0 = first + k * BM;
+        if r0 >= rows {
+            return;
+        }
+        let mut stats = OnlineSoftmax::<BM, BN>::new();
+        let mut c = 0;
+        while c < cols {
+            stats.push(load_or(&src(r0).advance([0, c]), f32::NEG_INFINITY).cast::<f32>());
+            c += BN;
+        }
+        c = 0;
+        while c < cols {
+            let s = load_or(&src(r0).advance([0, c]), f32::NEG_INFINITY).cast::<f32>();
+            store(&dst(r0).advance([0, c]), &stats.probs(s).cast::<T>());
+            c += BN;
+        }
     }
 }
 

@@ -39,8 +39,9 @@ mod host {
     use crate::check::expect_shape;
     use rustile_host::{Gpu, Result, Tensor};
 
-    /// The default config: 8192 elements a program, four 16-byte (bf16) chunks per thread.
-    pub const DEFAULT_CONFIG: usize = 2;
+    /// The default config: 2048 elements a program, one 16-byte (bf16) chunk per
+    /// thread per operand; the fastest on the H100 at 2^28 elements (bench/RESULTS.md).
+    pub const DEFAULT_CONFIG: usize = 0;
 
     /// `out = x + y` on the GPU; all three of one shape, contiguous.
     pub fn add<T: Elem>(gpu: &Gpu, x: &Tensor<T>, y: &Tensor<T>, out: &mut Tensor<T>) -> Result<()> {
