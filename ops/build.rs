@@ -52,6 +52,8 @@ fn main() {
         .collect();
     arches.sort();
 
+    println!("cargo:rerun-if-env-changed=RUSTILE_EMBED_PTX");
+    let embed_ptx = std::env::var_os("RUSTILE_EMBED_PTX").is_some();
     let mut images = String::new();
     let mut ptx = String::new();
     for (arch, arch_dir) in &arches {
@@ -62,7 +64,9 @@ fn main() {
             println!("cargo:rerun-if-changed={}", cubin.display());
             let _ = write!(images, "\n        ({arch:?}, include_bytes!({:?})),", cubin.display().to_string());
         }
-        if text.is_file() {
+        // PTX is only a fallback for an arch without its cubin, which a normal
+        // build never produces; it is large, so it is embedded only on request.
+        if text.is_file() && !cubin.is_file() || (text.is_file() && embed_ptx) {
             println!("cargo:rerun-if-changed={}", text.display());
             let _ = write!(ptx, "\n        ({arch:?}, include_str!({:?})),", text.display().to_string());
         }
