@@ -203,6 +203,15 @@ fn build_arch(repo: &Repo, tools: &Tools, spec: &BuildSpec, linker: &Path, allow
     let ptxas_start = Instant::now();
     let stem = spec.stem.clone().unwrap_or_else(|| ptx.file_stem().unwrap_or_default().to_string_lossy().into_owned());
     let staged_cubin = target_dir.join(format!("{stem}.cubin"));
+    let ptx = {
+        let text = std::fs::read_to_string(&ptx).map_err(|e| format!("reading {}: {e}", ptx.display()))?;
+        let bounded = target_dir.join(format!("{stem}.bounded.ptx"));
+        let annotated = crate::bounds::annotate(&text);
+        if std::fs::read_to_string(&bounded).ok().as_deref() != Some(annotated.as_str()) {
+            std::fs::write(&bounded, annotated).map_err(|e| format!("writing {}: {e}", bounded.display()))?;
+        }
+        bounded
+    };
     let (report, ptxas_cached) = ptxas::assemble(&tools.ptxas, &ptx, &staged_cubin, arch)?;
 
     let out_dir = spec.cubin_dir(arch);

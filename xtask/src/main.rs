@@ -3,6 +3,7 @@
 //! Device code goes rustc (nvptx64) → our `rustile-ptx-linker` → PTX →
 //! `ptxas` → cubin, once per GPU arch; see `docs/ARCHITECTURE.md`.
 
+mod bounds;
 mod device;
 mod ptxas;
 mod setup;
