@@ -55,13 +55,14 @@ pub fn layer_norm_kernel<T: Elem>(
             }
             let xt = next.cast::<f32>();
             next = load(&src(r0 + BM));
-            // Reloaded per block (from L1/L2) rather than held: registers decide occupancy here.
-            let (wt, bt) = params(0);
             let mean = xt.row_sum() * (1.0 / cols as f32);
             let d = inside(0).select(xt - mean, Tile::zeros());
             let rstd = ((d * d).row_sum() * (1.0 / cols as f32) + eps).rsqrt();
             mean.store(mean_out, r0, rows);
             rstd.store(rstd_out, r0, rows);
+            // Loaded here, not held across the reductions: registers decide occupancy
+            // (measured: holding them cost one program per SM, 252 µs → see bench/RESULTS.md).
+            let (wt, bt) = params(0);
             store(&dst(r0), &(d * rstd * wt + bt).cast::<T>());
         }
         return;
