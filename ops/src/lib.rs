@@ -15,6 +15,34 @@
 #[cfg(not(target_arch = "nvptx64"))]
 include!(concat!(env!("OUT_DIR"), "/cubins.rs"));
 
+/// The config space shared by the row-wise ops (softmax, LayerNorm,
+/// RMSNorm): `BM` rows × `BN` columns a tile, `RP` consecutive row blocks a
+/// program (the next one prefetched), so one program per row block for
+/// short rows and one 8192- or 16384-wide row per program for long ones.
+/// Narrow configs first: the host APIs pick the first whose `BN` holds a row.
+/// Use: `row_kernel! { grid = [cdiv(rows, BM * RP)], pub fn k<T: Elem>(...) {...} }`.
+/// Measured choices: bench/RESULTS.md.
+macro_rules! row_kernel {
+    (grid = $grid:tt, $($item:tt)*) => {
+        #[kernel(
+            configs = [
+                (BM = 32, BN = 32, WARPS = 4, RP = 4),
+                (BM = 16, BN = 128, WARPS = 4, RP = 4),
+                (BM = 4, BN = 512, WARPS = 4, RP = 4),
+                (BM = 1, BN = 1024, WARPS = 4, RP = 4),
+                (BM = 1, BN = 2048, WARPS = 8, RP = 4),
+                (BM = 1, BN = 4096, WARPS = 8, RP = 4),
+                (BM = 1, BN = 8192, WARPS = 16, RP = 1),
+                (BM = 1, BN = 8192, WARPS = 16, RP = 2),
+                (BM = 1, BN = 16384, WARPS = 32, RP = 1),
+            ],
+            grid = $grid,
+            dtypes = [f32, bf16, f16],
+        )]
+        $($item)*
+    };
+}
+
 pub mod norm;
 pub mod softmax;
 pub mod vector;

@@ -13,23 +13,10 @@ use rustile::prelude::*;
 
 // ---- kernels ---------------------------------------------------------------------------
 
+row_kernel! {
+grid = [cdiv(rows, BM * RP)],
 /// LayerNorm of each row; `has_bias = 0` ignores `b`. A program takes `RP`
 /// consecutive blocks of `BM` rows, loading block k+1 before reducing block k.
-#[kernel(
-    configs = [
-        (BM = 32, BN = 32, WARPS = 4, RP = 4),
-        (BM = 16, BN = 128, WARPS = 4, RP = 4),
-        (BM = 4, BN = 512, WARPS = 4, RP = 4),
-        (BM = 1, BN = 1024, WARPS = 4, RP = 4),
-        (BM = 1, BN = 2048, WARPS = 8, RP = 4),
-        (BM = 1, BN = 4096, WARPS = 8, RP = 4),
-        (BM = 1, BN = 8192, WARPS = 16, RP = 1),
-        (BM = 1, BN = 8192, WARPS = 16, RP = 2),
-        (BM = 1, BN = 16384, WARPS = 32, RP = 1),
-    ],
-    grid = [cdiv(rows, BM * RP)],
-    dtypes = [f32, bf16, f16],
-)]
 pub fn layer_norm_kernel<T: Elem>(
     x: Ptr<T>, w: Ptr<T>, b: Ptr<T>, y: PtrMut<T>, mean_out: PtrMut<f32>, rstd_out: PtrMut<f32>,
     rows: usize, cols: usize, eps: f32, has_bias: u32,
@@ -101,23 +88,11 @@ pub fn layer_norm_kernel<T: Elem>(
         }
     }
 }
+}
 
+row_kernel! {
+grid = [cdiv(rows, BM * RP)],
 /// RMSNorm of each row (`RP` blocks of `BM` rows a program, as LayerNorm).
-#[kernel(
-    configs = [
-        (BM = 32, BN = 32, WARPS = 4, RP = 4),
-        (BM = 16, BN = 128, WARPS = 4, RP = 4),
-        (BM = 4, BN = 512, WARPS = 4, RP = 4),
-        (BM = 1, BN = 1024, WARPS = 4, RP = 4),
-        (BM = 1, BN = 2048, WARPS = 8, RP = 4),
-        (BM = 1, BN = 4096, WARPS = 8, RP = 4),
-        (BM = 1, BN = 8192, WARPS = 16, RP = 1),
-        (BM = 1, BN = 8192, WARPS = 16, RP = 2),
-        (BM = 1, BN = 16384, WARPS = 32, RP = 1),
-    ],
-    grid = [cdiv(rows, BM * RP)],
-    dtypes = [f32, bf16, f16],
-)]
 pub fn rms_norm_kernel<T: Elem>(x: Ptr<T>, w: Ptr<T>, y: PtrMut<T>, rstd_out: PtrMut<f32>, rows: usize, cols: usize, eps: f32) {
     let first = program_id(0) * BM * RP;
     let src = |r0: usize| BlockPtr::<T, BM, BN>::rows(x, rows, cols, [r0, 0]);
@@ -160,6 +135,7 @@ pub fn rms_norm_kernel<T: Elem>(x: Ptr<T>, w: Ptr<T>, y: PtrMut<T>, rstd_out: Pt
             c0 += BN;
         }
     }
+}
 }
 
 // ---- config choice and host API ----------------------------------------------------------

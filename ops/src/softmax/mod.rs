@@ -6,24 +6,11 @@ use rustile::prelude::*;
 
 // ---- kernel ----------------------------------------------------------------------------
 
+row_kernel! {
+grid = [cdiv(rows, BM * RP)],
 /// Softmax of each row of a row-major `rows×cols` matrix. A program takes
 /// `RP` consecutive blocks of `BM` rows and loads block k+1 before it reduces
 /// block k, so memory stays busy while the program waits at its reductions.
-#[kernel(
-    configs = [
-        (BM = 32, BN = 32, WARPS = 4, RP = 4),
-        (BM = 16, BN = 128, WARPS = 4, RP = 4),
-        (BM = 4, BN = 512, WARPS = 4, RP = 4),
-        (BM = 1, BN = 1024, WARPS = 4, RP = 4),
-        (BM = 1, BN = 2048, WARPS = 8, RP = 4),
-        (BM = 1, BN = 4096, WARPS = 8, RP = 4),
-        (BM = 1, BN = 8192, WARPS = 16, RP = 1),
-        (BM = 1, BN = 8192, WARPS = 16, RP = 2),
-        (BM = 1, BN = 16384, WARPS = 32, RP = 1),
-    ],
-    grid = [cdiv(rows, BM * RP)],
-    dtypes = [f32, bf16, f16],
-)]
 pub fn softmax_kernel<T: Elem>(x: Ptr<T>, y: PtrMut<T>, rows: usize, cols: usize) {
     let first = program_id(0) * BM * RP;
     let src = |r0: usize| BlockPtr::<T, BM, BN>::rows(x, rows, cols, [r0, 0]);
@@ -63,6 +50,7 @@ pub fn softmax_kernel<T: Elem>(x: Ptr<T>, y: PtrMut<T>, rows: usize, cols: usize
             c += BN;
         }
     }
+}
 }
 
 // ---- config choice and host API ----------------------------------------------------------
