@@ -9,7 +9,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 status=0
 for t in .device/gpu-* .device/gpu_ops-*; do
     echo "==> $t"
-    timeout 240 "$t" --test-threads=1 2>&1 | tee -a "$OUT/gpu_tests.log" || status=1
+    timeout 240 "$t" --include-ignored --test-threads=1 2>&1 | tee -a "$OUT/gpu_tests.log" || status=1
 done
 echo "==> bench"
 PYTHONUNBUFFERED=1 timeout 420 .device/rustile-bench --json "$OUT/results.json" "$@" 2>&1 | tee "$OUT/bench.log" || status=1

@@ -35,6 +35,7 @@ fn vector_case<T: Elem>(gpu: &Gpu, n: usize) {
 }
 
 #[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
 fn vector_ops_match_float64() {
     let Some(gpu) = gpu_or_skip("vector_ops_match_float64") else { return };
     for n in [1, 7, 4097, 1_000_003] {
@@ -58,6 +59,7 @@ fn softmax_case<T: Elem>(gpu: &Gpu, rows: usize, cols: usize, scale: f32) {
 }
 
 #[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
 fn softmax_matches_float64() {
     let Some(gpu) = gpu_or_skip("softmax_matches_float64") else { return };
     for (rows, cols) in [(1, 1), (1, 7), (37, 33), (5, 1000), (3, 3001), (2, 40_001), (1000, 129)] {
@@ -100,6 +102,7 @@ fn norm_case<T: Elem>(gpu: &Gpu, rows: usize, cols: usize, offset: f32, bias: bo
 }
 
 #[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
 fn norms_match_float64() {
     let Some(gpu) = gpu_or_skip("norms_match_float64") else { return };
     for (rows, cols) in [(1, 7), (37, 33), (5, 1000), (3, 3001), (2, 40_001), (1000, 129)] {
@@ -113,6 +116,7 @@ fn norms_match_float64() {
 }
 
 #[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
 fn host_apis_check_their_arguments() {
     let Some(gpu) = gpu_or_skip("host_apis_check_their_arguments") else { return };
     let x = gpu.alloc::<f32>(&[4, 8]).unwrap();

@@ -89,6 +89,7 @@ fn gpu() -> Option<Gpu> {
 }
 
 #[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
 fn device_properties() {
     let Some(gpu) = gpu() else { return };
     let (major, _) = gpu.compute_capability();
@@ -100,6 +101,7 @@ fn device_properties() {
 }
 
 #[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
 fn memory_round_trips() {
     let Some(gpu) = gpu() else { return };
     let data: Vec<bf16> = (0..1000).map(|i| bf16::from_f32(i as f32 - 500.0)).collect();
@@ -123,6 +125,7 @@ fn memory_round_trips() {
 }
 
 #[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
 fn out_of_memory_is_reported() {
     let Some(gpu) = gpu() else { return };
     let too_much = gpu.mem_bytes() * 2;
@@ -133,6 +136,7 @@ fn out_of_memory_is_reported() {
 }
 
 #[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
 fn launches_and_times() {
     let Some(gpu) = gpu() else { return };
     let n = 100_003u32;
@@ -168,6 +172,7 @@ fn launches_and_times() {
 }
 
 #[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
 fn launch_errors_name_the_kernel() {
     let Some(gpu) = gpu() else { return };
     match gpu.launch(&TEST_KERNELS, "no_such_kernel", [1, 1, 1], [32, 1, 1], 0, &[]) {
@@ -186,6 +191,7 @@ fn launch_errors_name_the_kernel() {
 }
 
 #[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
 fn shared_between_threads() {
     let Some(gpu) = gpu() else { return };
     let t = gpu.upload(&[1.0f32, 2.0, 3.0], &[3]).unwrap();
