@@ -217,3 +217,22 @@ pub unsafe fn st_v2_if(p: *mut u32, on: bool, x: [u32; 2]) {
              options(nostack, preserves_flags));
     }
 }
+
+/// Emits nothing, but hands back `x` as if it were written here: code that
+/// uses the words cannot be moved above this point, and (not being `pure`)
+/// this point stays after earlier memory accesses. Used to unpack loaded
+/// words only once every load of a tile has been issued.
+#[inline(always)]
+pub fn settle4(x: [u32; 4]) -> [u32; 4] {
+    let [mut a, mut b, mut c, mut d] = x;
+    unsafe { asm!("// settle {a} {b} {c} {d}", a = inout(reg32) a, b = inout(reg32) b, c = inout(reg32) c, d = inout(reg32) d, options(nostack, preserves_flags)) };
+    [a, b, c, d]
+}
+
+/// `settle4` for two words.
+#[inline(always)]
+pub fn settle2(x: [u32; 2]) -> [u32; 2] {
+    let [mut a, mut b] = x;
+    unsafe { asm!("// settle {a} {b}", a = inout(reg32) a, b = inout(reg32) b, options(nostack, preserves_flags)) };
+    [a, b]
+}

@@ -398,17 +398,32 @@ where
     let mut out = Tile::<T, R, C, TH>::splat(fill);
     let w = held_cols(C, TH);
     let [rs, cs] = src.strides;
-    for i in 0..held_rows(R, C, TH) {
+    let at = |e: usize| {
+        let (i, j) = (e / w, (e % w) / V);
         let row = src.offsets[0] + be::tile_row::<C, TH>(i);
-        for j in 0..w / V {
-            let col = src.offsets[1] + be::tile_col::<C, TH>(j * V);
-            // A row past the end loads nothing (valid = 0), without a branch.
-            let valid = if row < src.shape[0] { src.valid_cols(col) } else { 0 };
-            let first = row * rs + col * cs;
-            src.base.check("load", first, cs, valid.min(V), false);
-            let chunk = unsafe { be::read_chunk(src.base.at(first), cs, valid, fill) };
-            out.v[i * w + j * V..i * w + j * V + V].copy_from_slice(&chunk);
+        let col = src.offsets[1] + be::tile_col::<C, TH>(j * V);
+        // A row past the end loads nothing (valid = 0), without a branch.
+        let valid = if row < src.shape[0] { src.valid_cols(col) } else { 0 };
+        let first = row * rs + col * cs;
+        src.base.check("load", first, cs, valid.min(V), false);
+        (src.base.at(first), valid)
+    };
+    #[cfg(target_arch = "nvptx64")]
+    {
+        // Every chunk in flight first, then unpack (see `backend::gpu::Chunk`).
+        let mut words = [[0u32; 8]; len(R, C, TH)];
+        for e in (0..len(R, C, TH)).step_by(V) {
+            let (p, valid) = at(e);
+            words[e] = unsafe { be::fetch_chunk(p, cs, valid, fill) };
         }
+        for e in (0..len(R, C, TH)).step_by(V) {
+            out.v[e..e + V].copy_from_slice(&be::unpack::<T>(be::settle::<T>(words[e])));
+        }
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    for e in (0..len(R, C, TH)).step_by(V) {
+        let (p, valid) = at(e);
+        out.v[e..e + V].copy_from_slice(&unsafe { be::read_chunk(p, cs, valid, fill) });
     }
     out
 }

@@ -103,39 +103,86 @@ pub fn col_allreduce<const C: usize, const TH: usize, const N: usize>(parts: &mu
 }
 
 /// Loads the 8 elements of a chunk starting at `p`, of which the first
-/// `valid` exist; the others get `fill`. Branch-free: one predicated vector
-/// load for a whole, contiguous, aligned chunk, predicated scalar loads for
-/// an edge chunk, then a select, so the compiler can issue every load of a
-/// kernel before it waits for the first.
+/// `valid` exist; the others get `fill`.
+///
+/// The whole-chunk case is one predicated vector load with no branch, so a
+/// kernel's loads all issue before the first is used. Only an edge chunk
+/// (partial, strided or unaligned) takes the branch to scalar loads, and it
+/// hands back the same packed words, so nothing unpacks the vector load
+/// before the merge (which would make the thread wait for it there), and the
+/// edge path's addresses cost registers only on that path.
 #[inline(always)]
 pub unsafe fn read_chunk<T: Elem>(p: *const T, stride: usize, valid: usize, fill: T) -> [T; V] {
+    unpack(unsafe { fetch_chunk(p, stride, valid, fill) })
+}
+
+/// A chunk as it arrives: packed 32-bit words (the first `2·size_of::<T>()`
+/// are used). Keeping chunks packed until every one of a tile is in flight
+/// stops the compiler from unpacking one (and so waiting for it) before it
+/// issues the next load.
+pub type Chunk = [u32; 8];
+
+/// The first half of `read_chunk`: issue the access, keep the words packed.
+#[inline(always)]
+pub unsafe fn fetch_chunk<T: Elem>(p: *const T, stride: usize, valid: usize, fill: T) -> Chunk {
     let full = valid >= V && stride == 1 && (p as usize) % T::CHUNK_ALIGN == 0;
-    let vector: [T; V] = unsafe {
-        match core::mem::size_of::<T>() {
-            4 => {
-                let f = bits::<T, u32>(fill);
-                let q = p as *const u32;
-                core::mem::transmute_copy(&[dev::ld_v4_if(q, full, f), dev::ld_v4_if(q.wrapping_add(4), full, f)])
-            }
-            2 => {
-                let f = bits::<T, u16>(fill) as u32;
-                core::mem::transmute_copy(&dev::ld_v4_if(p as *const u32, full, f | f << 16))
-            }
-            _ => {
-                let f = bits::<T, u8>(fill) as u32;
-                core::mem::transmute_copy(&dev::ld_v2_if(p as *const u32, full, f * 0x0101_0101))
-            }
-        }
-    };
-    let mut out = vector;
-    for (v, o) in out.iter_mut().enumerate() {
-        let on = !full && v < valid;
-        let s = unsafe { scalar_load_if(p.wrapping_add(v * stride), on, fill) };
-        if !full {
-            *o = s;
-        }
+    let mut out = [0u32; 8];
+    match core::mem::size_of::<T>() {
+        4 => out = unsafe { read_words::<T, 8>(p, stride, valid, fill, full) },
+        2 => out[..4].copy_from_slice(&unsafe { read_words::<T, 4>(p, stride, valid, fill, full) }),
+        _ => out[..2].copy_from_slice(&unsafe { read_words::<T, 2>(p, stride, valid, fill, full) }),
     }
     out
+}
+
+/// A fetched chunk whose words may be used only after this point (see
+/// `rustile_device::settle4`): called once every chunk of a tile is in flight.
+#[inline(always)]
+pub fn settle<T: Elem>(c: Chunk) -> Chunk {
+    let mut out = c;
+    match core::mem::size_of::<T>() {
+        4 => {
+            out[..4].copy_from_slice(&dev::settle4([c[0], c[1], c[2], c[3]]));
+            out[4..].copy_from_slice(&dev::settle4([c[4], c[5], c[6], c[7]]));
+        }
+        2 => out[..4].copy_from_slice(&dev::settle4([c[0], c[1], c[2], c[3]])),
+        _ => out[..2].copy_from_slice(&dev::settle2([c[0], c[1]])),
+    }
+    out
+}
+
+/// The second half of `read_chunk`: the 8 elements of a fetched chunk.
+#[inline(always)]
+pub fn unpack<T: Elem>(c: Chunk) -> [T; V] {
+    unsafe { core::mem::transmute_copy(&c) }
+}
+
+/// `read_chunk` with the chunk as `N` 32-bit words (`N = 8·size_of::<T>() / 4`).
+#[inline(always)]
+unsafe fn read_words<T: Elem, const N: usize>(p: *const T, stride: usize, valid: usize, fill: T, full: bool) -> [u32; N] {
+    let mut words = [0u32; N];
+    let q = p as *const u32;
+    unsafe {
+        match N {
+            8 => {
+                let (a, b) = (dev::ld_v4_if(q, full, 0), dev::ld_v4_if(q.wrapping_add(4), full, 0));
+                words[..4].copy_from_slice(&a);
+                words[4..].copy_from_slice(&b);
+            }
+            4 => words.copy_from_slice(&dev::ld_v4_if(q, full, 0)),
+            _ => words.copy_from_slice(&dev::ld_v2_if(q, full, 0)),
+        }
+    }
+    if !full {
+        let mut vals = [fill; V];
+        for (v, x) in vals.iter_mut().enumerate() {
+            if v < valid {
+                *x = unsafe { *p.wrapping_add(v * stride) };
+            }
+        }
+        words = unsafe { core::mem::transmute_copy(&vals) };
+    }
+    words
 }
 
 /// Stores the first `valid` elements of a chunk (see `read_chunk`).
@@ -152,39 +199,16 @@ pub unsafe fn write_chunk<T: Elem>(p: *mut T, stride: usize, valid: usize, x: [T
             2 => dev::st_v4_if(p as *mut u32, full, core::mem::transmute_copy(&x)),
             _ => dev::st_v2_if(p as *mut u32, full, core::mem::transmute_copy(&x)),
         }
-        for (v, x) in x.iter().enumerate() {
-            scalar_store_if(p.wrapping_add(v * stride), !full && v < valid, *x);
+        if !full {
+            for (v, x) in x.iter().enumerate() {
+                if v < valid {
+                    *p.wrapping_add(v * stride) = *x;
+                }
+            }
         }
     }
 }
 
-/// The bits of a value as the unsigned integer of its size.
-#[inline(always)]
-unsafe fn bits<T: Copy, U: Copy>(x: T) -> U {
-    unsafe { core::mem::transmute_copy(&x) }
-}
-
-#[inline(always)]
-unsafe fn scalar_load_if<T: Elem>(p: *const T, on: bool, fill: T) -> T {
-    unsafe {
-        match core::mem::size_of::<T>() {
-            4 => bits(dev::ld_b32_if(p as *const u32, on, bits(fill))),
-            2 => bits(dev::ld_b16_if(p as *const u16, on, bits(fill))),
-            _ => bits(dev::ld_b8_if(p as *const u8, on, bits(fill))),
-        }
-    }
-}
-
-#[inline(always)]
-unsafe fn scalar_store_if<T: Elem>(p: *mut T, on: bool, x: T) {
-    unsafe {
-        match core::mem::size_of::<T>() {
-            4 => dev::st_b32_if(p as *mut u32, on, bits(x)),
-            2 => dev::st_b16_if(p as *mut u16, on, bits(x)),
-            _ => dev::st_b8_if(p as *mut u8, on, bits(x)),
-        }
-    }
-}
 
 /// The program's index along `axis`.
 #[inline(always)]
