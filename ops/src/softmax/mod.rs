@@ -56,10 +56,16 @@ pub fn softmax_kernel<T: Elem>(x: Ptr<T>, y: PtrMut<T>, rows: usize, cols: usize
 // ---- config choice and host API ----------------------------------------------------------
 
 /// The narrowest config whose tile holds a whole row (one read, one write);
-/// past 16384 columns, the widest, in two passes.
+/// past 16384 columns, the widest, in two passes. For rows of 4097-8192
+/// columns, two row blocks a program with the next prefetched (RP = 2): the
+/// H100 measured 100.6 µs against 115.4 µs for RP = 1 at 8192×8192 bf16
+/// (bench/RESULTS.md), while LayerNorm and RMSNorm measured the opposite.
 #[cfg(not(target_arch = "nvptx64"))]
 pub fn default_config(cols: usize) -> usize {
-    crate::pick_config(softmax_kernel::CONFIGS, |c| c.get("BN").unwrap() >= cols)
+    crate::pick_config(softmax_kernel::CONFIGS, |c| {
+        let bn = c.get("BN").unwrap();
+        bn >= cols && (bn != 8192 || c.get("RP") == Some(2))
+    })
 }
 
 #[cfg(not(target_arch = "nvptx64"))]
