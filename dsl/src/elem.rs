@@ -14,27 +14,9 @@ pub unsafe trait Elem: Copy + Default + PartialEq + Send + Sync + core::fmt::Deb
     fn to_f32(self) -> f32;
     fn from_f32(x: f32) -> Self;
 
-    /// Reads 8 consecutive elements with one vector access.
-    ///
-    /// # Safety
-    /// `p` is valid for 8 reads and aligned to `Self::CHUNK_ALIGN`.
-    #[inline(always)]
-    unsafe fn read_chunk(p: *const Self) -> [Self; 8] {
-        unsafe { (*(p as *const A16<[Self; 8]>)).0 }
-    }
-    /// Writes 8 consecutive elements with one vector access (same contract as `read_chunk`).
-    #[inline(always)]
-    unsafe fn write_chunk(p: *mut Self, v: [Self; 8]) {
-        unsafe { *(p as *mut A16<[Self; 8]>) = A16(v) }
-    }
-    /// Alignment (bytes) that a chunk of 8 needs for the vector path.
+    /// Alignment (bytes) that a chunk of 8 elements needs for one vector access on the GPU.
     const CHUNK_ALIGN: usize = 16;
 }
-
-#[repr(C, align(16))]
-struct A16<X>(X);
-#[repr(C, align(8))]
-struct A8<X>(X);
 
 unsafe impl Elem for f32 {
     const NAME: &'static str = "f32";
@@ -178,10 +160,6 @@ macro_rules! fp8 {
             #[inline(always)]
             fn from_f32(x: f32) -> Self { $name(fp8_from_f32::<$e, $m, $ieee>(x)) }
             const CHUNK_ALIGN: usize = 8;
-            #[inline(always)]
-            unsafe fn read_chunk(p: *const Self) -> [Self; 8] { unsafe { (*(p as *const A8<[Self; 8]>)).0 } }
-            #[inline(always)]
-            unsafe fn write_chunk(p: *mut Self, v: [Self; 8]) { unsafe { *(p as *mut A8<[Self; 8]>) = A8(v) } }
         }
     };
 }
@@ -198,15 +176,12 @@ mod tests {
     fn fp8_round_trips_every_code() {
         for b in 0..=255u8 {
             for (x, back) in [
-                (F8E4M3(b).to_f32(), F8E4M3::from_f32(F8E4M3(b).to_f32()).0),
-                (F8E5M2(b).to_f32(), F8E5M2::from_f32(F8E5M2(b).to_f32()).0),
+                (F8E4M3(b).to_f32(), F8E4M3::from_f32(F8E4M3(b).to_f32()).to_f32()),
+                (F8E5M2(b).to_f32(), F8E5M2::from_f32(F8E5M2(b).to_f32()).to_f32()),
             ] {
-                if x.is_nan() || x.is_infinite() {
-                    continue;
+                if x.is_finite() {
+                    assert_eq!(back, x, "code {b:#x}");
                 }
-                // -0 and +0 both decode to zero; compare values, not codes
-                let again = if back == b { x } else { F8E4M3(back).to_f32() };
-                assert!(back == b || (x == 0.0 && again == 0.0) || x == F8E5M2(back).to_f32(), "code {b:#x} -> {x} -> {back:#x}");
             }
         }
     }
