@@ -124,6 +124,8 @@ pub fn f16_to_f32(x: u16) -> f32 {
 // a kernel's loads can then all be issued before the first one is used (a
 // branch around each load made the compiler consume it before the next).
 // A load whose predicate is false leaves `fill` and touches no memory.
+// (Edge chunks use plain scalar accesses behind a branch that only edge
+// threads take; see rustile's GPU backend.)
 // Loads are deliberately not `readonly`: LLVM then keeps them in program
 // order with the other memory operations, so a kernel's own prefetch
 // distance (one tile ahead) is what runs, not every later load hoisted into
@@ -151,51 +153,6 @@ pub unsafe fn ld_v2_if(p: *const u32, on: bool, fill: u32) -> [u32; 2] {
              options(nostack, preserves_flags));
     }
     [a, b]
-}
-
-macro_rules! scalar_access {
-    ($ld:ident, $st:ident, $t:ty, $reg:ident, $w:literal) => {
-        /// One element at `p` if `on`, else `fill`.
-        #[inline(always)]
-        pub unsafe fn $ld(p: *const $t, on: bool, fill: $t) -> $t {
-            let mut x = fill;
-            unsafe {
-                asm!(concat!("{{ .reg .pred p; setp.ne.b32 p, {on}, 0; @p ld.global.", $w, " {x}, [{p}]; }}"),
-                     on = in(reg32) on as u32, p = in(reg64) p, x = inout($reg) x, options(nostack, preserves_flags));
-            }
-            x
-        }
-        /// Writes one element at `p` if `on`.
-        #[inline(always)]
-        pub unsafe fn $st(p: *mut $t, on: bool, x: $t) {
-            unsafe {
-                asm!(concat!("{{ .reg .pred p; setp.ne.b32 p, {on}, 0; @p st.global.", $w, " [{p}], {x}; }}"),
-                     on = in(reg32) on as u32, p = in(reg64) p, x = in($reg) x, options(nostack, preserves_flags));
-            }
-        }
-    };
-}
-scalar_access!(ld_b32_if, st_b32_if, u32, reg32, "b32");
-scalar_access!(ld_b16_if, st_b16_if, u16, reg16, "b16");
-
-/// One byte at `p` if `on`, else `fill` (PTX has no 8-bit registers: through 16).
-#[inline(always)]
-pub unsafe fn ld_b8_if(p: *const u8, on: bool, fill: u8) -> u8 {
-    let mut x = fill as u16;
-    unsafe {
-        asm!("{{ .reg .pred p; setp.ne.b32 p, {on}, 0; @p ld.global.b8 {x}, [{p}]; }}",
-             on = in(reg32) on as u32, p = in(reg64) p, x = inout(reg16) x, options(nostack, preserves_flags));
-    }
-    x as u8
-}
-
-/// Writes one byte at `p` if `on`.
-#[inline(always)]
-pub unsafe fn st_b8_if(p: *mut u8, on: bool, x: u8) {
-    unsafe {
-        asm!("{{ .reg .pred p; setp.ne.b32 p, {on}, 0; @p st.global.b8 [{p}], {x}; }}",
-             on = in(reg32) on as u32, p = in(reg64) p, x = in(reg16) x as u16, options(nostack, preserves_flags));
-    }
 }
 
 /// Writes 16 bytes at `p` (16-aligned) if `on`.

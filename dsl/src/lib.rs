@@ -87,8 +87,6 @@ pub mod prelude {
 /// Items the `#[kernel]` macro's expansion refers to; not for direct use.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::backend::{held_cols, held_rows};
     #[cfg(not(target_arch = "nvptx64"))]
     pub use crate::backend::run_grid;
-    pub use crate::layout::check as check_layout;
 }

@@ -65,17 +65,17 @@ where
     /// Columns held per row by this thread: element `e` is in held row `e / W`, held column `e % W`.
     const W: usize = held_cols(C, TH);
 
+    // (No shape check here: the `len` bound of every tile type already is one.)
+
     /// Every element `x`.
     #[inline(always)]
     pub fn splat(x: T) -> Self {
-        let () = Shape::<R, C, TH>::OK;
         Tile { v: [x; len(R, C, TH)] }
     }
 
     /// The tile whose element at (row, col) (within the tile) is `f(row, col)`.
     #[inline(always)]
     pub fn from_fn(f: impl Fn(usize, usize) -> T) -> Self {
-        let () = Shape::<R, C, TH>::OK;
         Tile { v: core::array::from_fn(|e| f(be::tile_row::<C, TH>(e / Self::W), be::tile_col::<C, TH>(e % Self::W))) }
     }
 
