@@ -155,6 +155,34 @@ pub unsafe fn ld_v2_if(p: *const u32, on: bool, fill: u32) -> [u32; 2] {
     [a, b]
 }
 
+macro_rules! scalar_load {
+    ($ld:ident, $t:ty, $reg:ident, $w:literal) => {
+        /// One element at `p` if `on`, else `fill`.
+        #[inline(always)]
+        pub unsafe fn $ld(p: *const $t, on: bool, fill: $t) -> $t {
+            let mut x = fill;
+            unsafe {
+                asm!(concat!("{{ .reg .pred p; setp.ne.b32 p, {on}, 0; @p ld.global.", $w, " {x}, [{p}]; }}"),
+                     on = in(reg32) on as u32, p = in(reg64) p, x = inout($reg) x, options(nostack, preserves_flags));
+            }
+            x
+        }
+    };
+}
+scalar_load!(ld_b32_if, u32, reg32, "b32");
+scalar_load!(ld_b16_if, u16, reg16, "b16");
+
+/// One byte at `p` if `on`, else `fill` (PTX has no 8-bit registers: through 16).
+#[inline(always)]
+pub unsafe fn ld_b8_if(p: *const u8, on: bool, fill: u8) -> u8 {
+    let mut x = fill as u16;
+    unsafe {
+        asm!("{{ .reg .pred p; setp.ne.b32 p, {on}, 0; @p ld.global.b8 {x}, [{p}]; }}",
+             on = in(reg32) on as u32, p = in(reg64) p, x = inout(reg16) x, options(nostack, preserves_flags));
+    }
+    x as u8
+}
+
 /// Writes 16 bytes at `p` (16-aligned) if `on`.
 #[inline(always)]
 pub unsafe fn st_v4_if(p: *mut u32, on: bool, x: [u32; 4]) {

@@ -17,6 +17,11 @@
 //! &mut out, n)` (the same program on the CPU interpreter), plus `CONFIGS`
 //! and `DTYPES` tables for tuners and benches.
 //!
+//! Names the macro knows: `WARPS` (threads = 32·WARPS), `SMEM` (extra dynamic
+//! shared memory in bytes) and `OCC` (programs that must fit one SM at once;
+//! the device build caps registers at 64K / (threads·OCC), like CUDA's
+//! `__launch_bounds__` minimum blocks). Every other name is the kernel's own.
+//!
 //! Mistakes that can be seen here are errors on the user's tokens: a config
 //! without `WARPS`, a thread count that is not 32·2^k up to 1024, shared
 //! memory over the Hopper limit, an unknown dtype, an argument type the
@@ -213,6 +218,7 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
             return Err(Error::new(cfg.span, format!("every config sets the same names in the same order: ({})", keys.join(", "))));
         }
         let mut warps = None;
+        let mut occ = None;
         let mut smem_extra = 0u64;
         let mut consts = Vec::new();
         let mut label = Vec::new();
@@ -221,6 +227,7 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
             match k.to_string().as_str() {
                 "WARPS" => warps = Some((val, v.span())),
                 "SMEM" => smem_extra = val,
+                "OCC" => occ = Some((val, v.span())),
                 "THREADS" => return Err(Error::new(k.span(), "THREADS is derived (32·WARPS); set WARPS")),
                 _ => {}
             }
@@ -233,6 +240,11 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
             return Err(Error::new(wspan, "WARPS must be a power of two from 1 to 32 (a program has at most 1024 threads)"));
         }
         let threads = warps * 32;
+        if let Some((occ, span)) = occ {
+            if occ == 0 || threads * occ > 2048 {
+                return Err(Error::new(span, format!("OCC = {occ} programs of {threads} threads cannot share one SM (at most 2048 threads)")));
+            }
+        }
         // One f32 of reduction scratch per thread, plus what the config asks for.
         let smem = threads * 4 + smem_extra;
         if smem > MAX_SMEM {

@@ -190,6 +190,25 @@ where
     /// Folds each row with `op` (along axis 1): one value per row.
     #[inline(always)]
     pub fn reduce_rows(self, init: f32, op: impl Fn(f32, f32) -> f32 + Copy) -> Col<f32, R, C, TH> {
+        let mut parts = [self.row_partials(init, op)];
+        be::row_allreduce::<C, TH, { held_rows(R, C, TH) }, 1>(&mut parts, op);
+        Col { v: parts[0] }
+    }
+
+    /// The row sums of `K` tiles in one block-wide round: the threads of a
+    /// row meet once (one pair of barriers) instead of `K` times.
+    #[inline(always)]
+    pub fn row_sums<const K: usize>(tiles: [Self; K]) -> [Col<f32, R, C, TH>; K] {
+        let add = |a: f32, b: f32| a + b;
+        // `from_fn` over indices, not `map` by value: that would copy the tiles through the stack.
+        let mut parts: [[f32; held_rows(R, C, TH)]; K] = core::array::from_fn(|k| tiles[k].row_partials(0.0, add));
+        be::row_allreduce::<C, TH, { held_rows(R, C, TH) }, K>(&mut parts, add);
+        core::array::from_fn(|k| Col { v: parts[k] })
+    }
+
+    /// This thread's fold of each of its rows.
+    #[inline(always)]
+    fn row_partials(self, init: f32, op: impl Fn(f32, f32) -> f32 + Copy) -> [f32; held_rows(R, C, TH)] {
         let w = Self::W;
         let mut parts = [init; held_rows(R, C, TH)];
         for (i, p) in parts.iter_mut().enumerate() {
@@ -208,8 +227,7 @@ where
             }
             *p = lanes[0];
         }
-        be::row_allreduce::<C, TH, { held_rows(R, C, TH) }>(&mut parts, op);
-        Col { v: parts }
+        parts
     }
 
     /// Folds each column with `op` (along axis 0): one value per column.
@@ -271,6 +289,23 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Col<T, R, C, TH>
 where
     [(); held_rows(R, C, TH)]:,
 {
+    /// Column `c` of a block pointer's window (element `[i, c]` of each of
+    /// its rows); rows past the end are zero. Loaded without a branch, so it
+    /// can be issued ahead like a tile.
+    #[inline(always)]
+    pub fn load_column(src: &BlockPtr<T, R, C, TH>, c: usize) -> Self {
+        let col = src.offsets[1] + c;
+        Col {
+            v: core::array::from_fn(|i| {
+                let row = src.offsets[0] + be::tile_row::<C, TH>(i);
+                let inside = row < src.shape[0] && col < src.shape[1];
+                let at = row * src.strides[0] + col * src.strides[1];
+                src.base.check("Col::load_column", at, 1, inside as usize, false);
+                unsafe { be::read_one(src.base.at(at), inside, T::from_f32(0.0)) }
+            }),
+        }
+    }
+
     /// Elements `start .. start+R` of a 1-D tensor of length `n`; missing ones are zero.
     #[inline(always)]
     pub fn load(src: Ptr<T>, start: usize, n: usize) -> Self {

@@ -27,6 +27,15 @@ pub fn wide<T: Elem>(x: &[T]) -> Vec<f64> {
     x.iter().map(|v| v.to_f32() as f64).collect()
 }
 
+/// The largest error of saved row means, each against its row's own scale
+/// (|mean| + std, from the reference `rstd`): that is what moves a norm's
+/// output, and a mean near zero has no relative precision of its own.
+pub fn mean_err(mean: &[f32], want_mean: &[f64], want_rstd: &[f64]) -> f64 {
+    assert_eq!(mean.len(), want_mean.len(), "{} means, reference {}", mean.len(), want_mean.len());
+    let err = |r: usize| (mean[r] as f64 - want_mean[r]).abs() / (want_mean[r].abs() + 1.0 / want_rstd[r]);
+    (0..mean.len()).map(err).fold(0.0, |a, e| if e.is_nan() { f64::INFINITY } else { a.max(e) })
+}
+
 /// ‖out − ref‖ / ‖ref‖; NaN anywhere (an unwritten or broken element) gives infinity.
 pub fn rel_err<T: Elem>(out: &[T], reference: &[f64]) -> f64 {
     assert_eq!(out.len(), reference.len(), "output has {} elements, reference {}", out.len(), reference.len());

@@ -3,20 +3,21 @@
 //! block and a 1024-thread kernel could ask for more registers than the SM
 //! has (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES at launch). `#[kernel]` names
 //! every entry `fn__..._WARPS{n}_...__dtype`; we give each such entry
-//! `.maxnreg min(255, 65536 / (32·n))`, so one program always fits the SM's
-//! register file, and a kernel that then does not fit spills, which the build
-//! reports. (`.maxntid` was tried: ptxas reads it as a wish for occupancy and
+//! `.maxnreg min(255, 65536 / (32·n·OCC))`, so `OCC` programs (1 unless the
+//! config sets it) always fit the SM's register file, and a kernel that then
+//! does not fit spills, which the build reports. (`.maxntid` was tried: ptxas reads it as a wish for occupancy and
 //! squeezed a 256-thread kernel to 48 registers, with spills.)
 
-/// Threads per program of a `#[kernel]` entry, from its name.
+/// Threads that must fit one SM together for a `#[kernel]` entry, from its
+/// name: 32·WARPS threads a program, times OCC programs.
 pub fn threads_of(entry: &str) -> Option<u32> {
     let config = entry.split("__").nth(1)?;
-    let warps = config.split('_').find_map(|part| part.strip_prefix("WARPS")?.parse::<u32>().ok())?;
-    Some(warps * 32)
+    let value = |key: &str| config.split('_').find_map(|part| part.strip_prefix(key)?.parse::<u32>().ok());
+    Some(value("WARPS")? * 32 * value("OCC").unwrap_or(1))
 }
 
-/// Registers per thread that let one program of `threads` threads fit the
-/// 64K-register file (allocation is in units of 8 per thread).
+/// Registers per thread that let `threads` threads share the 64K-register
+/// file (allocation is in units of 8 per thread).
 pub fn max_registers(threads: u32) -> u32 {
     (65536 / threads / 8 * 8).min(255)
 }
@@ -51,6 +52,7 @@ mod tests {
     fn thread_count_comes_from_the_config_in_the_name() {
         assert_eq!(threads_of("softmax_kernel__BM1_BN8192_WARPS16_RP4__bf16"), Some(512));
         assert_eq!(threads_of("add_kernel__BLOCK2048_WARPS8"), Some(256));
+        assert_eq!(threads_of("softmax_kernel__BM1_BN8192_WARPS16_RP2_OCC2__bf16"), Some(1024));
         assert_eq!(threads_of("handwritten"), None);
     }
 

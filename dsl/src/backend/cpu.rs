@@ -24,9 +24,15 @@ pub fn owns_row<const C: usize, const TH: usize>() -> bool {
     true
 }
 #[inline(always)]
-pub fn row_allreduce<const C: usize, const TH: usize, const N: usize>(_: &mut [f32; N], _: impl Fn(f32, f32) -> f32) {}
+pub fn row_allreduce<const C: usize, const TH: usize, const N: usize, const K: usize>(_: &mut [[f32; N]; K], _: impl Fn(f32, f32) -> f32) {}
 #[inline(always)]
 pub fn col_allreduce<const C: usize, const TH: usize, const N: usize>(_: &mut [f32; N], _: impl Fn(f32, f32) -> f32) {}
+
+/// One element at `p` if `on`, else `fill`.
+#[inline(always)]
+pub unsafe fn read_one<T: Elem>(p: *const T, on: bool, fill: T) -> T {
+    if on { unsafe { *p } } else { fill }
+}
 
 /// Reads a chunk: the bounds of `valid` came from the block pointer's shape;
 /// the buffer check (in `Raw::check`) catches a shape larger than the data.

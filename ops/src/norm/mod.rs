@@ -5,8 +5,9 @@
 //!   saves `mean` and `rstd`.
 //! * RMSNorm: `y = x · rstd · w`, `rstd = 1/sqrt(mean(x²) + eps)`; saves `rstd`.
 //!
-//! A row that fits one tile is read once and kept in registers: its mean,
-//! then the variance of the centred values (no cancellation). Longer rows
+//! A row that fits one tile is read once and kept in registers; its mean and
+//! variance come from one block-wide reduction of values shifted by the row's
+//! first element (no cancellation for rows far from zero). Longer rows
 //! combine per-tile (count, mean, M2) with Chan's formula, then take a second
 //! pass.
 use rustile::prelude::*;
@@ -25,32 +26,40 @@ pub fn layer_norm_kernel<T: Elem>(
     let src = |r0: usize| BlockPtr::<T, BM, BN>::rows(x, rows, cols, [r0, 0]);
     let dst = |r0: usize| BlockPtr::<T, BM, BN>::rows(y, rows, cols, [r0, 0]);
     let inside = |c0: usize| Tile::<bool, BM, BN>::from_fn(|_, c| c0 + c < cols);
-    // Weight and bias of columns c0.., loaded without a branch (no bias: zeros).
-    let params = |c0: usize| {
-        let wt = Row::<T, BM, BN>::load(w, c0, cols).cast::<f32>();
-        let bt = Row::<T, BM, BN>::load(b, c0, if has_bias != 0 { cols } else { 0 }).cast::<f32>();
-        (wt, bt)
-    };
+    // Weight and bias of columns c0.. in T, loaded without a branch (no bias: zeros).
+    let params = |c0: usize| (Row::<T, BM, BN>::load(w, c0, cols), Row::<T, BM, BN>::load(b, c0, if has_bias != 0 { cols } else { 0 }));
 
     if cols <= BN {
         // Each row fits one tile and stays in registers: one read, one write.
+        // Mean and variance come from one block-wide round: the sums of
+        // d = x − x[·, 0] and of d², then var = E[d²] − E[d]². Shifting by an
+        // element of the row keeps E[d] on the scale of the row's spread, so
+        // the subtraction does not cancel as E[x²] − E[x]² would for a row far
+        // from zero.
         let mut next = load(&src(first));
+        let mut next_shift = Col::load_column(&src(first), 0);
         for k in 0..RP {
             let r0 = first + k * BM;
             if r0 >= rows {
                 return;
             }
-            let xt = next.cast::<f32>();
-            next = load(&src(r0 + BM));
-            let mean = xt.row_sum() * (1.0 / cols as f32);
-            let d = inside(0).select(xt - mean, Tile::zeros());
-            let rstd = ((d * d).row_sum() * (1.0 / cols as f32) + eps).rsqrt();
-            mean.store(mean_out, r0, rows);
+            let (xt, shift) = (next.cast::<f32>(), next_shift.cast::<f32>());
+            if k + 1 < RP {
+                // The last block's successor is the next program's.
+                next = load(&src(r0 + BM));
+                next_shift = Col::load_column(&src(r0 + BM), 0);
+            }
+            let d = inside(0).select(xt - shift, Tile::zeros());
+            let [sum, sum_sq] = Tile::row_sums([d, d * d]);
+            let dm = sum * (1.0 / cols as f32);
+            let var = (sum_sq * (1.0 / cols as f32) - dm * dm).max(Col::splat(0.0));
+            let rstd = (var + eps).rsqrt();
+            (shift + dm).store(mean_out, r0, rows);
             rstd.store(rstd_out, r0, rows);
-            // Loaded here, not held across the reductions: registers decide occupancy
-            // (measured: holding them cost one program per SM, 252 µs → see bench/RESULTS.md).
+            // w and b are loaded here, not held across the rows: registers decide
+            // whether two programs fit an SM, and the L2 hides their latency.
             let (wt, bt) = params(0);
-            store(&dst(r0), &(d * rstd * wt + bt).cast::<T>());
+            store(&dst(r0), &((d - dm) * rstd * wt.cast::<f32>() + bt.cast::<f32>()).cast::<T>());
         }
         return;
     }
@@ -83,7 +92,7 @@ pub fn layer_norm_kernel<T: Elem>(
         while c0 < cols {
             let (wt, bt) = params(c0);
             let xt = load(&src(r0).advance([0, c0])).cast::<f32>();
-            store(&dst(r0).advance([0, c0]), &((xt - mean) * rstd * wt + bt).cast::<T>());
+            store(&dst(r0).advance([0, c0]), &((xt - mean) * rstd * wt.cast::<f32>() + bt.cast::<f32>()).cast::<T>());
             c0 += BN;
         }
     }
@@ -98,7 +107,8 @@ pub fn rms_norm_kernel<T: Elem>(x: Ptr<T>, w: Ptr<T>, y: PtrMut<T>, rstd_out: Pt
     let src = |r0: usize| BlockPtr::<T, BM, BN>::rows(x, rows, cols, [r0, 0]);
     let dst = |r0: usize| BlockPtr::<T, BM, BN>::rows(y, rows, cols, [r0, 0]);
     if cols <= BN {
-        let wt = Row::<T, BM, BN>::load(w, 0, cols).cast::<f32>();
+        // Kept in T: as f32 it would hold twice the registers for the whole loop.
+        let wt = Row::<T, BM, BN>::load(w, 0, cols);
         let mut next = load(&src(first));
         for k in 0..RP {
             let r0 = first + k * BM;
@@ -106,10 +116,12 @@ pub fn rms_norm_kernel<T: Elem>(x: Ptr<T>, w: Ptr<T>, y: PtrMut<T>, rstd_out: Pt
                 return;
             }
             let xt = next.cast::<f32>();
-            next = load(&src(r0 + BM));
+            if k + 1 < RP {
+                next = load(&src(r0 + BM)); // the last block's successor is the next program's
+            }
             let rstd = ((xt * xt).row_sum() * (1.0 / cols as f32) + eps).rsqrt();
             rstd.store(rstd_out, r0, rows);
-            store(&dst(r0), &(xt * rstd * wt).cast::<T>());
+            store(&dst(r0), &(xt * rstd * wt.cast::<f32>()).cast::<T>());
         }
         return;
     }
@@ -140,10 +152,14 @@ pub fn rms_norm_kernel<T: Elem>(x: Ptr<T>, w: Ptr<T>, y: PtrMut<T>, rstd_out: Pt
 
 // ---- config choice and host API ----------------------------------------------------------
 
-/// The narrowest config whose tile holds a whole row; past 16384 columns the widest.
+/// The config the norms run for rows of `cols` elements of `T`
+/// (`crate::row_config`). At 8192×8192 on the H100 (bench/RESULTS.md), bf16
+/// RMSNorm measured 95.1 µs with two row blocks a program, two programs an
+/// SM (RP = 2, OCC = 2), against 108.0 µs for RP = 1, OCC = 1; LayerNorm
+/// 113.3 against 118.6 µs.
 #[cfg(not(target_arch = "nvptx64"))]
-pub fn default_config(cols: usize) -> usize {
-    crate::pick_config(layer_norm_kernel::CONFIGS, |c| c.get("BN").unwrap() >= cols)
+pub fn default_config<T: Elem>(cols: usize) -> usize {
+    crate::row_config::<T>(layer_norm_kernel::CONFIGS, cols, 2, 1)
 }
 
 /// What a norm's forward pass saves for its backward pass (one value per row).
@@ -183,7 +199,7 @@ mod host {
         expect_shape("mean", mean, &[rows])?;
         expect_shape("rstd", rstd, &[rows])?;
         check_eps(eps)?;
-        let cfg = default_config(cols);
+        let cfg = default_config::<T>(cols);
         layer_norm_kernel::launch(gpu, cfg, x, w, b.unwrap_or(w), y, mean, rstd, rows, cols, eps, b.is_some() as u32)
     }
 
@@ -194,7 +210,7 @@ mod host {
         expect_shape("y", y, &[rows, cols])?;
         expect_shape("rstd", rstd, &[rows])?;
         check_eps(eps)?;
-        rms_norm_kernel::launch(gpu, default_config(cols), x, w, y, rstd, rows, cols, eps)
+        rms_norm_kernel::launch(gpu, default_config::<T>(cols), x, w, y, rstd, rows, cols, eps)
     }
 
     /// LayerNorm in the CPU interpreter: `(y, stats)`.
@@ -205,7 +221,7 @@ mod host {
         let (mut mean, mut rstd) = (vec![0.0; rows], vec![0.0; rows]);
         let bias = b.unwrap_or(w);
         assert_eq!(bias.len(), cols, "layer_norm: b must have {cols} elements");
-        layer_norm_kernel::cpu(default_config(cols), x, w, bias, &mut y, &mut mean, &mut rstd, rows, cols, eps, b.is_some() as u32);
+        layer_norm_kernel::cpu(default_config::<T>(cols), x, w, bias, &mut y, &mut mean, &mut rstd, rows, cols, eps, b.is_some() as u32);
         (y, NormStats { mean, rstd })
     }
 
@@ -215,7 +231,7 @@ mod host {
         assert_eq!(w.len(), cols, "rms_norm: w must have {cols} elements");
         let mut y = vec![T::default(); x.len()];
         let mut rstd = vec![0.0; rows];
-        rms_norm_kernel::cpu(default_config(cols), x, w, &mut y, &mut rstd, rows, cols, eps);
+        rms_norm_kernel::cpu(default_config::<T>(cols), x, w, &mut y, &mut rstd, rows, cols, eps);
         (y, NormStats { mean: Vec::new(), rstd })
     }
 }

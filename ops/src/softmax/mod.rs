@@ -24,7 +24,10 @@ pub fn softmax_kernel<T: Elem>(x: Ptr<T>, y: PtrMut<T>, rows: usize, cols: usize
                 return;
             }
             let s = next.cast::<f32>();
-            next = load_or(&src(r0 + BM), f32::NEG_INFINITY);
+            // The last block's successor belongs to the next program: not ours to read.
+            if k + 1 < RP {
+                next = load_or(&src(r0 + BM), f32::NEG_INFINITY);
+            }
             let mut stats = OnlineSoftmax::<BM, BN>::new();
             let (p, _) = stats.step(s);
             store(&dst(r0), &(p * stats.l.recip()).cast::<T>());
@@ -55,17 +58,13 @@ pub fn softmax_kernel<T: Elem>(x: Ptr<T>, y: PtrMut<T>, rows: usize, cols: usize
 
 // ---- config choice and host API ----------------------------------------------------------
 
-/// The narrowest config whose tile holds a whole row (one read, one write);
-/// past 16384 columns, the widest, in two passes. For rows of 4097-8192
-/// columns, two row blocks a program with the next prefetched (RP = 2): the
-/// H100 measured 100.6 µs against 115.4 µs for RP = 1 at 8192×8192 bf16
-/// (bench/RESULTS.md), while LayerNorm and RMSNorm measured the opposite.
+/// The config `softmax` runs for rows of `cols` elements of `T`
+/// (`crate::row_config`). At 8192×8192 on the H100 (bench/RESULTS.md), bf16
+/// measured 97.4 µs with four row blocks a program, two programs an SM
+/// (RP = 4, OCC = 2), against 102.7 µs for RP = 2 and 118.7 µs for RP = 1.
 #[cfg(not(target_arch = "nvptx64"))]
-pub fn default_config(cols: usize) -> usize {
-    crate::pick_config(softmax_kernel::CONFIGS, |c| {
-        let bn = c.get("BN").unwrap();
-        bn >= cols && (bn != 8192 || c.get("RP") == Some(2))
-    })
+pub fn default_config<T: Elem>(cols: usize) -> usize {
+    crate::row_config::<T>(softmax_kernel::CONFIGS, cols, 4, 2)
 }
 
 #[cfg(not(target_arch = "nvptx64"))]
@@ -77,14 +76,14 @@ mod host {
     pub fn softmax<T: Elem>(gpu: &Gpu, x: &Tensor<T>, y: &mut Tensor<T>) -> Result<()> {
         let (rows, cols) = crate::check::matrix("x", x)?;
         crate::check::expect_shape("y", y, &[rows, cols])?;
-        softmax_kernel::launch(gpu, default_config(cols), x, y, rows, cols)
+        softmax_kernel::launch(gpu, default_config::<T>(cols), x, y, rows, cols)
     }
 
     /// Softmax of each row in the CPU interpreter.
     pub fn softmax_cpu<T: Elem>(x: &[T], rows: usize, cols: usize) -> Vec<T> {
         assert_eq!(x.len(), rows * cols, "softmax: x holds {} elements, not {rows}×{cols}", x.len());
         let mut y = vec![T::default(); x.len()];
-        softmax_kernel::cpu(default_config(cols), x, &mut y, rows, cols);
+        softmax_kernel::cpu(default_config::<T>(cols), x, &mut y, rows, cols);
         y
     }
 }
