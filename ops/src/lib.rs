@@ -19,8 +19,9 @@ include!(concat!(env!("OUT_DIR"), "/cubins.rs"));
 /// RMSNorm): `BM` rows × `BN` columns a tile, `RP` consecutive row blocks a
 /// program (the next one prefetched), so one program per row block for
 /// short rows and one 8192- or 16384-wide row per program for long ones.
-/// `OCC = 2` caps registers so two programs share an SM: two rows and two
-/// prefetches in flight per SM is what a memory-bound row op needs on H100.
+/// `OCC` caps registers so that many programs share an SM: rows in flight
+/// per SM (programs × prefetch depth) is what a memory-bound row op needs on
+/// the H100 (bench/RESULTS.md: three one-row programs an SM won for all three).
 /// Narrow configs first: the host APIs pick the first whose `BN` holds a row.
 /// Use: `row_kernel! { grid = [cdiv(rows, BM * RP)], pub fn k<T: Elem>(...) {...} }`.
 /// Measured choices: bench/RESULTS.md.
@@ -37,7 +38,7 @@ macro_rules! row_kernel {
                 (BM = 1, BN = 8192, WARPS = 16, RP = 1, OCC = 1),
                 (BM = 1, BN = 8192, WARPS = 16, RP = 2, OCC = 1),
                 (BM = 1, BN = 8192, WARPS = 16, RP = 2, OCC = 2),
-                (BM = 1, BN = 8192, WARPS = 16, RP = 4, OCC = 2),
+                (BM = 1, BN = 8192, WARPS = 16, RP = 1, OCC = 3),
                 (BM = 1, BN = 16384, WARPS = 32, RP = 1, OCC = 1),
             ],
             grid = $grid,
@@ -62,12 +63,13 @@ pub use check::pick_config;
 
 /// The row-op config for rows of `cols` elements of `T`: the narrowest tile
 /// that holds a whole row (one read, one write; past 16384 columns the
-/// widest, in two passes). At 4097-8192 columns, 16-bit elements take
-/// `(RP, OCC = 2)` as measured best per op (`rp_half`), and f32, whose tiles
-/// need twice the registers, takes `(rp_f32, OCC = 1)`.
+/// widest, in two passes). At 4097-8192 columns, 16-bit elements take one
+/// row a program and three programs an SM (RP = 1, OCC = 3: measured best
+/// for softmax, LayerNorm and RMSNorm), and f32, whose tiles need twice the
+/// registers, takes `(rp_f32, OCC = 1)`.
 #[cfg(not(target_arch = "nvptx64"))]
-pub(crate) fn row_config<T: rustile::Elem>(configs: &[rustile::KernelConfig], cols: usize, rp_half: usize, rp_f32: usize) -> usize {
-    let (rp, occ) = if core::mem::size_of::<T>() <= 2 { (rp_half, 2) } else { (rp_f32, 1) };
+pub(crate) fn row_config<T: rustile::Elem>(configs: &[rustile::KernelConfig], cols: usize, rp_f32: usize) -> usize {
+    let (rp, occ) = if core::mem::size_of::<T>() <= 2 { (1, 3) } else { (rp_f32, 1) };
     pick_config(configs, |c| {
         let bn = c.get("BN").unwrap();
         bn >= cols && (bn != 8192 || (c.get("RP") == Some(rp) && c.get("OCC") == Some(occ)))

@@ -154,12 +154,12 @@ pub fn rms_norm_kernel<T: Elem>(x: Ptr<T>, w: Ptr<T>, y: PtrMut<T>, rstd_out: Pt
 
 /// The config the norms run for rows of `cols` elements of `T`
 /// (`crate::row_config`). At 8192×8192 on the H100 (bench/RESULTS.md), bf16
-/// RMSNorm measured 95.1 µs with two row blocks a program, two programs an
-/// SM (RP = 2, OCC = 2), against 108.0 µs for RP = 1, OCC = 1; LayerNorm
-/// 113.3 against 118.6 µs.
+/// with RP = 1, OCC = 3 measured RMSNorm 93.9 µs and LayerNorm 110.9 µs,
+/// against 94.7 and 113.5 µs for RP = 2, OCC = 2 and 106.1 and 119.1 µs for
+/// RP = 1, OCC = 1.
 #[cfg(not(target_arch = "nvptx64"))]
 pub fn default_config<T: Elem>(cols: usize) -> usize {
-    crate::row_config::<T>(layer_norm_kernel::CONFIGS, cols, 2, 1)
+    crate::row_config::<T>(layer_norm_kernel::CONFIGS, cols, 1)
 }
 
 /// What a norm's forward pass saves for its backward pass (one value per row).

@@ -60,11 +60,11 @@ pub fn softmax_kernel<T: Elem>(x: Ptr<T>, y: PtrMut<T>, rows: usize, cols: usize
 
 /// The config `softmax` runs for rows of `cols` elements of `T`
 /// (`crate::row_config`). At 8192×8192 on the H100 (bench/RESULTS.md), bf16
-/// measured 97.4 µs with four row blocks a program, two programs an SM
-/// (RP = 4, OCC = 2), against 102.7 µs for RP = 2 and 118.7 µs for RP = 1.
+/// measured 96.1 µs with RP = 1, OCC = 3, against 101.4 µs for RP = 2,
+/// OCC = 2 and 114.8 µs for RP = 1, OCC = 1; f32 takes RP = 2.
 #[cfg(not(target_arch = "nvptx64"))]
 pub fn default_config<T: Elem>(cols: usize) -> usize {
-    crate::row_config::<T>(softmax_kernel::CONFIGS, cols, 4, 2)
+    crate::row_config::<T>(softmax_kernel::CONFIGS, cols, 2)
 }
 
 #[cfg(not(target_arch = "nvptx64"))]
