@@ -61,15 +61,14 @@ pub mod testing;
 #[cfg(not(target_arch = "nvptx64"))]
 pub use check::pick_config;
 
-/// The row-op config for rows of `cols` elements of `T`: the narrowest tile
-/// that holds a whole row (one read, one write; past 16384 columns the
-/// widest, in two passes). At 4097-8192 columns, 16-bit elements take one
-/// row a program and three programs an SM (RP = 1, OCC = 3: measured best
-/// for softmax, LayerNorm and RMSNorm), and f32, whose tiles need twice the
-/// registers, takes `(rp_f32, OCC = 1)`.
+/// The row-op config for rows of `cols` elements: the narrowest tile that
+/// holds a whole row (one read, one write; past 16384 columns the widest, in
+/// two passes); at 4097-8192 columns the `(RP, OCC)` the op measured best for
+/// its element type (`at_8192`, bench/RESULTS.md), until the tuner's table
+/// takes over.
 #[cfg(not(target_arch = "nvptx64"))]
-pub(crate) fn row_config<T: rustile::Elem>(configs: &[rustile::KernelConfig], cols: usize, rp_f32: usize) -> usize {
-    let (rp, occ) = if core::mem::size_of::<T>() <= 2 { (1, 3) } else { (rp_f32, 1) };
+pub(crate) fn row_config(configs: &[rustile::KernelConfig], cols: usize, at_8192: (usize, usize)) -> usize {
+    let (rp, occ) = at_8192;
     pick_config(configs, |c| {
         let bn = c.get("BN").unwrap();
         bn >= cols && (bn != 8192 || (c.get("RP") == Some(rp) && c.get("OCC") == Some(occ)))

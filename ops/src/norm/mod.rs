@@ -153,13 +153,31 @@ pub fn rms_norm_kernel<T: Elem>(x: Ptr<T>, w: Ptr<T>, y: PtrMut<T>, rstd_out: Pt
 // ---- config choice and host API ----------------------------------------------------------
 
 /// The config the norms run for rows of `cols` elements of `T`
-/// (`crate::row_config`). At 8192×8192 on the H100 (bench/RESULTS.md), bf16
-/// with RP = 1, OCC = 3 measured RMSNorm 93.9 µs and LayerNorm 110.9 µs,
-/// against 94.7 and 113.5 µs for RP = 2, OCC = 2 and 106.1 and 119.1 µs for
-/// RP = 1, OCC = 1.
+/// (`crate::row_config`). At 8192×8192 on the H100 (bench/RESULTS.md), one
+/// row a program and three programs an SM (RP = 1, OCC = 3) measured best
+/// for bf16 (RMSNorm 94.8 µs, LayerNorm 110.9 µs) and for f16 LayerNorm
+/// (109.4 µs); f16 RMSNorm spills at that cap and takes RP = 2, OCC = 2
+/// (94.9 µs against 158 µs). f32 (twice the registers) takes RP = 1, OCC = 1.
 #[cfg(not(target_arch = "nvptx64"))]
-pub fn default_config<T: Elem>(cols: usize) -> usize {
-    crate::row_config::<T>(layer_norm_kernel::CONFIGS, cols, 1)
+fn default_config<T: Elem>(cols: usize, rms: bool) -> usize {
+    let at_8192 = match T::NAME {
+        "f32" => (1, 1),
+        "f16" if rms => (2, 2),
+        _ => (1, 3),
+    };
+    crate::row_config(layer_norm_kernel::CONFIGS, cols, at_8192)
+}
+
+/// The config `layer_norm` runs for rows of `cols` elements of `T`.
+#[cfg(not(target_arch = "nvptx64"))]
+pub fn layer_norm_config<T: Elem>(cols: usize) -> usize {
+    default_config::<T>(cols, false)
+}
+
+/// The config `rms_norm` runs for rows of `cols` elements of `T`.
+#[cfg(not(target_arch = "nvptx64"))]
+pub fn rms_norm_config<T: Elem>(cols: usize) -> usize {
+    default_config::<T>(cols, true)
 }
 
 /// What a norm's forward pass saves for its backward pass (one value per row).
@@ -199,7 +217,7 @@ mod host {
         expect_shape("mean", mean, &[rows])?;
         expect_shape("rstd", rstd, &[rows])?;
         check_eps(eps)?;
-        let cfg = default_config::<T>(cols);
+        let cfg = layer_norm_config::<T>(cols);
         layer_norm_kernel::launch(gpu, cfg, x, w, b.unwrap_or(w), y, mean, rstd, rows, cols, eps, b.is_some() as u32)
     }
 
@@ -210,7 +228,7 @@ mod host {
         expect_shape("y", y, &[rows, cols])?;
         expect_shape("rstd", rstd, &[rows])?;
         check_eps(eps)?;
-        rms_norm_kernel::launch(gpu, default_config::<T>(cols), x, w, y, rstd, rows, cols, eps)
+        rms_norm_kernel::launch(gpu, rms_norm_config::<T>(cols), x, w, y, rstd, rows, cols, eps)
     }
 
     /// LayerNorm in the CPU interpreter: `(y, stats)`.
@@ -221,7 +239,7 @@ mod host {
         let (mut mean, mut rstd) = (vec![0.0; rows], vec![0.0; rows]);
         let bias = b.unwrap_or(w);
         assert_eq!(bias.len(), cols, "layer_norm: b must have {cols} elements");
-        layer_norm_kernel::cpu(default_config::<T>(cols), x, w, bias, &mut y, &mut mean, &mut rstd, rows, cols, eps, b.is_some() as u32);
+        layer_norm_kernel::cpu(layer_norm_config::<T>(cols), x, w, bias, &mut y, &mut mean, &mut rstd, rows, cols, eps, b.is_some() as u32);
         (y, NormStats { mean, rstd })
     }
 
@@ -231,7 +249,7 @@ mod host {
         assert_eq!(w.len(), cols, "rms_norm: w must have {cols} elements");
         let mut y = vec![T::default(); x.len()];
         let mut rstd = vec![0.0; rows];
-        rms_norm_kernel::cpu(default_config::<T>(cols), x, w, &mut y, &mut rstd, rows, cols, eps);
+        rms_norm_kernel::cpu(rms_norm_config::<T>(cols), x, w, &mut y, &mut rstd, rows, cols, eps);
         (y, NormStats { mean: Vec::new(), rstd })
     }
 }

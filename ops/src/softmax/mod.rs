@@ -60,11 +60,13 @@ pub fn softmax_kernel<T: Elem>(x: Ptr<T>, y: PtrMut<T>, rows: usize, cols: usize
 
 /// The config `softmax` runs for rows of `cols` elements of `T`
 /// (`crate::row_config`). At 8192×8192 on the H100 (bench/RESULTS.md), bf16
-/// measured 96.1 µs with RP = 1, OCC = 3, against 101.4 µs for RP = 2,
-/// OCC = 2 and 114.8 µs for RP = 1, OCC = 1; f32 takes RP = 2.
+/// and f16 measured 96.1 and 96.6 µs with one row a program and three
+/// programs an SM (RP = 1, OCC = 3), against 100.8 µs for RP = 2, OCC = 2 and
+/// 115.3 µs for RP = 1, OCC = 1. f32 (twice the registers) takes RP = 2, OCC = 1.
 #[cfg(not(target_arch = "nvptx64"))]
 pub fn default_config<T: Elem>(cols: usize) -> usize {
-    crate::row_config::<T>(softmax_kernel::CONFIGS, cols, 2)
+    let at_8192 = if T::NAME == "f32" { (2, 1) } else { (1, 3) };
+    crate::row_config(softmax_kernel::CONFIGS, cols, at_8192)
 }
 
 #[cfg(not(target_arch = "nvptx64"))]
