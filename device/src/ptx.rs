@@ -110,6 +110,23 @@ pub fn f32_to_f16(x: f32) -> u16 {
     y
 }
 
+macro_rules! pair_to_16 {
+    ($(#[$doc:meta])* $name:ident, $cvt:literal) => {
+        $(#[$doc])*
+        #[inline(always)]
+        pub fn $name(a: f32, b: f32) -> [u16; 2] {
+            let y: u32;
+            // The first source goes to the upper half.
+            unsafe { asm!(concat!($cvt, " {y}, {b}, {a};"), y = out(reg32) y, a = in(reg32) a, b = in(reg32) b, options(pure, nomem, nostack)); }
+            [y as u16, (y >> 16) as u16]
+        }
+    };
+}
+pair_to_16!(/// (a, b) f32 → bf16 bits, round to nearest even, one instruction (sm_80+).
+    f32x2_to_bf16x2, "cvt.rn.bf16x2.f32");
+pair_to_16!(/// (a, b) f32 → f16 bits, round to nearest even, one instruction (sm_80+).
+    f32x2_to_f16x2, "cvt.rn.f16x2.f32");
+
 /// f16 bits → f32 (exact).
 #[inline(always)]
 pub fn f16_to_f32(x: u16) -> f32 {

@@ -13,6 +13,12 @@ pub unsafe trait Elem: Copy + Default + PartialEq + Send + Sync + core::fmt::Deb
     const NAME: &'static str;
     fn to_f32(self) -> f32;
     fn from_f32(x: f32) -> Self;
+    /// `[from_f32(a), from_f32(b)]`; the 16-bit types convert a pair in one
+    /// GPU instruction.
+    #[inline(always)]
+    fn from_f32_pair(a: f32, b: f32) -> [Self; 2] {
+        [Self::from_f32(a), Self::from_f32(b)]
+    }
 
     /// Alignment (bytes) that a chunk of 8 elements needs for one vector access on the GPU.
     const CHUNK_ALIGN: usize = 16;
@@ -43,6 +49,12 @@ unsafe impl Elem for bf16 {
         #[cfg(not(target_arch = "nvptx64"))]
         return bf16::from_f32(x);
     }
+    #[cfg(target_arch = "nvptx64")]
+    #[inline(always)]
+    fn from_f32_pair(a: f32, b: f32) -> [Self; 2] {
+        let [lo, hi] = rustile_device::f32x2_to_bf16x2(a, b);
+        [bf16::from_bits(lo), bf16::from_bits(hi)]
+    }
 }
 
 unsafe impl Elem for f16 {
@@ -60,6 +72,12 @@ unsafe impl Elem for f16 {
         return f16::from_bits(rustile_device::f32_to_f16(x));
         #[cfg(not(target_arch = "nvptx64"))]
         return f16::from_f32(x);
+    }
+    #[cfg(target_arch = "nvptx64")]
+    #[inline(always)]
+    fn from_f32_pair(a: f32, b: f32) -> [Self; 2] {
+        let [lo, hi] = rustile_device::f32x2_to_f16x2(a, b);
+        [f16::from_bits(lo), f16::from_bits(hi)]
     }
 }
 
