@@ -207,7 +207,7 @@ where
     pub fn row_sums<const K: usize>(tiles: [Self; K]) -> [Col<f32, R, C, TH>; K] {
         let add = |a: f32, b: f32| a + b;
         // `from_fn` over indices, not `map` by value: that would copy the tiles through the stack.
-        let mut parts: [[f32; held_rows(R, C, TH)]; K] = core::array::from_fn(|k| tiles[k].row_partials(0.0, add));
+        let mut parts: [[f32; held_rows(R, C, TH)]; K] = core::array::from_fn(|k| tiles[k].row_partials(-0.0, add));
         be::row_allreduce::<C, TH, { held_rows(R, C, TH) }, K>(&mut parts, add);
         core::array::from_fn(|k| Col { v: parts[k] })
     }
@@ -251,7 +251,8 @@ where
     /// Sum of each row.
     #[inline(always)]
     pub fn row_sum(self) -> Col<f32, R, C, TH> {
-        self.reduce_rows(0.0, |a, b| a + b)
+        // −0 is the identity of + (0 is not: 0 + −0 = 0), so the first add folds away.
+        self.reduce_rows(-0.0, |a, b| a + b)
     }
     /// Maximum of each row (−∞ for an empty or all-masked row).
     #[inline(always)]
@@ -261,7 +262,7 @@ where
     /// Sum of each column.
     #[inline(always)]
     pub fn col_sum(self) -> Row<f32, R, C, TH> {
-        self.reduce_cols(0.0, |a, b| a + b)
+        self.reduce_cols(-0.0, |a, b| a + b)
     }
     /// Maximum of each column.
     #[inline(always)]
