@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from triton.testing import do_bench
 
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
-OPS = ["add", "swiglu", "softmax", "layernorm", "rmsnorm"]
+OPS = ["add", "swiglu", "softmax", "layernorm", "rmsnorm", "gemm"]
 
 
 def problem(op, args, dtype):
@@ -43,6 +43,9 @@ def problem(op, args, dtype):
     if op == "rmsnorm":
         fn = lambda x, w: F.rms_norm(x, (cols,), w, eps=1e-6)
         return fn, [randn(rows, cols), randn(cols)], [rows, cols], 2 * rows * cols * size + cols * size
+    if op == "gemm":
+        m, n, k = args.mnk
+        return (lambda a, b: a @ b.T), [randn(m, k), randn(n, k)], [m, n, k], (m * k + n * k + m * n) * size
     raise ValueError(f"unknown op {op!r}; known: {', '.join(OPS)}")
 
 
@@ -58,6 +61,7 @@ def main():
     p.add_argument("--rows", type=int, default=8192)
     p.add_argument("--cols", type=int, default=8192)
     p.add_argument("--numel", type=int, default=1 << 28)
+    p.add_argument("--mnk", default="4096,4096,4096", type=lambda v: [int(x) for x in v.split(",")])
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     p.add_argument("--json", required=True)
     args = p.parse_args()
@@ -81,8 +85,10 @@ def main():
             shape_s = "x".join(map(str, shape))
             print(f"{op:10} {shape_s:>16} {args.dtype:5} {name:14} {ms * 1e3:9.1f} us "
                   f"{nbytes / ms / 1e6:7.0f} GB/s", file=sys.stderr)
-            rows.append({"op": op, "shape": shape_s, "dtype": args.dtype, "impl": name,
-                         "median_ms": ms, "bytes": nbytes})
+            row = {"op": op, "shape": shape_s, "dtype": args.dtype, "impl": name, "median_ms": ms, "bytes": nbytes}
+            if op == "gemm":
+                row["flops"] = 2.0 * shape[0] * shape[1] * shape[2]
+            rows.append(row)
         del inputs, fn, compiled
         torch.cuda.empty_cache()
 

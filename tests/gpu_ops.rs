@@ -4,7 +4,7 @@
 use rustile::{bf16, f16, Elem};
 use rustile_host::{Error, Gpu, Tensor};
 use rustile_ops::testing::{mean_err, normal, rel_err, rng, tolerance, wide};
-use rustile_ops::{norm, reference, softmax, vector};
+use rustile_ops::{gemm, norm, reference, softmax, vector};
 use rustile_tests::gpu_or_skip;
 
 fn up<T: Elem>(gpu: &Gpu, x: &[T], shape: &[usize]) -> Tensor<T> {
@@ -113,6 +113,30 @@ fn norms_match_float64() {
         norm_case::<f16>(&gpu, rows, cols, 0.0, true);
     }
     norm_case::<f32>(&gpu, 4, 5000, 1000.0, true);
+}
+
+fn gemm_case<T: Elem>(gpu: &Gpu, m: usize, n: usize, k: usize) {
+    let (mut rng, seed) = rng();
+    let a: Vec<T> = normal(&mut rng, m * k, 0.0, 1.0);
+    let b: Vec<T> = normal(&mut rng, n * k, 0.0, 1.0);
+    let (da, db) = (up(gpu, &a, &[m, k]), up(gpu, &b, &[n, k]));
+    let want = reference::matmul_nt(&wide(&a), &wide(&b), m, n, k);
+    for cfg in 0..gemm::gemm_nt_kernel::CONFIGS.len() {
+        let mut c = poisoned::<T>(gpu, &[m, n]);
+        gemm::gemm_nt_kernel::launch(gpu, cfg, &da, &db, &mut c, m, n, k).unwrap();
+        let err = rel_err(&gpu.download(&c).unwrap(), &want);
+        assert!(err <= tolerance::<T>(), "gemm_nt<{}> {m}×{n}×{k} cfg={cfg} (seed {seed}): rel err {err:.2e}", T::NAME);
+    }
+}
+
+#[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
+fn gemm_matches_float64() {
+    let Some(gpu) = gpu_or_skip("gemm_matches_float64") else { return };
+    for (m, n, k) in [(1, 1, 1), (17, 9, 5), (70, 33, 48), (129, 131, 77), (300, 517, 264), (1000, 260, 1031)] {
+        gemm_case::<bf16>(&gpu, m, n, k);
+        gemm_case::<f16>(&gpu, m, n, k);
+    }
 }
 
 #[test]

@@ -17,13 +17,13 @@ use rustile_host::{Error, Gpu};
 use harness::{MeasureCfg, Report};
 
 /// The ops this bench knows, in table order.
-const OPS: &[&str] = &["add", "swiglu", "softmax", "layernorm", "rmsnorm"];
+const OPS: &[&str] = &["add", "swiglu", "softmax", "layernorm", "rmsnorm", "gemm"];
 
 #[derive(Parser, Debug)]
 #[command(about = "Rustile ops against PyTorch (eager and torch.compile) on this GPU")]
 struct Args {
     /// Comma-separated ops to run.
-    #[arg(long, value_delimiter = ',', default_value = "add,swiglu,softmax,layernorm,rmsnorm")]
+    #[arg(long, value_delimiter = ',', default_value = "add,swiglu,softmax,layernorm,rmsnorm,gemm")]
     ops: Vec<String>,
     /// Rows of the row-wise ops (softmax, layernorm, rmsnorm).
     #[arg(long, default_value_t = 8192)]
@@ -34,6 +34,9 @@ struct Args {
     /// Elements of the element-wise ops (add, swiglu).
     #[arg(long, default_value_t = 1 << 28)]
     numel: usize,
+    /// M,N,K of the GEMM (C[M,N] = A[M,K]·B[N,K]ᵀ).
+    #[arg(long, value_delimiter = ',', num_args = 3, default_value = "4096,4096,4096")]
+    mnk: Vec<usize>,
     /// Element type: f32, bf16 or f16.
     #[arg(long, default_value = "bf16")]
     dtype: String,
@@ -65,6 +68,7 @@ pub struct Sizes {
     pub rows: usize,
     pub cols: usize,
     pub numel: usize,
+    pub mnk: [usize; 3],
     pub dtype: String,
 }
 
@@ -78,7 +82,7 @@ fn main() {
         eprintln!("unknown dtype `{}`; use f32, bf16 or f16", args.dtype);
         std::process::exit(2);
     }
-    let sizes = Sizes { rows: args.rows, cols: args.cols, numel: args.numel, dtype: args.dtype.clone() };
+    let sizes = Sizes { rows: args.rows, cols: args.cols, numel: args.numel, mnk: [args.mnk[0], args.mnk[1], args.mnk[2]], dtype: args.dtype.clone() };
 
     let gpu = match Gpu::new() {
         Ok(gpu) => gpu,
@@ -132,6 +136,7 @@ fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes) -> rustile_host::Result<()> 
                     rows: sizes.rows,
                     cols: sizes.cols,
                     numel: sizes.numel,
+                    mnk: sizes.mnk,
                     dtype: &sizes.dtype,
                 };
                 match torch::run(&args.python, &script, &req) {

@@ -12,6 +12,10 @@
 #![allow(internal_features)]
 
 #[cfg(target_arch = "nvptx64")]
+mod mma;
+#[cfg(target_arch = "nvptx64")]
+pub use mma::*;
+#[cfg(target_arch = "nvptx64")]
 mod ptx;
 #[cfg(target_arch = "nvptx64")]
 pub use ptx::*;

@@ -309,6 +309,8 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
                 pub type Row<T, const R: usize, const C: usize> = ::rustile::Row<T, R, C, THREADS>;
                 pub type BlockPtr<T, const R: usize, const C: usize> = ::rustile::BlockPtr<T, R, C, THREADS>;
                 pub type OnlineSoftmax<const R: usize, const C: usize> = ::rustile::OnlineSoftmax<R, C, THREADS>;
+                pub type Acc<const M: usize, const N: usize> = ::rustile::Acc<M, N, THREADS>;
+                pub type Shared<T, const R: usize, const C: usize> = ::rustile::Shared<T, R, C, THREADS>;
                 #(#bodies)*
                 #(#entries)*
             }

@@ -48,6 +48,7 @@ macro_rules! row_kernel {
     };
 }
 
+pub mod gemm;
 pub mod norm;
 pub mod softmax;
 pub mod vector;

@@ -43,3 +43,14 @@ pub fn rms_norm(x: &[f64], cols: usize, w: &[f64], eps: f64) -> (Vec<f64>, Vec<f
     }
     (y, rstds)
 }
+
+/// `a·bᵀ` for `a` `[m, k]` and `b` `[n, k]`, row-major.
+pub fn matmul_nt(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
+    let mut c = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            c[i * n + j] = (0..k).map(|p| a[i * k + p] * b[j * k + p]).sum();
+        }
+    }
+    c
+}

@@ -163,7 +163,7 @@ fn build_arch(repo: &Repo, tools: &Tools, spec: &BuildSpec, linker: &Path, allow
     let mut rustflags = vec![
         format!("-Ctarget-cpu={cpu}"),
         format!("-Clinker={}", linker.display()),
-        "-Cllvm-args=-unroll-threshold=5000".to_string(),
+        "-Cllvm-args=-unroll-threshold=20000".to_string(),
     ];
     // For experiments such as a newer PTX ISA (`-Ctarget-feature=+ptx87`); changing them rebuilds core.
     if let Ok(extra) = std::env::var("RUSTILE_DEVICE_RUSTFLAGS") {

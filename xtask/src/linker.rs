@@ -29,7 +29,7 @@ const FP_CONTRACT: &str = "--fp-contract=fast";
 
 /// Unrolling must be aggressive enough that per-thread fragment loops vanish
 /// into registers; the default threshold left accumulators in local memory.
-const UNROLL_THRESHOLD: &str = "-unroll-threshold=5000";
+const UNROLL_THRESHOLD: &str = "-unroll-threshold=20000";
 
 fn main() -> ExitCode {
     match run() {

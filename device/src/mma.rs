@@ -1,0 +1,57 @@
+//! Tensor-core primitives (sm_80+): shared-memory stores, `ldmatrix` and
+//! `mma.sync`. Shared-memory addresses are 32-bit offsets in the `.shared`
+//! window (what `cvta.to.shared` gives), as the instructions take them.
+use core::arch::asm;
+
+/// The `.shared` address of a generic pointer into shared memory.
+#[inline(always)]
+pub fn smem_addr<T>(p: *const T) -> u32 {
+    let a: u64;
+    unsafe { asm!("cvta.to.shared.u64 {a}, {p};", a = out(reg64) a, p = in(reg64) p, options(pure, nomem, nostack)) };
+    a as u32
+}
+
+/// Writes 16 bytes at shared address `addr` (16-aligned).
+#[inline(always)]
+pub unsafe fn st_shared_v4(addr: u32, x: [u32; 4]) {
+    unsafe {
+        asm!("st.shared.v4.b32 [{a}], {{{x0}, {x1}, {x2}, {x3}}};", a = in(reg32) addr,
+             x0 = in(reg32) x[0], x1 = in(reg32) x[1], x2 = in(reg32) x[2], x3 = in(reg32) x[3], options(nostack));
+    }
+}
+
+/// `ldmatrix.sync.aligned.m8n8.x4.shared.b16`: four 8×8 matrices of 16-bit
+/// elements; lane `8·i + r` gives the address of row `r` of matrix `i`, and
+/// each lane receives its fragment of every matrix (one register each).
+#[inline(always)]
+pub unsafe fn ldmatrix_x4(addr: u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    unsafe {
+        asm!("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{{a}, {b}, {c}, {d}}}, [{p}];",
+             a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d, p = in(reg32) addr, options(nostack));
+    }
+    [a, b, c, d]
+}
+
+macro_rules! mma_16816 {
+    ($(#[$doc:meta])* $name:ident, $ty:literal) => {
+        $(#[$doc])*
+        #[inline(always)]
+        pub fn $name(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4] {
+            let [mut d0, mut d1, mut d2, mut d3] = c;
+            unsafe {
+                asm!(concat!("mma.sync.aligned.m16n8k16.row.col.f32.", $ty, ".", $ty, ".f32 ",
+                             "{{{d0}, {d1}, {d2}, {d3}}}, {{{a0}, {a1}, {a2}, {a3}}}, {{{b0}, {b1}}}, {{{d0}, {d1}, {d2}, {d3}}};"),
+                     d0 = inout(reg32) d0, d1 = inout(reg32) d1, d2 = inout(reg32) d2, d3 = inout(reg32) d3,
+                     a0 = in(reg32) a[0], a1 = in(reg32) a[1], a2 = in(reg32) a[2], a3 = in(reg32) a[3],
+                     b0 = in(reg32) b[0], b1 = in(reg32) b[1], options(pure, nomem, nostack));
+            }
+            [d0, d1, d2, d3]
+        }
+    };
+}
+mma_16816!(/// `D = A·B + C` for a 16×16 bf16 A (row-major fragment), a 16×8 bf16 B
+    /// (column-major fragment) and a 16×8 f32 accumulator, on one warp.
+    mma_bf16_16816, "bf16");
+mma_16816!(/// `mma_bf16_16816` for f16 operands.
+    mma_f16_16816, "f16");

@@ -1,0 +1,299 @@
+//! Matrix products on tensor cores: operand tiles in shared memory
+//! ([`Shared`]), an f32 accumulator ([`Acc`]) and [`dot`].
+//!
+//! A GEMM main loop reads like this (C = A·Bᵀ with A `[M, K]` and B `[N, K]`,
+//! both row-major: the layout of a linear layer's weight):
+//!
+//! ```ignore
+//! let mut acc = Acc::<BM, BN>::zeros();
+//! let (mut sa, mut sb) = (Shared::<T, BM, BK>::at(0), Shared::<T, BN, BK>::at(BM * BK * 2));
+//! while k0 < k {
+//!     sa.store(&load(&pa));              // global → registers → shared (swizzled)
+//!     sb.store(&load(&pb));
+//!     acc = dot(&sa, &sb, acc);          // ldmatrix + mma.sync, per warp
+//!     ...
+//! }
+//! store_acc(&pc, &acc);
+//! ```
+//!
+//! On the GPU the program's warps tile the `M×N` block in a `WM×WN` grid
+//! (as square as the warp count allows, [`warp_grid`]); each warp owns an
+//! `(M/WM)×(N/WN)` piece as 16×8 `mma.sync.m16n8k16` fragments, four f32 a
+//! thread each. Operands are 16-bit (bf16 or f16). Shared tiles are stored
+//! with an XOR swizzle of their 16-byte chunks so that the eight row
+//! addresses of one `ldmatrix` hit eight different bank groups.
+//!
+//! On the CPU a shared tile is a plain row-major array, the accumulator holds
+//! the whole `M×N` block, and `dot` multiplies in f32, as the tensor cores do.
+use crate::backend as be;
+use crate::layout::{Shape, V};
+use crate::tile::len;
+use crate::{BlockPtr, Elem, Tile};
+
+/// The warp grid `(WM, WN)` of a program of `warps` warps: `WM·WN = warps`,
+/// `WN` the larger when they differ.
+pub const fn warp_grid(warps: usize) -> (usize, usize) {
+    let mut wm = 1;
+    while wm * wm * 4 <= warps {
+        wm *= 2;
+    }
+    (wm, warps / wm)
+}
+
+/// Why an `M×N` accumulator over `K`-deep operands cannot run on `TH`
+/// threads, or `None`.
+pub const fn check_mma(m: usize, n: usize, k: usize, th: usize) -> Option<&'static str> {
+    let (wm, wn) = warp_grid(th / 32);
+    if m % (wm * 16) != 0 || n % (wn * 16) != 0 {
+        return Some("dot: BM must be a multiple of 16·WM and BN of 16·WN (the warp grid of `rustile::mma::warp_grid`)");
+    }
+    if k % 16 != 0 {
+        return Some("dot: BK must be a multiple of 16 (one mma.sync k-step)");
+    }
+    if m / wm > 128 || n / wn > 128 {
+        return Some("dot: a warp's piece of the block is at most 128×128 (use more WARPS)");
+    }
+    None
+}
+
+/// Compile-time check of an accumulator shape, as `layout::Shape` for tiles.
+pub struct MmaShape<const M: usize, const N: usize, const K: usize, const TH: usize>;
+impl<const M: usize, const N: usize, const K: usize, const TH: usize> MmaShape<M, N, K, TH> {
+    pub const OK: () = match check_mma(M, N, K, TH) {
+        None => (),
+        Some(msg) => panic!("{}", msg),
+    };
+}
+
+/// The warp tiling of an `M×N` accumulator on `TH` threads, as constants
+/// (so that every fragment loop has a literal trip count and unrolls).
+struct Warps<const M: usize, const N: usize, const TH: usize>;
+#[allow(dead_code)]
+impl<const M: usize, const N: usize, const TH: usize> Warps<M, N, TH> {
+    const WM: usize = warp_grid(TH / 32).0;
+    const WN: usize = warp_grid(TH / 32).1;
+    /// Rows and columns of one warp's piece.
+    const TM: usize = M / Self::WM;
+    const TN: usize = N / Self::WN;
+    /// 16×8 fragments in a warp's piece, down and across.
+    const MI: usize = Self::TM / 16;
+    const NI: usize = Self::TN / 8;
+}
+
+/// f32 values an accumulator holds per thread.
+pub const fn acc_len(m: usize, n: usize, th: usize) -> usize {
+    if cfg!(target_arch = "nvptx64") { m * n / th } else { m * n }
+}
+
+// ---- shared tiles ------------------------------------------------------------------------
+
+/// An `R×C` tile of 16-bit elements in the program's shared memory.
+pub struct Shared<T, const R: usize, const C: usize, const TH: usize> {
+    #[cfg(target_arch = "nvptx64")]
+    base: u32,
+    #[cfg(not(target_arch = "nvptx64"))]
+    v: Vec<T>,
+    _t: core::marker::PhantomData<T>,
+}
+
+/// Element offset of chunk `chunk` of row `row` in a swizzled shared tile of
+/// `c` columns: the chunk index is XORed with a function of the row so that
+/// 8 consecutive rows at one logical chunk land in 8 different 16-byte bank
+/// groups (a 128-byte line holds 8 chunks).
+#[inline(always)]
+pub const fn swizzled(row: usize, chunk: usize, c: usize) -> usize {
+    let w = c / V; // chunks a row
+    let phase = if w >= 8 { row % 8 } else { (row / (8 / w)) % w };
+    row * c + (chunk ^ phase) * V
+}
+
+impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, TH> {
+    /// The tile at `byte_offset` of the program's shared memory (after the
+    /// reduction scratch; the config's `SMEM` must cover every tile).
+    #[inline(always)]
+    pub fn at(byte_offset: usize) -> Self {
+        let () = Shape::<R, C, TH>::OK;
+        assert!(core::mem::size_of::<T>() == 2, "Shared tiles hold 16-bit elements (bf16, f16)");
+        #[cfg(target_arch = "nvptx64")]
+        {
+            let base = rustile_device::smem_addr(rustile_device::dyn_smem::<u8>()) + (TH * 4 + byte_offset) as u32;
+            Shared { base, _t: core::marker::PhantomData }
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        {
+            let _ = byte_offset;
+            Shared { v: vec![T::default(); R * C], _t: core::marker::PhantomData }
+        }
+    }
+
+    /// Writes a register tile (in the standard layout) into this shared tile.
+    /// Call `sync()` before other threads read it.
+    #[inline(always)]
+    pub fn store(&mut self, t: &Tile<T, R, C, TH>)
+    where
+        [(); len(R, C, TH)]:,
+    {
+        let w = be::held_cols(C, TH);
+        for i in 0..be::held_rows(R, C, TH) {
+            let row = be::tile_row::<C, TH>(i);
+            for j in 0..w / V {
+                let col = be::tile_col::<C, TH>(j * V);
+                let chunk = &t.v[i * w + j * V..i * w + j * V + V];
+                #[cfg(target_arch = "nvptx64")]
+                unsafe {
+                    let mut x = [T::default(); V];
+                    x.copy_from_slice(chunk);
+                    let at = self.base + (swizzled(row, col / V, C) * 2) as u32;
+                    rustile_device::st_shared_v4(at, core::mem::transmute_copy(&x));
+                }
+                #[cfg(not(target_arch = "nvptx64"))]
+                self.v[row * C + col..row * C + col + V].copy_from_slice(chunk);
+            }
+        }
+    }
+}
+
+/// Every thread of the program waits here: shared memory written before is
+/// visible to all after.
+#[inline(always)]
+pub fn sync() {
+    #[cfg(target_arch = "nvptx64")]
+    rustile_device::sync_threads();
+}
+
+// ---- the accumulator ---------------------------------------------------------------------
+
+/// An `M×N` block of f32 partial products (see the module docs for its layout).
+#[derive(Clone, Copy)]
+pub struct Acc<const M: usize, const N: usize, const TH: usize>
+where
+    [(); acc_len(M, N, TH)]:,
+{
+    pub(crate) v: [f32; acc_len(M, N, TH)],
+}
+
+impl<const M: usize, const N: usize, const TH: usize> Acc<M, N, TH>
+where
+    [(); acc_len(M, N, TH)]:,
+{
+    #[inline(always)]
+    pub fn zeros() -> Self {
+        Acc { v: [0.0; acc_len(M, N, TH)] }
+    }
+
+    /// Applies `f(row, col, x)` to every element (`row`, `col` within the block).
+    #[inline(always)]
+    pub fn map(self, f: impl Fn(usize, usize, f32) -> f32) -> Self {
+        let mut v = self.v;
+        for (e, x) in v.iter_mut().enumerate() {
+            let (r, c) = acc_pos::<M, N, TH>(e);
+            *x = f(r, c, *x);
+        }
+        Acc { v }
+    }
+}
+
+/// Block row and column of this thread's accumulator element `e`.
+#[inline(always)]
+fn acc_pos<const M: usize, const N: usize, const TH: usize>(e: usize) -> (usize, usize) {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let (wn, tm, tn, ni_n) = (Warps::<M, N, TH>::WN, Warps::<M, N, TH>::TM, Warps::<M, N, TH>::TN, Warps::<M, N, TH>::NI);
+        let t = rustile_device::thread_idx() as usize;
+        let (warp, lane) = (t / 32, t % 32);
+        let (frag, k) = (e / 4, e % 4);
+        let (mi, ni) = (frag / ni_n, frag % ni_n);
+        let row = (warp / wn) * tm + mi * 16 + lane / 4 + (k / 2) * 8;
+        let col = (warp % wn) * tn + ni * 8 + (lane % 4) * 2 + k % 2;
+        (row, col)
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    (e / N, e % N)
+}
+
+/// `acc + a·bᵀ` for `a` `M×K` and `b` `N×K` (both row-major in shared memory).
+#[inline(always)]
+pub fn dot<T: Elem, const M: usize, const N: usize, const K: usize, const TH: usize>(
+    a: &Shared<T, M, K, TH>,
+    b: &Shared<T, N, K, TH>,
+    acc: Acc<M, N, TH>,
+) -> Acc<M, N, TH>
+where
+    [(); acc_len(M, N, TH)]:,
+{
+    let () = MmaShape::<M, N, K, TH>::OK;
+    let mut v = acc.v;
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let (wn, tm, tn) = (Warps::<M, N, TH>::WN, Warps::<M, N, TH>::TM, Warps::<M, N, TH>::TN);
+        let (mi_n, ni_n) = (Warps::<M, N, TH>::MI, Warps::<M, N, TH>::NI);
+        let t = rustile_device::thread_idx() as usize;
+        let (warp, lane) = (t / 32, t % 32);
+        let (row0, col0) = ((warp / wn) * tm, (warp % wn) * tn);
+        let bf16 = T::NAME == "bf16";
+        for ks in 0..K / 16 {
+            let kk = ks * 16;
+            // Fragment arrays sized for the largest warp tile (128×128); only
+            // the first mi_n / ni_n are used, and unrolling keeps them in registers.
+            let mut af = [[0u32; 4]; 8];
+            let mut bfr = [[0u32; 2]; 16];
+            for mi in 0..mi_n {
+                let row = row0 + mi * 16 + lane % 8 + 8 * ((lane / 8) % 2);
+                let chunk = kk / V + lane / 16;
+                af[mi] = unsafe { rustile_device::ldmatrix_x4(a.base + (swizzled(row, chunk, K) * 2) as u32) };
+            }
+            for p in 0..ni_n / 2 {
+                let m = lane / 8;
+                let row = col0 + p * 16 + lane % 8 + 8 * (m / 2);
+                let chunk = kk / V + m % 2;
+                let r = unsafe { rustile_device::ldmatrix_x4(b.base + (swizzled(row, chunk, K) * 2) as u32) };
+                bfr[2 * p] = [r[0], r[1]];
+                bfr[2 * p + 1] = [r[2], r[3]];
+            }
+            for mi in 0..mi_n {
+                for ni in 0..ni_n {
+                    let at = (mi * ni_n + ni) * 4;
+                    let c = [v[at], v[at + 1], v[at + 2], v[at + 3]];
+                    let d = if bf16 {
+                        rustile_device::mma_bf16_16816(af[mi], bfr[ni], c)
+                    } else {
+                        rustile_device::mma_f16_16816(af[mi], bfr[ni], c)
+                    };
+                    (v[at], v[at + 1], v[at + 2], v[at + 3]) = (d[0], d[1], d[2], d[3]);
+                }
+            }
+        }
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    for m in 0..M {
+        let ar = &a.v[m * K..m * K + K];
+        for n in 0..N {
+            let br = &b.v[n * K..n * K + K];
+            let mut s = v[m * N + n];
+            for k in 0..K {
+                s += ar[k].to_f32() * br[k].to_f32();
+            }
+            v[m * N + n] = s;
+        }
+    }
+    Acc { v }
+}
+
+/// Stores the accumulator, converted to `T`, into the block pointer's
+/// window; elements outside the tensor are skipped.
+#[inline(always)]
+pub fn store_acc<T: Elem, const M: usize, const N: usize, const TH: usize>(dst: &BlockPtr<T, M, N, TH>, acc: &Acc<M, N, TH>)
+where
+    [(); acc_len(M, N, TH)]:,
+{
+    let [rs, cs] = dst.strides;
+    for (e, x) in acc.v.iter().enumerate() {
+        let (r, c) = acc_pos::<M, N, TH>(e);
+        let (row, col) = (dst.offsets[0] + r, dst.offsets[1] + c);
+        if row < dst.shape[0] && col < dst.shape[1] {
+            let at = row * rs + col * cs;
+            dst.base.check("store_acc", at, 1, 1, true);
+            unsafe { *dst.base.at(at) = T::from_f32(*x) };
+        }
+    }
+}
