@@ -35,7 +35,7 @@ struct Args {
     #[arg(long, default_value_t = 1 << 28)]
     numel: usize,
     /// M,N,K of the GEMM (C[M,N] = A[M,K]·B[N,K]ᵀ).
-    #[arg(long, value_delimiter = ',', num_args = 3, default_value = "4096,4096,4096")]
+    #[arg(long, value_delimiter = ',', default_value = "4096,4096,4096")]
     mnk: Vec<usize>,
     /// Element type: f32, bf16 or f16.
     #[arg(long, default_value = "bf16")]
@@ -74,6 +74,10 @@ pub struct Sizes {
 
 fn main() {
     let args = Args::parse();
+    if args.mnk.len() != 3 || args.mnk.contains(&0) {
+        eprintln!("--mnk takes three sizes M,N,K ≥ 1 (got {:?})", args.mnk);
+        std::process::exit(2);
+    }
     if let Some(bad) = args.ops.iter().find(|o| !OPS.contains(&o.as_str())) {
         eprintln!("unknown op `{bad}`; known ops: {}", OPS.join(", "));
         std::process::exit(2);
