@@ -105,7 +105,7 @@ fn norm_case<T: Elem>(gpu: &Gpu, rows: usize, cols: usize, offset: f32, bias: bo
 #[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
 fn norms_match_float64() {
     let Some(gpu) = gpu_or_skip("norms_match_float64") else { return };
-    for (rows, cols) in [(1, 7), (37, 33), (5, 1000), (3, 3001), (2, 40_001), (1000, 129)] {
+    for (rows, cols) in [(1, 7), (37, 33), (5, 1000), (3, 3001), (2, 40_001), (1000, 129), (7, 128), (3, 1024), (5, 8192)] {
         for bias in [false, true] {
             norm_case::<f32>(&gpu, rows, cols, 0.0, bias);
             norm_case::<bf16>(&gpu, rows, cols, 0.0, bias);

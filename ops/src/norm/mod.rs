@@ -36,30 +36,44 @@ pub fn layer_norm_kernel<T: Elem>(
         // element of the row keeps E[d] on the scale of the row's spread, so
         // the subtraction does not cancel as E[x²] − E[x]² would for a row far
         // from zero.
-        let mut next = load(&src(first));
-        let mut next_shift = Col::load_column(&src(first), 0);
-        for k in 0..RP {
-            let r0 = first + k * BM;
-            if r0 >= rows {
-                return;
-            }
-            let (xt, shift) = (next.cast::<f32>(), next_shift.cast::<f32>());
-            if k + 1 < RP {
-                // The last block's successor is the next program's.
-                next = load(&src(r0 + BM));
-                next_shift = Col::load_column(&src(r0 + BM), 0);
-            }
-            let d = inside(0).select(xt - shift, Tile::zeros());
-            let [sum, sum_sq] = Tile::row_sums([d, d * d]);
-            let dm = sum * (1.0 / cols as f32);
-            let var = (sum_sq * (1.0 / cols as f32) - dm * dm).max(Col::splat(0.0));
-            let rstd = (var + eps).rsqrt();
-            (shift + dm).store(mean_out, r0, rows);
-            rstd.store(rstd_out, r0, rows);
-            // w and b are loaded here, not held across the rows: registers decide
-            // whether two programs fit an SM, and the L2 hides their latency.
-            let (wt, bt) = params(0);
-            store(&dst(r0), &((d - dm) * rstd * wt.cast::<f32>() + bt.cast::<f32>()).cast::<T>());
+        //
+        // A row that fills the tile exactly needs no column mask, so the loop
+        // is written once and instantiated twice (as Triton's EVEN_N): the
+        // mask costs a compare and a select an element, which this issue-bound
+        // kernel feels (bench/RESULTS.md).
+        macro_rules! rows_in_one_tile {
+            ($centre:expr) => {{
+                let mut next = load(&src(first));
+                let mut next_shift = Col::load_column(&src(first), 0);
+                for k in 0..RP {
+                    let r0 = first + k * BM;
+                    if r0 >= rows {
+                        return;
+                    }
+                    let (xt, shift) = (next.cast::<f32>(), next_shift.cast::<f32>());
+                    if k + 1 < RP {
+                        // The last block's successor is the next program's.
+                        next = load(&src(r0 + BM));
+                        next_shift = Col::load_column(&src(r0 + BM), 0);
+                    }
+                    let d: Tile<f32, BM, BN> = $centre(xt - shift);
+                    let [sum, sum_sq] = Tile::row_sums([d, d * d]);
+                    let dm = sum * (1.0 / cols as f32);
+                    let var = (sum_sq * (1.0 / cols as f32) - dm * dm).max(Col::splat(0.0));
+                    let rstd = (var + eps).rsqrt();
+                    (shift + dm).store(mean_out, r0, rows);
+                    rstd.store(rstd_out, r0, rows);
+                    // w and b are loaded here, not held across the rows: registers decide
+                    // whether two programs fit an SM, and the L2 hides their latency.
+                    let (wt, bt) = params(0);
+                    store(&dst(r0), &((d - dm) * rstd * wt.cast::<f32>() + bt.cast::<f32>()).cast::<T>());
+                }
+            }};
+        }
+        if cols == BN {
+            rows_in_one_tile!(|t| t);
+        } else {
+            rows_in_one_tile!(|t| inside(0).select(t, Tile::zeros()));
         }
         return;
     }

@@ -53,7 +53,8 @@ fn check_rms<T: Elem>(rows: usize, cols: usize, scale: f32) {
 
 #[test]
 fn layer_norm_matches_float64_at_odd_shapes() {
-    for (rows, cols) in [(1, 8), (1, 7), (3, 100), (37, 33), (5, 1000), (2, 3001)] {
+    // Odd shapes, plus rows that fill a tile exactly (LayerNorm's unmasked path).
+    for (rows, cols) in [(1, 8), (1, 7), (3, 100), (37, 33), (5, 1000), (2, 3001), (7, 128), (3, 1024)] {
         for bias in [false, true] {
             check_ln::<f32>(rows, cols, 0.0, 1.0, bias);
             check_ln::<bf16>(rows, cols, 0.0, 1.0, bias);
