@@ -169,7 +169,7 @@ pub fn rms_norm_kernel<T: Elem>(x: Ptr<T>, w: Ptr<T>, y: PtrMut<T>, rstd_out: Pt
 /// The config the norms run for rows of `cols` elements of `T`
 /// (`crate::row_config`). At 8192×8192 on the H100 (bench/RESULTS.md), one
 /// row a program and three programs an SM (RP = 1, OCC = 3) measured best
-/// for bf16 (RMSNorm 93.9 µs, LayerNorm 109 µs) and f16 LayerNorm; f16
+/// for bf16 (RMSNorm 95.2 µs, LayerNorm 99.7 µs) and f16 LayerNorm; f16
 /// RMSNorm spills a little at that cap and takes RP = 2, OCC = 2 (94.5 µs,
 /// the same as OCC = 3). f32 (twice the registers) takes RP = 1, OCC = 1.
 #[cfg(not(target_arch = "nvptx64"))]
