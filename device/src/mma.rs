@@ -20,6 +20,29 @@ pub unsafe fn st_shared_v4(addr: u32, x: [u32; 4]) {
     }
 }
 
+/// Starts copying 16 bytes from global `src` to shared `dst` without
+/// registers (`cp.async.cg`): the first `bytes` come from `src`, the rest
+/// are zero; `bytes = 0` reads nothing. `src` must be 16-aligned.
+#[inline(always)]
+pub unsafe fn cp_async_16(dst: u32, src: *const u8, bytes: u32) {
+    unsafe {
+        asm!("cp.async.cg.shared.global [{d}], [{s}], 16, {n};", d = in(reg32) dst, s = in(reg64) src, n = in(reg32) bytes,
+             options(nostack));
+    }
+}
+
+/// Closes the group of `cp.async` copies issued since the last commit.
+#[inline(always)]
+pub fn cp_async_commit() {
+    unsafe { asm!("cp.async.commit_group;", options(nostack)) };
+}
+
+/// Waits until at most `N` committed groups of this thread are in flight.
+#[inline(always)]
+pub fn cp_async_wait<const N: u32>() {
+    unsafe { asm!("cp.async.wait_group {n};", n = const N, options(nostack)) };
+}
+
 /// `ldmatrix.sync.aligned.m8n8.x4.shared.b16`: four 8×8 matrices of 16-bit
 /// elements; lane `8·i + r` gives the address of row `r` of matrix `i`, and
 /// each lane receives its fragment of every matrix (one register each).

@@ -2,19 +2,26 @@
 //! ([`Shared`]), an f32 accumulator ([`Acc`]) and [`dot`].
 //!
 //! A GEMM main loop reads like this (C = A·Bᵀ with A `[M, K]` and B `[N, K]`,
-//! both row-major: the layout of a linear layer's weight):
+//! both row-major: the layout of a linear layer's weight); `ops::gemm` adds
+//! a pipeline `STAGES` deep around it:
 //!
 //! ```ignore
 //! let mut acc = Acc::<BM, BN>::zeros();
-//! let (mut sa, mut sb) = (Shared::<T, BM, BK>::at(0), Shared::<T, BN, BK>::at(BM * BK * 2));
-//! while k0 < k {
-//!     sa.store(&load(&pa));              // global → registers → shared (swizzled)
-//!     sb.store(&load(&pb));
-//!     acc = dot(&sa, &sb, acc);          // ldmatrix + mma.sync, per warp
-//!     ...
+//! for kt in 0..cdiv(k, BK) {
+//!     let (sa, sb) = (Shared::<T, BM, BK>::at(0), Shared::<T, BN, BK>::at(BM * BK * 2));
+//!     sa.copy_from(&pa(kt));          // global → shared with cp.async, masked edges
+//!     sb.copy_from(&pb(kt));
+//!     commit_copies();
+//!     wait_copies::<0>();
+//!     sync();
+//!     acc = dot(&sa, &sb, acc);       // ldmatrix + mma.sync, per warp
+//!     sync();
 //! }
 //! store_acc(&pc, &acc);
 //! ```
+//!
+//! `Shared::store` writes a register tile instead (for operands computed in
+//! registers, e.g. a normalized input).
 //!
 //! On the GPU the program's warps tile the `M×N` block in a `WM×WN` grid
 //! (as square as the warp count allows, [`warp_grid`]); each warp owns an
@@ -87,12 +94,14 @@ pub const fn acc_len(m: usize, n: usize, th: usize) -> usize {
 
 // ---- shared tiles ------------------------------------------------------------------------
 
-/// An `R×C` tile of 16-bit elements in the program's shared memory.
+/// An `R×C` tile of 16-bit elements in the program's shared memory: an
+/// address, so handles are cheap to make (one per pipeline stage and step).
+#[derive(Clone, Copy)]
 pub struct Shared<T, const R: usize, const C: usize, const TH: usize> {
     #[cfg(target_arch = "nvptx64")]
     base: u32,
     #[cfg(not(target_arch = "nvptx64"))]
-    v: Vec<T>,
+    base: *mut T,
     _t: core::marker::PhantomData<T>,
 }
 
@@ -115,21 +124,16 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
         let () = Shape::<R, C, TH>::OK;
         assert!(core::mem::size_of::<T>() == 2, "Shared tiles hold 16-bit elements (bf16, f16)");
         #[cfg(target_arch = "nvptx64")]
-        {
-            let base = rustile_device::smem_addr(rustile_device::dyn_smem::<u8>()) + (TH * 4 + byte_offset) as u32;
-            Shared { base, _t: core::marker::PhantomData }
-        }
+        let base = rustile_device::smem_addr(rustile_device::dyn_smem::<u8>()) + (TH * 4 + byte_offset) as u32;
         #[cfg(not(target_arch = "nvptx64"))]
-        {
-            let _ = byte_offset;
-            Shared { v: vec![T::default(); R * C], _t: core::marker::PhantomData }
-        }
+        let base = be::smem_at(TH * 4 + byte_offset, R * C * 2) as *mut T;
+        Shared { base, _t: core::marker::PhantomData }
     }
 
     /// Writes a register tile (in the standard layout) into this shared tile.
     /// Call `sync()` before other threads read it.
     #[inline(always)]
-    pub fn store(&mut self, t: &Tile<T, R, C, TH>)
+    pub fn store(&self, t: &Tile<T, R, C, TH>)
     where
         [(); len(R, C, TH)]:,
     {
@@ -138,19 +142,81 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
             let row = be::tile_row::<C, TH>(i);
             for j in 0..w / V {
                 let col = be::tile_col::<C, TH>(j * V);
-                let chunk = &t.v[i * w + j * V..i * w + j * V + V];
-                #[cfg(target_arch = "nvptx64")]
-                unsafe {
-                    let mut x = [T::default(); V];
-                    x.copy_from_slice(chunk);
-                    let at = self.base + (swizzled(row, col / V, C) * 2) as u32;
-                    rustile_device::st_shared_v4(at, core::mem::transmute_copy(&x));
-                }
-                #[cfg(not(target_arch = "nvptx64"))]
-                self.v[row * C + col..row * C + col + V].copy_from_slice(chunk);
+                let mut x = [T::default(); V];
+                x.copy_from_slice(&t.v[i * w + j * V..i * w + j * V + V]);
+                self.put_chunk(row, col, x);
             }
         }
     }
+
+    /// Starts copying the block pointer's window into this tile, straight
+    /// from global memory (`cp.async`; elements outside the tensor are zero).
+    /// The copies join the current group: `commit_copies()` closes it,
+    /// `wait_copies::<N>()` then `sync()` make it visible. A chunk that is not
+    /// 16-byte aligned in global memory (a row length that is not a multiple
+    /// of 8) is copied through registers instead, at once.
+    #[inline(always)]
+    pub fn copy_from(&self, src: &BlockPtr<T, R, C, TH>) {
+        let [rs, cs] = src.strides;
+        for i in 0..be::held_rows(R, C, TH) {
+            let row = be::tile_row::<C, TH>(i);
+            for j in 0..be::held_cols(C, TH) / V {
+                let col = be::tile_col::<C, TH>(j * V);
+                let (grow, gcol) = (src.offsets[0] + row, src.offsets[1] + col);
+                let valid = if grow < src.shape[0] { src.valid_cols(gcol).min(V) } else { 0 };
+                let first = grow * rs + gcol * cs;
+                src.base.check("Shared::copy_from", first, cs, valid, false);
+                let p = src.base.at(first);
+                #[cfg(target_arch = "nvptx64")]
+                {
+                    let aligned = cs == 1 && (p as usize) % 16 == 0;
+                    if aligned || valid == 0 {
+                        let dst = self.base + (swizzled(row, col / V, C) * 2) as u32;
+                        unsafe { rustile_device::cp_async_16(dst, p as *const u8, (valid * 2) as u32) };
+                    } else {
+                        self.put_chunk(row, col, unsafe { be::read_chunk(p, cs, valid, T::default()) });
+                    }
+                }
+                #[cfg(not(target_arch = "nvptx64"))]
+                self.put_chunk(row, col, unsafe { be::read_chunk(p, cs, valid, T::default()) });
+            }
+        }
+    }
+
+    /// Chunk (8 elements) at `row`, columns `col..col+8`.
+    #[inline(always)]
+    fn put_chunk(&self, row: usize, col: usize, x: [T; V]) {
+        #[cfg(target_arch = "nvptx64")]
+        unsafe {
+            let at = self.base + (swizzled(row, col / V, C) * 2) as u32;
+            rustile_device::st_shared_v4(at, core::mem::transmute_copy(&x));
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        unsafe {
+            core::ptr::copy_nonoverlapping(x.as_ptr(), self.base.add(row * C + col), V);
+        }
+    }
+
+    /// Element `[row, col]` (interpreter only).
+    #[cfg(not(target_arch = "nvptx64"))]
+    fn get(&self, row: usize, col: usize) -> T {
+        unsafe { *self.base.add(row * C + col) }
+    }
+}
+
+/// Closes the group of `Shared::copy_from` copies issued since the last call.
+#[inline(always)]
+pub fn commit_copies() {
+    #[cfg(target_arch = "nvptx64")]
+    rustile_device::cp_async_commit();
+}
+
+/// Waits until at most `N` groups of this thread's copies are still in
+/// flight (then `sync()` before reading what other threads copied).
+#[inline(always)]
+pub fn wait_copies<const N: u32>() {
+    #[cfg(target_arch = "nvptx64")]
+    rustile_device::cp_async_wait::<N>();
 }
 
 /// Every thread of the program waits here: shared memory written before is
@@ -266,12 +332,10 @@ where
     }
     #[cfg(not(target_arch = "nvptx64"))]
     for m in 0..M {
-        let ar = &a.v[m * K..m * K + K];
         for n in 0..N {
-            let br = &b.v[n * K..n * K + K];
             let mut s = v[m * N + n];
             for k in 0..K {
-                s += ar[k].to_f32() * br[k].to_f32();
+                s += a.get(m, k).to_f32() * b.get(n, k).to_f32();
             }
             v[m * N + n] = s;
         }

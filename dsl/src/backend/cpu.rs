@@ -58,6 +58,24 @@ pub unsafe fn write_chunk<T: Elem>(p: *mut T, stride: usize, valid: usize, x: [T
 
 thread_local! {
     static PROGRAM: Cell<([usize; 3], [usize; 3])> = const { Cell::new(([0; 3], [1; 3])) };
+    /// The running program's shared memory (the interpreter's stand-in for the
+    /// GPU's): allocated once per thread at the most a program can have, so
+    /// addresses handed out stay valid.
+    static SMEM: std::cell::UnsafeCell<Box<[u128]>> = std::cell::UnsafeCell::new(vec![0u128; SMEM_LIMIT / 16].into_boxed_slice());
+}
+
+/// Shared memory a program may use (Hopper: 227 KiB).
+const SMEM_LIMIT: usize = 227 * 1024;
+
+/// A pointer to `bytes` bytes at `offset` of this program's shared memory
+/// (16-byte aligned; valid while this thread runs the program).
+pub fn smem_at(offset: usize, bytes: usize) -> *mut u8 {
+    assert!(
+        offset + bytes <= SMEM_LIMIT,
+        "rustile interpreter: shared memory [{offset}, {}) is past the {SMEM_LIMIT}-byte limit of a program",
+        offset + bytes
+    );
+    SMEM.with(|m| unsafe { ((*m.get()).as_mut_ptr() as *mut u8).add(offset) })
 }
 
 /// The program's index along `axis`.

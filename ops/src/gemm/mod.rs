@@ -3,13 +3,11 @@
 //! or f16 in and out, f32 accumulation. Any M, N, K: edge tiles are masked,
 //! and K need not be a multiple of BK (the masked columns load as zeros).
 //!
-//! Each program computes one `BM×BN` block of C. Its K loop stages the next
-//! `BM×BK` and `BN×BK` tiles in registers while the tensor cores work on the
-//! current ones in shared memory: load (k+1) → dot (k) → sync → store (k+1)
-//! to shared → sync.
+//! Each program computes one `BM×BN` block of C. Its K loop is a `cp.async`
+//! pipeline `STAGES` deep: global → shared copies run `STAGES − 1` k-steps
+//! ahead of the tensor cores, with one barrier a step.
 //!
-//! This is the first `mma.sync` path: no `cp.async` pipeline and no fused
-//! epilogue yet (issue 3 continues there).
+//! No fused epilogue yet (issue 3 continues there).
 use rustile::prelude::*;
 
 // ---- kernel ------------------------------------------------------------------------------
@@ -17,42 +15,48 @@ use rustile::prelude::*;
 /// C = A·Bᵀ for one `BM×BN` block of C per program.
 #[kernel(
     configs = [
-        (BM = 64, BN = 64, BK = 32, WARPS = 4, SMEM = 8192),
-        (BM = 128, BN = 128, BK = 32, WARPS = 4, SMEM = 16384),
-        (BM = 128, BN = 256, BK = 32, WARPS = 8, SMEM = 24576),
+        (BM = 64, BN = 64, BK = 32, WARPS = 4, STAGES = 3, SMEM = 24576),
+        (BM = 128, BN = 128, BK = 32, WARPS = 4, STAGES = 3, SMEM = 49152),
+        (BM = 128, BN = 128, BK = 64, WARPS = 4, STAGES = 3, SMEM = 98304),
+        (BM = 128, BN = 256, BK = 32, WARPS = 8, STAGES = 3, SMEM = 73728),
     ],
     grid = [cdiv(m, BM), cdiv(n, BN)],
     dtypes = [bf16, f16],
 )]
 pub fn gemm_nt_kernel<T: Elem>(a: Ptr<T>, b: Ptr<T>, c: PtrMut<T>, m: usize, n: usize, k: usize) {
     let (r0, c0) = (program_id(0) * BM, program_id(1) * BN);
-    let mut pa = BlockPtr::<T, BM, BK>::rows(a, m, k, [r0, 0]);
-    let mut pb = BlockPtr::<T, BN, BK>::rows(b, n, k, [c0, 0]);
-    let mut sa = Shared::<T, BM, BK>::at(0);
-    let mut sb = Shared::<T, BN, BK>::at(BM * BK * 2);
-    let mut acc = Acc::<BM, BN>::zeros();
+    let pa = |kt: usize| BlockPtr::<T, BM, BK>::rows(a, m, k, [r0, kt * BK]);
+    let pb = |kt: usize| BlockPtr::<T, BN, BK>::rows(b, n, k, [c0, kt * BK]);
+    // Stage s holds A then B of one k-step.
+    let stage = |kt: usize| {
+        let at = (kt % STAGES) * (BM + BN) * BK * 2;
+        (Shared::<T, BM, BK>::at(at), Shared::<T, BN, BK>::at(at + BM * BK * 2))
+    };
+    let steps = cdiv(k, BK);
 
-    let (mut ta, mut tb) = (load(&pa), load(&pb));
-    sa.store(&ta);
-    sb.store(&tb);
-    sync();
-    let mut k0 = 0;
-    while k0 < k {
-        let more = k0 + BK < k;
-        if more {
-            pa = pa.advance([0, BK]);
-            pb = pb.advance([0, BK]);
-            ta = load(&pa);
-            tb = load(&pb);
+    // Fill all stages but one; every step then starts the copy STAGES − 1
+    // steps ahead into the stage the previous step finished with.
+    for kt in 0..STAGES - 1 {
+        if kt < steps {
+            let (sa, sb) = stage(kt);
+            sa.copy_from(&pa(kt));
+            sb.copy_from(&pb(kt));
         }
+        commit_copies();
+    }
+    let mut acc = Acc::<BM, BN>::zeros();
+    for kt in 0..steps {
+        wait_copies::<{ STAGES as u32 - 2 }>();
+        sync(); // step kt's stage is complete for everyone, and step kt−1's is free
+        let ahead = kt + STAGES - 1;
+        if ahead < steps {
+            let (sa, sb) = stage(ahead);
+            sa.copy_from(&pa(ahead));
+            sb.copy_from(&pb(ahead));
+        }
+        commit_copies();
+        let (sa, sb) = stage(kt);
         acc = dot(&sa, &sb, acc);
-        sync();
-        if more {
-            sa.store(&ta);
-            sb.store(&tb);
-        }
-        sync();
-        k0 += BK;
     }
     store_acc(&BlockPtr::<T, BM, BN>::rows(c, m, n, [r0, c0]), &acc);
 }
