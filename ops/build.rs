@@ -66,7 +66,7 @@ fn main() {
         }
         // PTX is only a fallback for an arch without its cubin, which a normal
         // build never produces; it is large, so it is embedded only on request.
-        if text.is_file() && !cubin.is_file() || (text.is_file() && embed_ptx) {
+        if text.is_file() && (embed_ptx || !cubin.is_file()) {
             println!("cargo:rerun-if-changed={}", text.display());
             let _ = write!(ptx, "\n        ({arch:?}, include_str!({:?})),", text.display().to_string());
         }

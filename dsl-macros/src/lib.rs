@@ -326,6 +326,7 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
         grid_arms.push(quote! { #ci => { use #m::*; [#((#grid) as usize),*] } });
         let names: Vec<_> = instances.iter().map(|(_, e)| e.clone()).collect();
         launch_names.push(quote! { &[#(#names),*] });
+        let smem_lit = proc_macro2::Literal::usize_unsuffixed(smem as usize);
         let runs = instances.iter().map(|(dt, _)| {
             let body_ident = body_name(*dt);
             match (dt, &tparam) {
@@ -343,11 +344,11 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
                     quote! {
                         if ::core::any::TypeId::of::<#tpi>() == ::core::any::TypeId::of::<#d>() {
                             #(#casts)*
-                            return ::rustile::__private::run_grid(g, || #m::#body_ident(#(#all_idents),*));
+                            return ::rustile::__private::run_grid(g, #smem_lit, || #m::#body_ident(#(#all_idents),*));
                         }
                     }
                 }
-                _ => quote!(return ::rustile::__private::run_grid(g, || #m::#body_ident(#(#all_idents),*));),
+                _ => quote!(return ::rustile::__private::run_grid(g, #smem_lit, || #m::#body_ident(#(#all_idents),*));),
             }
         });
         cpu_arms.push(quote! { #ci => { #(#runs)* } });

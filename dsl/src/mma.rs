@@ -74,8 +74,9 @@ impl<const M: usize, const N: usize, const K: usize, const TH: usize> MmaShape<M
 
 /// The warp tiling of an `M×N` accumulator on `TH` threads, as constants
 /// (so that every fragment loop has a literal trip count and unrolls).
+#[cfg(target_arch = "nvptx64")]
 struct Warps<const M: usize, const N: usize, const TH: usize>;
-#[allow(dead_code)]
+#[cfg(target_arch = "nvptx64")]
 impl<const M: usize, const N: usize, const TH: usize> Warps<M, N, TH> {
     const WM: usize = warp_grid(TH / 32).0;
     const WN: usize = warp_grid(TH / 32).1;

@@ -212,7 +212,8 @@ fn build_arch(repo: &Repo, tools: &Tools, spec: &BuildSpec, linker: &Path, allow
         }
         bounded
     };
-    let (report, ptxas_cached) = ptxas::assemble(&tools.ptxas, &ptx, &staged_cubin, arch)?;
+    let (mut report, ptxas_cached) = ptxas::assemble(&tools.ptxas, &ptx, &staged_cubin, arch)?;
+    report.mark_allowed(allow);
 
     let out_dir = spec.cubin_dir(arch);
     std::fs::create_dir_all(&out_dir).map_err(|e| format!("creating {}: {e}", out_dir.display()))?;
@@ -220,7 +221,7 @@ fn build_arch(repo: &Repo, tools: &Tools, spec: &BuildSpec, linker: &Path, allow
     let final_cubin = out_dir.join(format!("{stem}.cubin"));
     let final_ptx = out_dir.join(format!("{stem}.ptx"));
 
-    let violations = report.violations(allow);
+    let violations = report.violations();
     if !violations.is_empty() {
         // A stale cubin from an earlier build would be embedded as if it were this one.
         let _ = std::fs::remove_file(&final_cubin);
@@ -242,7 +243,7 @@ fn build_arch(repo: &Repo, tools: &Tools, spec: &BuildSpec, linker: &Path, allow
             k.stack_frame_bytes,
             k.spill_store_bytes,
             k.spill_load_bytes,
-            if allow.allows(&k.name) { ", allowed by the allow list" } else { "" }
+            if k.spill_allowed { ", allowed by the allow list" } else { "" }
         );
     }
     for note in &report.notes {

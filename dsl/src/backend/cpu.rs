@@ -60,22 +60,29 @@ thread_local! {
     static PROGRAM: Cell<([usize; 3], [usize; 3])> = const { Cell::new(([0; 3], [1; 3])) };
     /// The running program's shared memory (the interpreter's stand-in for the
     /// GPU's): allocated once per thread at the most a program can have, so
-    /// addresses handed out stay valid.
-    static SMEM: std::cell::UnsafeCell<Box<[u128]>> = std::cell::UnsafeCell::new(vec![0u128; SMEM_LIMIT / 16].into_boxed_slice());
+    /// addresses handed out stay valid; `.1` is what the launch gave it.
+    static SMEM: (std::cell::UnsafeCell<Box<[u128]>>, Cell<usize>) =
+        (std::cell::UnsafeCell::new(vec![0u128; SMEM_LIMIT / 16].into_boxed_slice()), Cell::new(0));
 }
 
 /// Shared memory a program may use (Hopper: 227 KiB).
 const SMEM_LIMIT: usize = 227 * 1024;
 
 /// A pointer to `bytes` bytes at `offset` of this program's shared memory
-/// (16-byte aligned; valid while this thread runs the program).
+/// (16-byte aligned; valid while this thread runs the program). Past what the
+/// launch gave the program (the config's `SMEM` plus the reduction scratch)
+/// is an error here, as it is a fault on the GPU.
 pub fn smem_at(offset: usize, bytes: usize) -> *mut u8 {
-    assert!(
-        offset + bytes <= SMEM_LIMIT,
-        "rustile interpreter: shared memory [{offset}, {}) is past the {SMEM_LIMIT}-byte limit of a program",
-        offset + bytes
-    );
-    SMEM.with(|m| unsafe { ((*m.get()).as_mut_ptr() as *mut u8).add(offset) })
+    SMEM.with(|(m, launched)| {
+        assert!(
+            offset + bytes <= launched.get(),
+            "rustile interpreter: shared memory [{offset}, {}) is past the {} bytes this launch gives a program \
+             (raise the config's SMEM)",
+            offset + bytes,
+            launched.get()
+        );
+        unsafe { ((*m.get()).as_mut_ptr() as *mut u8).add(offset) }
+    })
 }
 
 /// The program's index along `axis`.
@@ -88,12 +95,14 @@ pub fn num_programs(axis: u32) -> usize {
     PROGRAM.with(|p| p.get().1[axis as usize])
 }
 
-/// Runs `program` once for every program of `grid`, in parallel.
+/// Runs `program` once for every program of `grid`, in parallel, each with
+/// `smem_bytes` of shared memory (what the launch would give it on the GPU).
 ///
 /// Programs of one launch must write disjoint memory, as on the GPU, where
 /// they run in no fixed order. Kernels keep whole tiles on the stack here, so
 /// the pool's threads get large stacks.
-pub fn run_grid(grid: [usize; 3], program: impl Fn() + Sync) {
+pub fn run_grid(grid: [usize; 3], smem_bytes: usize, program: impl Fn() + Sync) {
+    assert!(smem_bytes <= SMEM_LIMIT, "rustile interpreter: a program may have at most {SMEM_LIMIT} bytes of shared memory, not {smem_bytes}");
     use rayon::prelude::*;
     static POOL: std::sync::OnceLock<rayon::ThreadPool> = std::sync::OnceLock::new();
     let pool = POOL.get_or_init(|| {
@@ -108,6 +117,7 @@ pub fn run_grid(grid: [usize; 3], program: impl Fn() + Sync) {
         (0..total).into_par_iter().for_each(|n| {
             let id = [n % grid[0], (n / grid[0]) % grid[1], n / (grid[0] * grid[1])];
             PROGRAM.with(|p| p.set((id, grid)));
+            SMEM.with(|(_, launched)| launched.set(smem_bytes));
             program();
         })
     });

@@ -238,7 +238,6 @@ pub unsafe fn write_chunk<T: Elem>(p: *mut T, stride: usize, valid: usize, x: [T
     }
 }
 
-
 /// The program's index along `axis`.
 #[inline(always)]
 pub fn program_id(axis: u32) -> usize {

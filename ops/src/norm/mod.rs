@@ -88,14 +88,14 @@ pub fn layer_norm_kernel<T: Elem>(
         let mut c0 = 0;
         while c0 < cols {
             let xt = load(&src(r0).advance([0, c0])).cast::<f32>();
-            let k = (if cols - c0 < BN { cols - c0 } else { BN }) as f32;
-            let tmean = xt.row_sum() * (1.0 / k);
+            let width = (if cols - c0 < BN { cols - c0 } else { BN }) as f32;
+            let tmean = xt.row_sum() * (1.0 / width);
             let d = inside(c0).select(xt - tmean, Tile::zeros());
             let tm2 = (d * d).row_sum();
             let delta = tmean - mean;
-            let n_new = n + k;
-            mean = mean + delta * (k / n_new);
-            m2 = m2 + tm2 + delta * delta * (n * k / n_new);
+            let n_new = n + width;
+            mean = mean + delta * (width / n_new);
+            m2 = m2 + tm2 + delta * delta * (n * width / n_new);
             n = n_new;
             c0 += BN;
         }
