@@ -31,6 +31,15 @@ pub unsafe fn cp_async_16(dst: u32, src: *const u8, bytes: u32) {
     }
 }
 
+/// `cp_async_16` of a whole chunk (no zero fill), keeping the 128-byte line
+/// around it in L2 for the neighbouring copies.
+#[inline(always)]
+pub unsafe fn cp_async_16_full(dst: u32, src: *const u8) {
+    unsafe {
+        asm!("cp.async.cg.shared.global.L2::128B [{d}], [{s}], 16;", d = in(reg32) dst, s = in(reg64) src, options(nostack));
+    }
+}
+
 /// Closes the group of `cp.async` copies issued since the last commit.
 #[inline(always)]
 pub fn cp_async_commit() {

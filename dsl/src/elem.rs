@@ -3,6 +3,17 @@
 
 pub use half::{bf16, f16};
 
+/// Which element type an [`Elem`] is, for code that must branch on it (a
+/// `match` on a constant folds away; comparing `NAME`s may not).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Kind {
+    F32,
+    Bf16,
+    F16,
+    E4M3,
+    E5M2,
+}
+
 /// An element type that lives in device memory: f32, bf16, f16, fp8 (e4m3 / e5m2).
 ///
 /// # Safety
@@ -11,6 +22,7 @@ pub use half::{bf16, f16};
 pub unsafe trait Elem: Copy + Default + PartialEq + Send + Sync + core::fmt::Debug + 'static {
     /// The short name used in kernel entry names and messages ("bf16").
     const NAME: &'static str;
+    const KIND: Kind;
     fn to_f32(self) -> f32;
     fn from_f32(x: f32) -> Self;
     /// `[from_f32(a), from_f32(b)]`; the 16-bit types convert a pair in one
@@ -26,6 +38,7 @@ pub unsafe trait Elem: Copy + Default + PartialEq + Send + Sync + core::fmt::Deb
 
 unsafe impl Elem for f32 {
     const NAME: &'static str = "f32";
+    const KIND: Kind = Kind::F32;
     #[inline(always)]
     fn to_f32(self) -> f32 {
         self
@@ -38,6 +51,7 @@ unsafe impl Elem for f32 {
 
 unsafe impl Elem for bf16 {
     const NAME: &'static str = "bf16";
+    const KIND: Kind = Kind::Bf16;
     #[inline(always)]
     fn to_f32(self) -> f32 {
         f32::from_bits((self.to_bits() as u32) << 16)
@@ -59,6 +73,7 @@ unsafe impl Elem for bf16 {
 
 unsafe impl Elem for f16 {
     const NAME: &'static str = "f16";
+    const KIND: Kind = Kind::F16;
     #[inline(always)]
     fn to_f32(self) -> f32 {
         #[cfg(target_arch = "nvptx64")]
@@ -161,7 +176,7 @@ fn round_half_even(x: f32) -> f32 {
 }
 
 macro_rules! fp8 {
-    ($(#[$doc:meta])* $name:ident, $e:literal, $m:literal, $ieee:literal, $tag:literal) => {
+    ($(#[$doc:meta])* $name:ident, $e:literal, $m:literal, $ieee:literal, $tag:literal, $kind:ident) => {
         $(#[$doc])*
         #[derive(Clone, Copy, Default, PartialEq, Debug)]
         #[repr(transparent)]
@@ -173,6 +188,7 @@ macro_rules! fp8 {
         }
         unsafe impl Elem for $name {
             const NAME: &'static str = $tag;
+            const KIND: Kind = Kind::$kind;
             #[inline(always)]
             fn to_f32(self) -> f32 { fp8_decode::<$e, $m, $ieee>(self.0) }
             #[inline(always)]
@@ -182,9 +198,9 @@ macro_rules! fp8 {
     };
 }
 fp8!(/// FP8 E4M3 (OCP): 4 exponent bits, 3 mantissa bits, max ±448, no infinities.
-    F8E4M3, 4, 3, false, "e4m3");
+    F8E4M3, 4, 3, false, "e4m3", E4M3);
 fp8!(/// FP8 E5M2 (OCP): 5 exponent bits, 2 mantissa bits, max ±57344, with infinities.
-    F8E5M2, 5, 2, true, "e5m2");
+    F8E5M2, 5, 2, true, "e5m2", E5M2);
 
 #[cfg(test)]
 mod tests {

@@ -47,7 +47,7 @@ mod softmax;
 mod tile;
 
 pub use backend::{num_programs, program_id};
-pub use elem::{bf16, f16, Elem, F8E4M3, F8E5M2};
+pub use elem::{bf16, f16, Elem, Kind, F8E4M3, F8E5M2};
 pub use ptr::{AsRaw, BlockPtr, Ptr, PtrMut};
 pub use rustile_macros::kernel;
 pub use mma::{commit_copies, dot, store_acc, sync, wait_copies, Acc, Shared};
@@ -80,10 +80,26 @@ pub const fn cdiv(n: usize, b: usize) -> usize {
     n.div_ceil(b)
 }
 
+/// The `[row, col]` block of a `rows×cols` grid of output blocks that
+/// program `pid` (0-based, in launch order) computes, walking the grid in
+/// bands of `group` block rows, column by column within a band.
+///
+/// Programs that run at the same time then share a few row blocks and a few
+/// column blocks of the operands, so a GEMM reads each from L2 instead of
+/// device memory (row-major order would stream all of A once per wave).
+#[inline(always)]
+pub const fn grouped(pid: usize, rows: usize, cols: usize, group: usize) -> [usize; 2] {
+    let per_band = group * cols;
+    let first = (pid / per_band) * group;
+    let height = if rows - first < group { rows - first } else { group };
+    let at = pid % per_band;
+    [first + at % height, at / height]
+}
+
 /// What a kernel module needs, in one import.
 pub mod prelude {
-    pub use crate::{bf16, cdiv, dot, f16, kernel, load, load_or, math, num_programs, program_id, store, store_acc, sync, commit_copies, wait_copies};
-    pub use crate::{Acc, BlockPtr, Col, Elem, OnlineSoftmax, Ptr, PtrMut, Row, Shared, Tile, F8E4M3, F8E5M2};
+    pub use crate::{bf16, cdiv, dot, f16, grouped, kernel, load, load_or, math, num_programs, program_id, store, store_acc, sync, commit_copies, wait_copies};
+    pub use crate::{Acc, BlockPtr, Col, Elem, Kind, OnlineSoftmax, Ptr, PtrMut, Row, Shared, Tile, F8E4M3, F8E5M2};
 }
 
 /// Items the `#[kernel]` macro's expansion refers to; not for direct use.
@@ -91,4 +107,24 @@ pub mod prelude {
 pub mod __private {
     #[cfg(not(target_arch = "nvptx64"))]
     pub use crate::backend::run_grid;
+}
+
+#[cfg(test)]
+mod grouped_tests {
+    use super::grouped;
+
+    #[test]
+    fn grouped_visits_every_block_once() {
+        for (rows, cols, group) in [(1, 1, 8), (7, 5, 2), (33, 3, 8), (5, 9, 16), (16, 16, 4)] {
+            let mut seen = vec![0; rows * cols];
+            for pid in 0..rows * cols {
+                let [r, c] = grouped(pid, rows, cols, group);
+                assert!(r < rows && c < cols, "{rows}×{cols} group {group}: pid {pid} → [{r}, {c}]");
+                seen[r * cols + c] += 1;
+            }
+            assert!(seen.iter().all(|&n| n == 1), "{rows}×{cols} group {group}: {seen:?}");
+        }
+        // Within a band, consecutive programs walk down the band's rows first.
+        assert_eq!([grouped(0, 8, 8, 4), grouped(1, 8, 8, 4), grouped(4, 8, 8, 4)], [[0, 0], [1, 0], [0, 1]]);
+    }
 }

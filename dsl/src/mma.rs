@@ -159,6 +159,28 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
     #[inline(always)]
     pub fn copy_from(&self, src: &BlockPtr<T, R, C, TH>) {
         let [rs, cs] = src.strides;
+        // Most windows of a large GEMM lie wholly inside an aligned tensor:
+        // one uniform test then spares every chunk its mask and alignment
+        // check (they cost more issue slots than the tensor cores' work).
+        if src.inside_aligned() {
+            let first = src.offsets[0] * rs + src.offsets[1];
+            for i in 0..be::held_rows(R, C, TH) {
+                let row = be::tile_row::<C, TH>(i);
+                for j in 0..be::held_cols(C, TH) / V {
+                    let col = be::tile_col::<C, TH>(j * V);
+                    src.base.check("Shared::copy_from", first + row * rs + col, 1, V, false);
+                    let p = src.base.at(first).wrapping_add(row * rs + col);
+                    #[cfg(target_arch = "nvptx64")]
+                    unsafe {
+                        let dst = self.base + (swizzled(row, col / V, C) * 2) as u32;
+                        rustile_device::cp_async_16_full(dst, p as *const u8);
+                    }
+                    #[cfg(not(target_arch = "nvptx64"))]
+                    self.put_chunk(row, col, unsafe { be::read_chunk(p, 1, V, T::default()) });
+                }
+            }
+            return;
+        }
         for i in 0..be::held_rows(R, C, TH) {
             let row = be::tile_row::<C, TH>(i);
             for j in 0..be::held_cols(C, TH) / V {
@@ -297,7 +319,7 @@ where
         let t = rustile_device::thread_idx() as usize;
         let (warp, lane) = (t / 32, t % 32);
         let (row0, col0) = ((warp / wn) * tm, (warp % wn) * tn);
-        let bf16 = T::NAME == "bf16";
+        let bf16 = T::KIND == crate::Kind::Bf16;
         for ks in 0..K / 16 {
             let kk = ks * 16;
             // Fragment arrays sized for the largest warp tile (128×128); only

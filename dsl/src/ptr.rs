@@ -166,6 +166,22 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> BlockPtr<T, R, C,
         self.shape
     }
 
+    /// Whether the whole window lies inside the tensor, with rows contiguous
+    /// and every 8-element chunk 16-byte aligned (so it can be copied in
+    /// whole chunks with no mask).
+    #[inline(always)]
+    pub(crate) fn inside_aligned(&self) -> bool {
+        let [rs, cs] = self.strides;
+        let [r0, c0] = self.offsets;
+        let bytes = core::mem::size_of::<T>();
+        cs == 1
+            && (rs * bytes) % 16 == 0
+            && (c0 * bytes) % 16 == 0
+            && (self.base.at(0) as usize) % 16 == 0
+            && r0 + R <= self.shape[0]
+            && c0 + C <= self.shape[1]
+    }
+
     /// How many of the `V` columns from `col` are inside the tensor.
     #[inline(always)]
     pub(crate) fn valid_cols(&self, col: usize) -> usize {

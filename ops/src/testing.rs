@@ -51,6 +51,17 @@ pub fn rel_err<T: Elem>(out: &[T], reference: &[f64]) -> f64 {
     if den == 0.0 { num.sqrt() } else { (num / den).sqrt() }
 }
 
+/// The worst elementwise error relative to the reference's rms: unlike
+/// `rel_err`, one wrong element (a mis-staged chunk of a matrix product)
+/// cannot hide in the norm. Compare with `4·tolerance::<T>()` (the largest of
+/// many rounded outputs sits a few rms out).
+pub fn max_err<T: Elem>(out: &[T], reference: &[f64]) -> f64 {
+    assert_eq!(out.len(), reference.len(), "output has {} elements, reference {}", out.len(), reference.len());
+    let rms = (reference.iter().map(|r| r * r).sum::<f64>() / reference.len().max(1) as f64).sqrt();
+    let worst = out.iter().zip(reference).map(|(o, r)| (o.to_f32() as f64 - r).abs()).fold(0.0, |a: f64, e| if e.is_nan() { f64::INFINITY } else { a.max(e) });
+    if rms == 0.0 { worst } else { worst / rms }
+}
+
 /// The tolerance for outputs stored as `T` (rounding of the output itself dominates).
 pub fn tolerance<T: Elem>() -> f64 {
     match T::NAME {

@@ -65,7 +65,7 @@ pub fn softmax_kernel<T: Elem>(x: Ptr<T>, y: PtrMut<T>, rows: usize, cols: usize
 /// 115.3 µs for RP = 1, OCC = 1. f32 (twice the registers) takes RP = 2, OCC = 1.
 #[cfg(not(target_arch = "nvptx64"))]
 pub fn default_config<T: Elem>(cols: usize) -> usize {
-    let at_8192 = if T::NAME == "f32" { (2, 1) } else { (1, 3) };
+    let at_8192 = if T::KIND == Kind::F32 { (2, 1) } else { (1, 3) };
     crate::row_config(softmax_kernel::CONFIGS, cols, at_8192)
 }
 
