@@ -320,22 +320,28 @@ where
         let (warp, lane) = (t / 32, t % 32);
         let (row0, col0) = ((warp / wn) * tm, (warp % wn) * tn);
         let bf16 = T::KIND == crate::Kind::Bf16;
+        // Byte offsets of this lane's ldmatrix rows at k-step 0: A's four
+        // 8×8 matrices are (rows 0-7, 8-15) × (k 0-7, 8-15), B's are
+        // (k 0-7, 8-15) × (rows 0-7, 8-15) of its 16-row piece.
+        let a0 = (swizzled(row0 + lane % 8 + 8 * ((lane / 8) % 2), lane / 16, K) * 2) as u32;
+        let b0 = (swizzled(col0 + lane % 8 + 8 * (lane / 16), (lane / 8) % 2, K) * 2) as u32;
+        // Moving a 16-row piece down keeps the swizzle phase, and a k-step
+        // (two chunks, 32 bytes) only flips offset bits below the row pitch
+        // that the swizzle XOR also acts on: so offset(piece, ks) =
+        // (offset(0, 0) ^ 32·ks) + piece·16·K·2, one XOR per k-step instead
+        // of a swizzle per ldmatrix.
+        let piece = (16 * K * 2) as u32;
         for ks in 0..K / 16 {
-            let kk = ks * 16;
+            let (ak, bk) = (a.base + (a0 ^ (32 * ks) as u32), b.base + (b0 ^ (32 * ks) as u32));
             // Fragment arrays sized for the largest warp tile (128×128); only
             // the first mi_n / ni_n are used, and unrolling keeps them in registers.
             let mut af = [[0u32; 4]; 8];
             let mut bfr = [[0u32; 2]; 16];
             for mi in 0..mi_n {
-                let row = row0 + mi * 16 + lane % 8 + 8 * ((lane / 8) % 2);
-                let chunk = kk / V + lane / 16;
-                af[mi] = unsafe { rustile_device::ldmatrix_x4(a.base + (swizzled(row, chunk, K) * 2) as u32) };
+                af[mi] = unsafe { rustile_device::ldmatrix_x4(ak + mi as u32 * piece) };
             }
             for p in 0..ni_n / 2 {
-                let m = lane / 8;
-                let row = col0 + p * 16 + lane % 8 + 8 * (m / 2);
-                let chunk = kk / V + m % 2;
-                let r = unsafe { rustile_device::ldmatrix_x4(b.base + (swizzled(row, chunk, K) * 2) as u32) };
+                let r = unsafe { rustile_device::ldmatrix_x4(bk + p as u32 * piece) };
                 bfr[2 * p] = [r[0], r[1]];
                 bfr[2 * p + 1] = [r[2], r[3]];
             }
@@ -399,6 +405,31 @@ where
             let at = row * rs + col * cs;
             dst.base.check("store_acc", at, 1, 1, true);
             unsafe { *dst.base.at(at) = T::from_f32(*x) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::swizzled;
+
+    /// `dot` on the GPU finds every ldmatrix row from the k-step-0 offset by
+    /// one XOR and one add; this is the identity it relies on, for every row
+    /// a 16-row piece can start at and every tile width `Shared` allows.
+    #[test]
+    fn ldmatrix_offsets_follow_the_swizzle() {
+        for k in [16, 32, 64, 128, 256] {
+            for row in (0..128).step_by(16).flat_map(|r0| (0..16).map(move |l| r0 + l)) {
+                for half in 0..2 {
+                    for ks in 0..k / 16 {
+                        for piece in 0..8 {
+                            let want = swizzled(row + 16 * piece, half + 2 * ks, k) * 2;
+                            let got = ((swizzled(row, half, k) * 2) ^ (32 * ks)) + piece * 16 * k * 2;
+                            assert_eq!(got, want, "K {k}, row {row}, half {half}, ks {ks}, piece {piece}");
+                        }
+                    }
+                }
+            }
         }
     }
 }
