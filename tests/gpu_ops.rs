@@ -123,12 +123,48 @@ fn gemm_case<T: Elem>(gpu: &Gpu, m: usize, n: usize, k: usize) {
     let want = reference::matmul_nt(&wide(&a), &wide(&b), m, n, k);
     for cfg in 0..gemm::gemm_nt_kernel::CONFIGS.len() {
         let mut c = poisoned::<T>(gpu, &[m, n]);
-        gemm::gemm_nt_kernel::launch(gpu, cfg, &da, &db, &mut c, m, n, k).unwrap();
-        let c = gpu.download(&c).unwrap();
-        let (err, worst) = (rel_err(&c, &want), max_err(&c, &want));
-        let ctx = format!("gemm_nt<{}> {m}×{n}×{k} cfg={cfg} (seed {seed})", T::NAME);
-        assert!(err <= tolerance::<T>(), "{ctx}: rel err {err:.2e}");
-        assert!(worst <= 4.0 * tolerance::<T>(), "{ctx}: worst element off by {worst:.2e} of the rms");
+        let e = gemm::Epi::NONE;
+        gemm::gemm_nt_kernel::launch(gpu, cfg, &da, &db, &mut c, &da, &da, m, n, k, e.alpha, e.beta, e.flags()).unwrap();
+        assert_close(&gpu.download(&c).unwrap(), &want, &format!("gemm_nt<{}> {m}×{n}×{k} cfg={cfg} (seed {seed})", T::NAME));
+    }
+}
+
+/// Asserts a matrix product matches `want` both in norm and element by element.
+fn assert_close<T: Elem>(c: &[T], want: &[f64], ctx: &str) {
+    let (err, worst) = (rel_err(c, want), max_err(c, want));
+    assert!(err <= tolerance::<T>(), "{ctx}: rel err {err:.2e}");
+    assert!(worst <= 4.0 * tolerance::<T>(), "{ctx}: worst element off by {worst:.2e} of the rms");
+}
+
+/// Every config of the fused-epilogue GEMM (bias per column, GELU, residual,
+/// α and β at once) and of the soft-capped GEMM, at an odd shape.
+#[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
+fn gemm_epilogues_match_float64() {
+    let Some(gpu) = gpu_or_skip("gemm_epilogues_match_float64") else { return };
+    let (m, n, k) = (300, 259, 136);
+    let (mut rng, seed) = rng();
+    let a: Vec<bf16> = normal(&mut rng, m * k, 0.0, 1.0);
+    let b: Vec<bf16> = normal(&mut rng, n * k, 0.0, 1.0);
+    let bias: Vec<bf16> = normal(&mut rng, n, 0.0, 3.0);
+    let res: Vec<bf16> = normal(&mut rng, m * n, 0.0, 2.0);
+    let old: Vec<bf16> = normal(&mut rng, m * n, 0.0, 2.0);
+    let ab = reference::matmul_nt(&wide(&a), &wide(&b), m, n, k);
+    let (da, db, dbias, dres) = (up(&gpu, &a, &[m, k]), up(&gpu, &b, &[n, k]), up(&gpu, &bias, &[n]), up(&gpu, &res, &[m, n]));
+    let e = gemm::Epi { alpha: 0.5, beta: -0.75, bias: gemm::Bias::PerColumn, act: gemm::Act::GeluTanh, residual: true };
+    let want: Vec<f64> =
+        (0..m * n).map(|i| reference::epilogue(&e, ab[i], bias[i % n].to_f32() as f64, res[i].to_f32() as f64, old[i].to_f32() as f64)).collect();
+    for cfg in 0..gemm::gemm_nt_kernel::CONFIGS.len() {
+        let mut c = up(&gpu, &old, &[m, n]);
+        gemm::gemm_nt_kernel::launch(&gpu, cfg, &da, &db, &mut c, &dbias, &dres, m, n, k, e.alpha, e.beta, e.flags()).unwrap();
+        assert_close(&gpu.download(&c).unwrap(), &want, &format!("gemm_nt {e:?} cfg={cfg} (seed {seed})"));
+    }
+    let cap = 6.0;
+    let want: Vec<f64> = ab.iter().map(|x| cap * (x / cap).tanh()).collect();
+    for cfg in 0..gemm::gemm_softcap_kernel::CONFIGS.len() {
+        let mut c = poisoned::<bf16>(&gpu, &[m, n]);
+        gemm::gemm_softcap_kernel::launch(&gpu, cfg, &da, &db, &mut c, m, n, k, cap as f32).unwrap();
+        assert_close(&gpu.download(&c).unwrap(), &want, &format!("gemm_softcap cfg={cfg} (seed {seed})"));
     }
 }
 

@@ -22,6 +22,7 @@ fn expected_entries() -> Vec<String> {
     add("layer_norm_kernel", norm::layer_norm_kernel::CONFIGS, norm::layer_norm_kernel::DTYPES);
     add("rms_norm_kernel", norm::rms_norm_kernel::CONFIGS, norm::rms_norm_kernel::DTYPES);
     add("gemm_nt_kernel", gemm::gemm_nt_kernel::CONFIGS, gemm::gemm_nt_kernel::DTYPES);
+    add("gemm_softcap_kernel", gemm::gemm_softcap_kernel::CONFIGS, gemm::gemm_softcap_kernel::DTYPES);
     names
 }
 

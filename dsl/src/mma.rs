@@ -379,6 +379,21 @@ pub fn store_acc<T: Elem, const M: usize, const N: usize, const TH: usize>(dst: 
 where
     [(); acc_len(M, N, TH)]:,
 {
+    store_acc_with(dst, acc, |_, _, x| x);
+}
+
+/// `store_acc` of `f(row, col, x)` for each accumulator value `x` (`row`,
+/// `col` within the block). Unlike `Acc::map` then `store_acc`, each value
+/// is computed just before its store, so an `f` that reads other tensors (a
+/// bias, a residual) never holds a whole block of them in registers.
+#[inline(always)]
+pub fn store_acc_with<T: Elem, const M: usize, const N: usize, const TH: usize>(
+    dst: &BlockPtr<T, M, N, TH>,
+    acc: &Acc<M, N, TH>,
+    f: impl Fn(usize, usize, f32) -> f32,
+) where
+    [(); acc_len(M, N, TH)]:,
+{
     let [rs, cs] = dst.strides;
     // On the GPU a thread's accumulator holds column pairs (elements 2i and
     // 2i+1 are neighbours in a row): where the tensor allows, each pair is
@@ -390,10 +405,10 @@ where
             let (r, c) = acc_pos::<M, N, TH>(e);
             let (row, col) = (dst.offsets[0] + r, dst.offsets[1] + c);
             if row < dst.shape[0] && col + 1 < dst.shape[1] {
-                let pair = T::from_f32_pair(acc.v[e], acc.v[e + 1]);
+                let pair = T::from_f32_pair(f(r, c, acc.v[e]), f(r, c + 1, acc.v[e + 1]));
                 unsafe { *(dst.base.at(row * rs + col) as *mut [T; 2]) = pair };
             } else if row < dst.shape[0] && col < dst.shape[1] {
-                unsafe { *dst.base.at(row * rs + col) = T::from_f32(acc.v[e]) };
+                unsafe { *dst.base.at(row * rs + col) = T::from_f32(f(r, c, acc.v[e])) };
             }
         }
         return;
@@ -404,7 +419,7 @@ where
         if row < dst.shape[0] && col < dst.shape[1] {
             let at = row * rs + col * cs;
             dst.base.check("store_acc", at, 1, 1, true);
-            unsafe { *dst.base.at(at) = T::from_f32(*x) };
+            unsafe { *dst.base.at(at) = T::from_f32(f(r, c, *x)) };
         }
     }
 }

@@ -166,6 +166,19 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> BlockPtr<T, R, C,
         self.shape
     }
 
+    /// Element `[r, c]` of the window as f32, or `fill` where it falls
+    /// outside the tensor (one scalar load: for epilogues, not main loops).
+    #[inline(always)]
+    pub fn get(&self, r: usize, c: usize, fill: f32) -> f32 {
+        let (row, col) = (self.offsets[0] + r, self.offsets[1] + c);
+        if row >= self.shape[0] || col >= self.shape[1] {
+            return fill;
+        }
+        let at = row * self.strides[0] + col * self.strides[1];
+        self.base.check("BlockPtr::get", at, 1, 1, false);
+        unsafe { (*self.base.at(at)).to_f32() }
+    }
+
     /// Whether the whole window lies inside the tensor, with rows contiguous
     /// and every 8-element chunk 16-byte aligned (so it can be copied in
     /// whole chunks with no mask).

@@ -13,6 +13,8 @@ pub enum Error {
     Shape(String),
     DType(String),
     Misaligned(String),
+    /// A scalar argument outside its range.
+    Invalid(String),
     OutOfMemory { requested: usize, free: usize },
     /// Any other driver failure: "what we tried: CUDA_ERROR_NAME (driver text)".
     Cuda(String),
@@ -49,6 +51,7 @@ impl fmt::Display for Error {
             Error::Shape(msg) => write!(f, "shape error: {msg}"),
             Error::DType(msg) => write!(f, "dtype error: {msg}"),
             Error::Misaligned(msg) => write!(f, "misaligned: {msg}"),
+            Error::Invalid(msg) => write!(f, "invalid argument: {msg}"),
             Error::OutOfMemory { requested, free } => write!(
                 f,
                 "out of GPU memory: asked for {} while {} is free",

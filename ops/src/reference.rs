@@ -54,3 +54,17 @@ pub fn matmul_nt(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Vec<f64>
     }
     c
 }
+
+/// `gemm::Epi::apply` in float64: `act(α·x + bias) + residual + β·old`.
+pub fn epilogue(e: &crate::gemm::Epi, x: f64, bias: f64, residual: f64, old: f64) -> f64 {
+    use crate::gemm::Act;
+    let y = e.alpha as f64 * x + bias;
+    let y = match e.act {
+        Act::None => y,
+        Act::Relu => y.max(0.0),
+        Act::Relu2 => y.max(0.0).powi(2),
+        Act::Silu => y / (1.0 + (-y).exp()),
+        Act::GeluTanh => 0.5 * y * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (y + 0.044715 * y.powi(3))).tanh()),
+    };
+    y + residual + e.beta as f64 * old
+}

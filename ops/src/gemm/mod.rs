@@ -7,67 +7,228 @@
 //! pipeline `STAGES` deep: global → shared copies run `STAGES − 1` k-steps
 //! ahead of the tensor cores, with one barrier a step.
 //!
-//! No fused epilogue yet (issue 3 continues there).
+//! The K loop is [`mainloop`]: a GEMM variant is a `#[kernel]` that calls it
+//! and stores the accumulator through its own epilogue (`Acc::map` takes any
+//! closure of `(row, col, value)`). [`gemm_nt_kernel`] is the one with the
+//! standard fused epilogues ([`Epi`]): `α·acc + bias`, an activation, a
+//! residual and `β·C`; `softcap` shows a custom one.
+use rustile::mma::acc_len;
 use rustile::prelude::*;
 
-// ---- kernel ------------------------------------------------------------------------------
+// ---- the K loop --------------------------------------------------------------------------
 
 /// Block rows per band of the launch order (see `rustile::grouped`): 16 rows
 /// of 128 keep a wave of 264 programs on about 16 + 17 operand panels.
 const GROUP: usize = 16;
 
-/// C = A·Bᵀ for one `BM×BN` block of C per program.
-#[kernel(
-    configs = [
-        (BM = 64, BN = 64, BK = 32, WARPS = 4, STAGES = 3, SMEM = 24576),
-        (BM = 128, BN = 128, BK = 32, WARPS = 4, STAGES = 4, SMEM = 65536),
-        (BM = 128, BN = 128, BK = 64, WARPS = 4, STAGES = 3, SMEM = 98304),
-        (BM = 128, BN = 256, BK = 64, WARPS = 8, STAGES = 3, SMEM = 147456),
-    ],
-    grid = [cdiv(m, BM) * cdiv(n, BN)],
-    dtypes = [bf16, f16],
-)]
-pub fn gemm_nt_kernel<T: Elem>(a: Ptr<T>, b: Ptr<T>, c: PtrMut<T>, m: usize, n: usize, k: usize) {
+/// The `[row, col]` of the `BM×BN` block of C this program computes, for a
+/// 1-D grid of `cdiv(m, BM)·cdiv(n, BN)` programs.
+#[inline(always)]
+pub fn block<const BM: usize, const BN: usize>(m: usize, n: usize) -> [usize; 2] {
     let [bm, bn] = grouped(program_id(0), cdiv(m, BM), cdiv(n, BN), GROUP);
-    let (r0, c0) = (bm * BM, bn * BN);
-    let pa = |kt: usize| BlockPtr::<T, BM, BK>::rows(a, m, k, [r0, kt * BK]);
-    let pb = |kt: usize| BlockPtr::<T, BN, BK>::rows(b, n, k, [c0, kt * BK]);
-    // Stage s holds A then B of one k-step.
-    let stage = |kt: usize| {
-        let at = (kt % STAGES) * (BM + BN) * BK * 2;
-        (Shared::<T, BM, BK>::at(at), Shared::<T, BN, BK>::at(at + BM * BK * 2))
+    [bm * BM, bn * BN]
+}
+
+/// `A·Bᵀ` for the `BM×BN` block of C at `at`, with A `[m, k]` and B `[n, k]`
+/// row-major. The K loop is a `cp.async` pipeline `STAGES` deep: global →
+/// shared copies run `STAGES − 1` k-steps ahead of the tensor cores, with one
+/// barrier a step. Needs `STAGES·(BM + BN)·BK·2` bytes of `SMEM`.
+#[inline(always)]
+pub fn mainloop<T: Elem, const BM: usize, const BN: usize, const BK: usize, const STAGES: usize, const TH: usize>(
+    a: Ptr<T>,
+    b: Ptr<T>,
+    m: usize,
+    n: usize,
+    k: usize,
+    at: [usize; 2],
+) -> rustile::Acc<BM, BN, TH>
+where
+    [(); acc_len(BM, BN, TH)]:,
+    [(); { STAGES as u32 - 2 } as usize]:,
+{
+    let pa = |kt: usize| BlockPtr::<T, BM, BK, TH>::rows(a, m, k, [at[0], kt * BK]);
+    let pb = |kt: usize| BlockPtr::<T, BN, BK, TH>::rows(b, n, k, [at[1], kt * BK]);
+    // Stage s holds A then B of one k-step; stages are used round-robin.
+    let stage = |s: usize| {
+        let at = s * (BM + BN) * BK * 2;
+        (Shared::<T, BM, BK, TH>::at(at), Shared::<T, BN, BK, TH>::at(at + BM * BK * 2))
     };
+    let next = |s: usize| if s + 1 == STAGES { 0 } else { s + 1 };
     let steps = cdiv(k, BK);
 
     // Fill all stages but one; every step then starts the copy STAGES − 1
     // steps ahead into the stage the previous step finished with.
+    let (mut read, mut write) = (0, 0);
     for kt in 0..STAGES - 1 {
         if kt < steps {
-            let (sa, sb) = stage(kt);
+            let (sa, sb) = stage(write);
             sa.copy_from(&pa(kt));
             sb.copy_from(&pb(kt));
         }
         commit_copies();
+        write = next(write);
     }
-    let mut acc = Acc::<BM, BN>::zeros();
+    let mut acc = rustile::Acc::<BM, BN, TH>::zeros();
     for kt in 0..steps {
         wait_copies::<{ STAGES as u32 - 2 }>();
         sync(); // step kt's stage is complete for everyone, and step kt−1's is free
-        let (sa, sb) = stage(kt);
+        let (sa, sb) = stage(read);
         acc = dot(&sa, &sb, acc);
+        read = next(read);
         // Issued after the tensor-core work, so that each step starts reading
         // its operands right after the barrier; the copies then overlap the
         // MMAs still in flight.
-        let ahead = kt + STAGES - 1;
-        if ahead < steps {
-            let (sa, sb) = stage(ahead);
-            sa.copy_from(&pa(ahead));
-            sb.copy_from(&pb(ahead));
+        if kt + STAGES - 1 < steps {
+            let (sa, sb) = stage(write);
+            sa.copy_from(&pa(kt + STAGES - 1));
+            sb.copy_from(&pb(kt + STAGES - 1));
         }
         commit_copies();
+        write = next(write);
     }
-    store_acc(&BlockPtr::<T, BM, BN>::rows(c, m, n, [r0, c0]), &acc);
+    acc
 }
+
+// ---- standard fused epilogues ------------------------------------------------------------
+
+/// The activation of a fused epilogue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Act {
+    None,
+    Relu,
+    /// `relu(x)²` (Primer).
+    Relu2,
+    Silu,
+    /// GELU with the tanh approximation.
+    GeluTanh,
+}
+
+/// Where a fused bias broadcasts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bias {
+    None,
+    /// One value per column of C (`[n]`): a linear layer's bias.
+    PerColumn,
+    /// One value per row of C (`[m]`).
+    PerRow,
+}
+
+/// What `gemm_nt_kernel` does to each accumulator value before the store:
+/// `act(α·acc + bias) + residual + β·C`. It travels to the GPU as `alpha`,
+/// `beta` and one `u32` of flags.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Epi {
+    pub alpha: f32,
+    pub beta: f32,
+    pub bias: Bias,
+    pub act: Act,
+    pub residual: bool,
+}
+
+impl Epi {
+    /// Plain `C = A·Bᵀ`.
+    pub const NONE: Epi = Epi { alpha: 1.0, beta: 0.0, bias: Bias::None, act: Act::None, residual: false };
+
+    pub const fn flags(&self) -> u32 {
+        let bias = match self.bias {
+            Bias::None => 0,
+            Bias::PerColumn => 1,
+            Bias::PerRow => 2,
+        };
+        let act = match self.act {
+            Act::None => 0,
+            Act::Relu => 1,
+            Act::Relu2 => 2,
+            Act::Silu => 3,
+            Act::GeluTanh => 4,
+        };
+        bias | act << 2 | (self.residual as u32) << 5
+    }
+
+    #[inline(always)]
+    pub fn from_flags(flags: u32, alpha: f32, beta: f32) -> Epi {
+        let bias = match flags & 3 {
+            1 => Bias::PerColumn,
+            2 => Bias::PerRow,
+            _ => Bias::None,
+        };
+        let act = match (flags >> 2) & 7 {
+            1 => Act::Relu,
+            2 => Act::Relu2,
+            3 => Act::Silu,
+            4 => Act::GeluTanh,
+            _ => Act::None,
+        };
+        Epi { alpha, beta, bias, act, residual: flags & 32 != 0 }
+    }
+
+    /// The output value from the accumulator `x` and the fused operands'
+    /// values at its position (zero where unused).
+    #[inline(always)]
+    pub fn apply(&self, x: f32, bias: f32, residual: f32, old: f32) -> f32 {
+        let y = self.alpha * x + bias;
+        let y = match self.act {
+            Act::None => y,
+            Act::Relu => math::max(y, 0.0),
+            Act::Relu2 => math::max(y, 0.0) * math::max(y, 0.0),
+            Act::Silu => math::silu(y),
+            Act::GeluTanh => math::gelu_tanh(y),
+        };
+        y + residual + self.beta * old
+    }
+}
+
+// ---- the kernel --------------------------------------------------------------------------
+
+/// The GEMM config space, wrapped around a `#[kernel]` that calls
+/// [`mainloop`] with `BM`, `BN`, `BK` and `STAGES` (`SMEM` must equal
+/// `STAGES·(BM + BN)·BK·2`; the interpreter checks it).
+#[macro_export]
+macro_rules! gemm_kernel {
+    (grid = $grid:tt, $($item:tt)*) => {
+        #[::rustile::kernel(
+            configs = [
+                (BM = 64, BN = 64, BK = 32, WARPS = 4, STAGES = 3, SMEM = 24576),
+                (BM = 128, BN = 128, BK = 32, WARPS = 4, STAGES = 4, SMEM = 65536),
+                (BM = 128, BN = 128, BK = 64, WARPS = 4, STAGES = 3, SMEM = 98304),
+                (BM = 128, BN = 256, BK = 64, WARPS = 8, STAGES = 3, SMEM = 147456),
+            ],
+            grid = $grid,
+            dtypes = [bf16, f16],
+        )]
+        $($item)*
+    };
+}
+
+gemm_kernel! {
+grid = [cdiv(m, BM) * cdiv(n, BN)],
+/// `C = act(α·A·Bᵀ + bias) + residual + β·C` (see [`Epi`]; `flags` is
+/// `Epi::flags`). `bias` and `residual` are read only when the flags say so.
+pub fn gemm_nt_kernel<T: Elem>(
+    a: Ptr<T>, b: Ptr<T>, c: PtrMut<T>, bias: Ptr<T>, residual: Ptr<T>,
+    m: usize, n: usize, k: usize, alpha: f32, beta: f32, flags: u32,
+) {
+    let at = block::<BM, BN>(m, n);
+    let acc = mainloop::<T, BM, BN, BK, STAGES, THREADS>(a, b, m, n, k, at);
+    let epi = Epi::from_flags(flags, alpha, beta);
+    let out = BlockPtr::<T, BM, BN>::rows(c, m, n, at);
+    let res = BlockPtr::<T, BM, BN>::rows(residual, m, n, at);
+    let (per_col, per_row) = (BlockPtr::<T, 1, BN>::rows(bias, 1, n, [0, at[1]]), BlockPtr::<T, BM, 1>::rows(bias, m, 1, [at[0], 0]));
+    store_acc_with(&out, &acc, |r, col, x| {
+        let bias = match epi.bias {
+            Bias::None => 0.0,
+            Bias::PerColumn => per_col.get(0, col, 0.0),
+            Bias::PerRow => per_row.get(r, 0, 0.0),
+        };
+        let residual = if epi.residual { res.get(r, col, 0.0) } else { 0.0 };
+        let old = if epi.beta != 0.0 { out.get(r, col, 0.0) } else { 0.0 };
+        epi.apply(x, bias, residual, old)
+    });
+}
+}
+
+mod softcap;
+pub use softcap::*;
 
 // ---- config choice and host API ----------------------------------------------------------
 
@@ -84,23 +245,92 @@ mod host {
     use crate::check::{expect_shape, matrix};
     use rustile_host::{Error, Gpu, Result, Tensor};
 
-    fn check_dtype<T: Elem>() -> Result<()> {
+    pub(crate) fn check_dtype<T: Elem>(op: &str) -> Result<()> {
         if !matches!(T::KIND, Kind::Bf16 | Kind::F16) {
-            return Err(Error::DType(format!("gemm_nt takes bf16 or f16 operands, not {}", T::NAME)));
+            return Err(Error::DType(format!("{op} takes bf16 or f16 operands, not {}", T::NAME)));
         }
         Ok(())
     }
 
-    /// `c = a·bᵀ` on the GPU: `a` `[m, k]`, `b` `[n, k]`, `c` `[m, n]`.
-    pub fn gemm_nt<T: Elem>(gpu: &Gpu, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<T>) -> Result<()> {
-        check_dtype::<T>()?;
+    /// `(m, n, k)` of `c = a·bᵀ`, or an error naming what does not fit.
+    pub(crate) fn gemm_shape<T: Elem>(a: &Tensor<T>, b: &Tensor<T>, c: &Tensor<T>) -> Result<(usize, usize, usize)> {
         let (m, k) = matrix("a", a)?;
         let (n, kb) = matrix("b", b)?;
         if kb != k {
             return Err(Error::Shape(format!("a is [{m}, {k}] and b is [{n}, {kb}]: their inner dimensions differ")));
         }
         expect_shape("c", c, &[m, n])?;
-        gemm_nt_kernel::launch(gpu, default_config(m, n), a, b, c, m, n, k)
+        Ok((m, n, k))
+    }
+
+    /// A fused epilogue for [`gemm_nt_fused`]: `act(α·a·bᵀ + bias) + residual + β·c`.
+    ///
+    /// ```ignore
+    /// let epi = Epilogue::new().bias_per_column(&b1).act(Act::GeluTanh).residual(&x);
+    /// gemm_nt_fused(&gpu, &x, &w1, &mut y, &epi)?;
+    /// ```
+    #[derive(Clone, Copy)]
+    pub struct Epilogue<'a, T> {
+        pub epi: Epi,
+        bias: Option<&'a Tensor<T>>,
+        residual: Option<&'a Tensor<T>>,
+    }
+
+    impl<'a, T: Elem> Default for Epilogue<'a, T> {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
+    impl<'a, T: Elem> Epilogue<'a, T> {
+        pub fn new() -> Self {
+            Epilogue { epi: Epi::NONE, bias: None, residual: None }
+        }
+        /// Adds `bias[col]` to every row (`bias` is `[n]`).
+        pub fn bias_per_column(self, bias: &'a Tensor<T>) -> Self {
+            Epilogue { epi: Epi { bias: Bias::PerColumn, ..self.epi }, bias: Some(bias), ..self }
+        }
+        /// Adds `bias[row]` to every column (`bias` is `[m]`).
+        pub fn bias_per_row(self, bias: &'a Tensor<T>) -> Self {
+            Epilogue { epi: Epi { bias: Bias::PerRow, ..self.epi }, bias: Some(bias), ..self }
+        }
+        pub fn act(self, act: Act) -> Self {
+            Epilogue { epi: Epi { act, ..self.epi }, ..self }
+        }
+        /// Adds `residual` (`[m, n]`) after the activation.
+        pub fn residual(self, residual: &'a Tensor<T>) -> Self {
+            Epilogue { epi: Epi { residual: true, ..self.epi }, residual: Some(residual), ..self }
+        }
+        /// Scales the product by `alpha` (before the bias).
+        pub fn scale(self, alpha: f32) -> Self {
+            Epilogue { epi: Epi { alpha, ..self.epi }, ..self }
+        }
+        /// Adds `beta` times c's previous contents.
+        pub fn accumulate(self, beta: f32) -> Self {
+            Epilogue { epi: Epi { beta, ..self.epi }, ..self }
+        }
+    }
+
+    /// `c = a·bᵀ` on the GPU: `a` `[m, k]`, `b` `[n, k]`, `c` `[m, n]`.
+    pub fn gemm_nt<T: Elem>(gpu: &Gpu, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<T>) -> Result<()> {
+        gemm_nt_fused(gpu, a, b, c, &Epilogue::new())
+    }
+
+    /// `c = act(α·a·bᵀ + bias) + residual + β·c` on the GPU, in one kernel.
+    pub fn gemm_nt_fused<T: Elem>(gpu: &Gpu, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<T>, epi: &Epilogue<T>) -> Result<()> {
+        check_dtype::<T>("gemm_nt")?;
+        let (m, n, k) = gemm_shape(a, b, c)?;
+        let bias = match (epi.epi.bias, epi.bias) {
+            (Bias::PerColumn, Some(t)) => expect_shape("bias", t, &[n]).map(|_| t)?,
+            (Bias::PerRow, Some(t)) => expect_shape("bias", t, &[m]).map(|_| t)?,
+            _ => a, // not read
+        };
+        let residual = match epi.residual {
+            Some(t) => expect_shape("residual", t, &[m, n]).map(|_| t)?,
+            None => a, // not read
+        };
+        let e = epi.epi;
+        gemm_nt_kernel::launch(gpu, default_config(m, n), a, b, c, bias, residual, m, n, k, e.alpha, e.beta, e.flags())
     }
 
     /// `a·bᵀ` in the CPU interpreter (`a` `[m, k]`, `b` `[n, k]`, row-major).
@@ -108,7 +338,8 @@ mod host {
         assert_eq!(a.len(), m * k, "gemm_nt: a holds {} elements, not {m}×{k}", a.len());
         assert_eq!(b.len(), n * k, "gemm_nt: b holds {} elements, not {n}×{k}", b.len());
         let mut c = vec![T::default(); m * n];
-        gemm_nt_kernel::cpu(default_config(m, n), a, b, &mut c, m, n, k);
+        let e = Epi::NONE;
+        gemm_nt_kernel::cpu(default_config(m, n), a, b, &mut c, &[], &[], m, n, k, e.alpha, e.beta, e.flags());
         c
     }
 }

@@ -1,23 +1,34 @@
-//! CPU-interpreter checks of `gemm_nt` against float64 for every config, at
-//! odd shapes (edges in M, N and K, K shorter than one BK step), and at
-//! shapes whose rows are 16-byte aligned, so that interior windows take the
-//! unmasked copy path.
+//! CPU-interpreter checks of the GEMM kernels against float64 for every
+//! config: odd shapes (edges in M, N and K, K shorter than one BK step),
+//! shapes whose rows are 16-byte aligned (so interior windows take the
+//! unmasked copy path), and every fused epilogue.
 use super::*;
 use crate::reference;
 use crate::testing::*;
 
-fn check<T: Elem>(m: usize, n: usize, k: usize) {
+/// Asserts `c` matches `want` for `T` both in norm and element by element.
+fn assert_close<T: Elem>(c: &[T], want: &[f64], ctx: &str) {
+    let (err, worst) = (rel_err(c, want), max_err(c, want));
+    assert!(err <= tolerance::<T>(), "{ctx}: rel err {err:.2e}");
+    assert!(worst <= 4.0 * tolerance::<T>(), "{ctx}: worst element off by {worst:.2e} of the rms");
+}
+
+/// Operands `a` `[m, k]`, `b` `[n, k]` and their float64 product.
+fn operands<T: Elem>(m: usize, n: usize, k: usize) -> (Vec<T>, Vec<T>, Vec<f64>, u64) {
     let (mut rng, seed) = rng();
     let a: Vec<T> = normal(&mut rng, m * k, 0.0, 1.0);
     let b: Vec<T> = normal(&mut rng, n * k, 0.0, 1.0);
-    let want = reference::matmul_nt(&wide(&a), &wide(&b), m, n, k);
+    let ab = reference::matmul_nt(&wide(&a), &wide(&b), m, n, k);
+    (a, b, ab, seed)
+}
+
+fn check<T: Elem>(m: usize, n: usize, k: usize) {
+    let (a, b, want, seed) = operands::<T>(m, n, k);
+    let e = Epi::NONE;
     for cfg in 0..gemm_nt_kernel::CONFIGS.len() {
         let mut c = poisoned::<T>(m * n);
-        gemm_nt_kernel::cpu(cfg, &a, &b, &mut c, m, n, k);
-        let (err, worst) = (rel_err(&c, &want), max_err(&c, &want));
-        let ctx = format!("gemm_nt<{}> {m}×{n}×{k} cfg={cfg} (seed {seed})", T::NAME);
-        assert!(err <= tolerance::<T>(), "{ctx}: rel err {err:.2e}");
-        assert!(worst <= 4.0 * tolerance::<T>(), "{ctx}: worst element off by {worst:.2e} of the rms");
+        gemm_nt_kernel::cpu(cfg, &a, &b, &mut c, &[], &[], m, n, k, e.alpha, e.beta, e.flags());
+        assert_close(&c, &want, &format!("gemm_nt<{}> {m}×{n}×{k} cfg={cfg} (seed {seed})", T::NAME));
     }
 }
 
@@ -31,10 +42,70 @@ fn gemm_nt_matches_float64_at_odd_shapes() {
 
 #[test]
 fn host_wrapper_runs_the_default_config() {
-    let (mut rng, _) = rng();
     let (m, n, k) = (33, 20, 40);
-    let a: Vec<bf16> = normal(&mut rng, m * k, 0.0, 1.0);
-    let b: Vec<bf16> = normal(&mut rng, n * k, 0.0, 1.0);
-    let err = rel_err(&gemm_nt_cpu(&a, &b, m, n, k), &reference::matmul_nt(&wide(&a), &wide(&b), m, n, k));
-    assert!(err <= tolerance::<bf16>(), "rel err {err:.2e}");
+    let (a, b, want, seed) = operands::<bf16>(m, n, k);
+    assert_close(&gemm_nt_cpu(&a, &b, m, n, k), &want, &format!("gemm_nt_cpu (seed {seed})"));
+}
+
+#[test]
+fn every_fused_epilogue_matches_float64() {
+    let (m, n, k) = (70, 45, 37);
+    let (a, b, ab, seed) = operands::<bf16>(m, n, k);
+    let (mut rng, _) = rng();
+    let bias_n: Vec<bf16> = normal(&mut rng, n, 0.0, 3.0);
+    let bias_m: Vec<bf16> = normal(&mut rng, m, 0.0, 3.0);
+    let residual: Vec<bf16> = normal(&mut rng, m * n, 0.0, 2.0);
+    let old: Vec<bf16> = normal(&mut rng, m * n, 0.0, 2.0);
+    let acts = [Act::None, Act::Relu, Act::Relu2, Act::Silu, Act::GeluTanh];
+    for (i, act) in acts.into_iter().enumerate() {
+        for bias in [Bias::None, Bias::PerColumn, Bias::PerRow] {
+            let e = Epi { alpha: 0.25 + i as f32 * 0.5, beta: if i % 2 == 0 { 0.0 } else { -0.5 }, bias, act, residual: i % 3 != 1 };
+            let bias_data = match bias {
+                Bias::PerRow => &bias_m,
+                _ => &bias_n,
+            };
+            let want: Vec<f64> = (0..m * n)
+                .map(|at| {
+                    let (r, c) = (at / n, at % n);
+                    let bv = match bias {
+                        Bias::None => 0.0,
+                        Bias::PerColumn => bias_n[c].to_f32() as f64,
+                        Bias::PerRow => bias_m[r].to_f32() as f64,
+                    };
+                    let rv = if e.residual { residual[at].to_f32() as f64 } else { 0.0 };
+                    reference::epilogue(&e, ab[at], bv, rv, old[at].to_f32() as f64)
+                })
+                .collect();
+            for cfg in [0, 2] {
+                let mut c = old.clone();
+                gemm_nt_kernel::cpu(cfg, &a, &b, &mut c, bias_data, &residual, m, n, k, e.alpha, e.beta, e.flags());
+                assert_close(&c, &want, &format!("gemm_nt {e:?} cfg={cfg} (seed {seed})"));
+            }
+        }
+    }
+}
+
+#[test]
+fn epilogue_flags_round_trip() {
+    for act in [Act::None, Act::Relu, Act::Relu2, Act::Silu, Act::GeluTanh] {
+        for bias in [Bias::None, Bias::PerColumn, Bias::PerRow] {
+            for residual in [false, true] {
+                let e = Epi { alpha: 2.0, beta: 0.5, bias, act, residual };
+                assert_eq!(Epi::from_flags(e.flags(), 2.0, 0.5), e);
+            }
+        }
+    }
+}
+
+#[test]
+fn softcap_matches_float64() {
+    let (m, n, k) = (77, 130, 64);
+    let (a, b, ab, seed) = operands::<bf16>(m, n, k);
+    let cap = 5.0;
+    let want: Vec<f64> = ab.iter().map(|x| cap * (x / cap).tanh()).collect();
+    for cfg in 0..gemm_softcap_kernel::CONFIGS.len() {
+        let mut c = poisoned::<bf16>(m * n);
+        gemm_softcap_kernel::cpu(cfg, &a, &b, &mut c, m, n, k, cap as f32);
+        assert_close(&c, &want, &format!("gemm_softcap cfg={cfg} (seed {seed})"));
+    }
 }
