@@ -31,12 +31,12 @@ pub unsafe fn cp_async_16(dst: u32, src: *const u8, bytes: u32) {
     }
 }
 
-/// `cp_async_16` of a whole chunk (no zero fill), keeping the 128-byte line
-/// around it in L2 for the neighbouring copies.
+/// `cp_async_16` of a whole chunk (no zero fill). (No `.L2::128B` prefetch
+/// hint: it needs PTX ISA 7.4, above what the sm_80 build emits.)
 #[inline(always)]
 pub unsafe fn cp_async_16_full(dst: u32, src: *const u8) {
     unsafe {
-        asm!("cp.async.cg.shared.global.L2::128B [{d}], [{s}], 16;", d = in(reg32) dst, s = in(reg64) src, options(nostack));
+        asm!("cp.async.cg.shared.global [{d}], [{s}], 16;", d = in(reg32) dst, s = in(reg64) src, options(nostack));
     }
 }
 
