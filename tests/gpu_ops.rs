@@ -3,7 +3,7 @@
 //! an unwritten element fails. Every config of every kernel runs at least once.
 use rustile::{bf16, f16, Elem};
 use rustile_host::{Error, Gpu, Tensor};
-use rustile_ops::testing::{max_err, mean_err, normal, rel_err, rng, tolerance, wide};
+use rustile_ops::testing::{assert_close, mean_err, normal, rel_err, rng, tolerance, wide};
 use rustile_ops::{gemm, norm, reference, softmax, vector};
 use rustile_tests::gpu_or_skip;
 
@@ -123,17 +123,9 @@ fn gemm_case<T: Elem>(gpu: &Gpu, m: usize, n: usize, k: usize) {
     let want = reference::matmul_nt(&wide(&a), &wide(&b), m, n, k);
     for cfg in 0..gemm::gemm_nt_kernel::CONFIGS.len() {
         let mut c = poisoned::<T>(gpu, &[m, n]);
-        let e = gemm::Epi::NONE;
-        gemm::gemm_nt_kernel::launch(gpu, cfg, &da, &db, &mut c, &da, &da, m, n, k, e.alpha, e.beta, e.flags()).unwrap();
+        gemm::gemm_nt_with_config(gpu, cfg, &da, &db, &mut c, &gemm::Epilogue::new()).unwrap();
         assert_close(&gpu.download(&c).unwrap(), &want, &format!("gemm_nt<{}> {m}×{n}×{k} cfg={cfg} (seed {seed})", T::NAME));
     }
-}
-
-/// Asserts a matrix product matches `want` both in norm and element by element.
-fn assert_close<T: Elem>(c: &[T], want: &[f64], ctx: &str) {
-    let (err, worst) = (rel_err(c, want), max_err(c, want));
-    assert!(err <= tolerance::<T>(), "{ctx}: rel err {err:.2e}");
-    assert!(worst <= 4.0 * tolerance::<T>(), "{ctx}: worst element off by {worst:.2e} of the rms");
 }
 
 /// Every config of the fused-epilogue GEMM (bias per column, GELU, residual,
@@ -151,12 +143,13 @@ fn gemm_epilogues_match_float64() {
     let old: Vec<bf16> = normal(&mut rng, m * n, 0.0, 2.0);
     let ab = reference::matmul_nt(&wide(&a), &wide(&b), m, n, k);
     let (da, db, dbias, dres) = (up(&gpu, &a, &[m, k]), up(&gpu, &b, &[n, k]), up(&gpu, &bias, &[n]), up(&gpu, &res, &[m, n]));
-    let e = gemm::Epi { alpha: 0.5, beta: -0.75, bias: gemm::Bias::PerColumn, act: gemm::Act::GeluTanh, residual: true };
+    let fused = gemm::Epilogue::new().scale(0.5).accumulate(-0.75).bias_per_column(&dbias).act(gemm::Act::GeluTanh).residual(&dres);
+    let e = fused.epi();
     let want: Vec<f64> =
         (0..m * n).map(|i| reference::epilogue(&e, ab[i], bias[i % n].to_f32() as f64, res[i].to_f32() as f64, old[i].to_f32() as f64)).collect();
     for cfg in 0..gemm::gemm_nt_kernel::CONFIGS.len() {
         let mut c = up(&gpu, &old, &[m, n]);
-        gemm::gemm_nt_kernel::launch(&gpu, cfg, &da, &db, &mut c, &dbias, &dres, m, n, k, e.alpha, e.beta, e.flags()).unwrap();
+        gemm::gemm_nt_with_config(&gpu, cfg, &da, &db, &mut c, &fused).unwrap();
         assert_close(&gpu.download(&c).unwrap(), &want, &format!("gemm_nt {e:?} cfg={cfg} (seed {seed})"));
     }
     let cap = 6.0;

@@ -139,8 +139,7 @@ fn bench_typed<T: Elem>(gpu: &Gpu, cfg: &MeasureCfg, op: &str, s: &Sizes, sweep:
             let mut out = vec![row(&shape, stats, bytes).flops(flops)];
             if sweep {
                 out.extend(sweep_rows(gpu, cfg, gemm::gemm_nt_kernel::CONFIGS, |_| true, |cf| {
-                    let e = gemm::Epi::NONE;
-                    gemm::gemm_nt_kernel::launch(gpu, cf, &da, &db, &mut c, &da, &da, m, n, k, e.alpha, e.beta, e.flags())
+                    gemm::gemm_nt_with_config(gpu, cf, &da, &db, &mut c, &gemm::Epilogue::new())
                 }, |st, name| Row::new(op, &shape, T::NAME, &name, st).bytes(bytes).flops(flops))?);
             }
             Ok(out)

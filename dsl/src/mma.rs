@@ -86,6 +86,14 @@ impl<const M: usize, const N: usize, const TH: usize> Warps<M, N, TH> {
     /// 16×8 fragments in a warp's piece, down and across.
     const MI: usize = Self::TM / 16;
     const NI: usize = Self::TN / 8;
+
+    /// (first block row, first block column) of this thread's warp piece, and its lane.
+    #[inline(always)]
+    fn origin() -> (usize, usize, usize) {
+        let t = rustile_device::thread_idx() as usize;
+        let (warp, lane) = (t / 32, t % 32);
+        ((warp / Self::WN) * Self::TM, (warp % Self::WN) * Self::TN, lane)
+    }
 }
 
 /// f32 values an accumulator holds per thread.
@@ -139,15 +147,11 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
         [(); len(R, C, TH)]:,
     {
         let w = be::held_cols(C, TH);
-        for i in 0..be::held_rows(R, C, TH) {
-            let row = be::tile_row::<C, TH>(i);
-            for j in 0..w / V {
-                let col = be::tile_col::<C, TH>(j * V);
-                let mut x = [T::default(); V];
-                x.copy_from_slice(&t.v[i * w + j * V..i * w + j * V + V]);
-                self.put_chunk(row, col, x);
-            }
-        }
+        self.each_chunk(|i, row, j, col| {
+            let mut x = [T::default(); V];
+            x.copy_from_slice(&t.v[i * w + j * V..i * w + j * V + V]);
+            self.put_chunk(row, col, x);
+        });
     }
 
     /// Starts copying the block pointer's window into this tile, straight
@@ -164,46 +168,50 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
         // check (they cost more issue slots than the tensor cores' work).
         if src.inside_aligned() {
             let first = src.offsets[0] * rs + src.offsets[1];
-            for i in 0..be::held_rows(R, C, TH) {
-                let row = be::tile_row::<C, TH>(i);
-                for j in 0..be::held_cols(C, TH) / V {
-                    let col = be::tile_col::<C, TH>(j * V);
-                    src.base.check("Shared::copy_from", first + row * rs + col, 1, V, false);
-                    let p = src.base.at(first).wrapping_add(row * rs + col);
-                    #[cfg(target_arch = "nvptx64")]
-                    unsafe {
-                        let dst = self.base + (swizzled(row, col / V, C) * 2) as u32;
-                        rustile_device::cp_async_16_full(dst, p as *const u8);
-                    }
-                    #[cfg(not(target_arch = "nvptx64"))]
-                    self.put_chunk(row, col, unsafe { be::read_chunk(p, 1, V, T::default()) });
-                }
-            }
+            self.each_chunk(|_, row, _, col| {
+                src.base.check("Shared::copy_from", first + row * rs + col, 1, V, false);
+                let p = src.base.at(first).wrapping_add(row * rs + col);
+                #[cfg(target_arch = "nvptx64")]
+                unsafe {
+                    rustile_device::cp_async_16_full(self.chunk_addr(row, col), p as *const u8)
+                };
+                #[cfg(not(target_arch = "nvptx64"))]
+                self.put_chunk(row, col, unsafe { be::read_chunk(p, 1, V, T::default()) });
+            });
             return;
         }
+        self.each_chunk(|_, row, _, col| {
+            let (grow, gcol) = (src.offsets[0] + row, src.offsets[1] + col);
+            let valid = if grow < src.shape[0] { src.valid_cols(gcol).min(V) } else { 0 };
+            let first = grow * rs + gcol * cs;
+            src.base.check("Shared::copy_from", first, cs, valid, false);
+            let p = src.base.at(first);
+            #[cfg(target_arch = "nvptx64")]
+            if (cs == 1 && (p as usize) % 16 == 0) || valid == 0 {
+                unsafe { rustile_device::cp_async_16(self.chunk_addr(row, col), p as *const u8, (valid * 2) as u32) };
+                return;
+            }
+            self.put_chunk(row, col, unsafe { be::read_chunk(p, cs, valid, T::default()) });
+        });
+    }
+
+    /// Calls `f(i, row, j, col)` for each chunk this thread holds in the
+    /// standard tile layout: its `i`-th row and that row's `j`-th chunk.
+    #[inline(always)]
+    fn each_chunk(&self, mut f: impl FnMut(usize, usize, usize, usize)) {
         for i in 0..be::held_rows(R, C, TH) {
             let row = be::tile_row::<C, TH>(i);
             for j in 0..be::held_cols(C, TH) / V {
-                let col = be::tile_col::<C, TH>(j * V);
-                let (grow, gcol) = (src.offsets[0] + row, src.offsets[1] + col);
-                let valid = if grow < src.shape[0] { src.valid_cols(gcol).min(V) } else { 0 };
-                let first = grow * rs + gcol * cs;
-                src.base.check("Shared::copy_from", first, cs, valid, false);
-                let p = src.base.at(first);
-                #[cfg(target_arch = "nvptx64")]
-                {
-                    let aligned = cs == 1 && (p as usize) % 16 == 0;
-                    if aligned || valid == 0 {
-                        let dst = self.base + (swizzled(row, col / V, C) * 2) as u32;
-                        unsafe { rustile_device::cp_async_16(dst, p as *const u8, (valid * 2) as u32) };
-                    } else {
-                        self.put_chunk(row, col, unsafe { be::read_chunk(p, cs, valid, T::default()) });
-                    }
-                }
-                #[cfg(not(target_arch = "nvptx64"))]
-                self.put_chunk(row, col, unsafe { be::read_chunk(p, cs, valid, T::default()) });
+                f(i, row, j, be::tile_col::<C, TH>(j * V));
             }
         }
+    }
+
+    /// Shared address of the chunk at `row`, columns `col..col+8`.
+    #[cfg(target_arch = "nvptx64")]
+    #[inline(always)]
+    fn chunk_addr(&self, row: usize, col: usize) -> u32 {
+        self.base + (swizzled(row, col / V, C) * 2) as u32
     }
 
     /// Chunk (8 elements) at `row`, columns `col..col+8`.
@@ -211,8 +219,7 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
     fn put_chunk(&self, row: usize, col: usize, x: [T; V]) {
         #[cfg(target_arch = "nvptx64")]
         unsafe {
-            let at = self.base + (swizzled(row, col / V, C) * 2) as u32;
-            rustile_device::st_shared_v4(at, core::mem::transmute_copy(&x));
+            rustile_device::st_shared_v4(self.chunk_addr(row, col), core::mem::transmute_copy(&x));
         }
         #[cfg(not(target_arch = "nvptx64"))]
         unsafe {
@@ -287,14 +294,11 @@ where
 fn acc_pos<const M: usize, const N: usize, const TH: usize>(e: usize) -> (usize, usize) {
     #[cfg(target_arch = "nvptx64")]
     {
-        let (wn, tm, tn, ni_n) = (Warps::<M, N, TH>::WN, Warps::<M, N, TH>::TM, Warps::<M, N, TH>::TN, Warps::<M, N, TH>::NI);
-        let t = rustile_device::thread_idx() as usize;
-        let (warp, lane) = (t / 32, t % 32);
+        let ni_n = Warps::<M, N, TH>::NI;
+        let (row0, col0, lane) = Warps::<M, N, TH>::origin();
         let (frag, k) = (e / 4, e % 4);
         let (mi, ni) = (frag / ni_n, frag % ni_n);
-        let row = (warp / wn) * tm + mi * 16 + lane / 4 + (k / 2) * 8;
-        let col = (warp % wn) * tn + ni * 8 + (lane % 4) * 2 + k % 2;
-        (row, col)
+        (row0 + mi * 16 + lane / 4 + (k / 2) * 8, col0 + ni * 8 + (lane % 4) * 2 + k % 2)
     }
     #[cfg(not(target_arch = "nvptx64"))]
     (e / N, e % N)
@@ -314,11 +318,8 @@ where
     let mut v = acc.v;
     #[cfg(target_arch = "nvptx64")]
     {
-        let (wn, tm, tn) = (Warps::<M, N, TH>::WN, Warps::<M, N, TH>::TM, Warps::<M, N, TH>::TN);
         let (mi_n, ni_n) = (Warps::<M, N, TH>::MI, Warps::<M, N, TH>::NI);
-        let t = rustile_device::thread_idx() as usize;
-        let (warp, lane) = (t / 32, t % 32);
-        let (row0, col0) = ((warp / wn) * tm, (warp % wn) * tn);
+        let (row0, col0, lane) = Warps::<M, N, TH>::origin();
         let bf16 = T::KIND == crate::Kind::Bf16;
         // Byte offsets of this lane's ldmatrix rows at k-step 0: A's four
         // 8×8 matrices are (rows 0-7, 8-15) × (k 0-7, 8-15), B's are

@@ -2,7 +2,7 @@
 //! against a float64 reference. Used by the CPU tests, the GPU tests and the
 //! bench; nothing here is tuned to any shape.
 use rand::{rngs::StdRng, Rng, SeedableRng};
-use rustile::Elem;
+use rustile::{Elem, Kind};
 
 /// A generator seeded from the OS, with its seed, so a failure can be replayed
 /// (`RUSTILE_SEED=<seed>` fixes it).
@@ -33,7 +33,12 @@ pub fn wide<T: Elem>(x: &[T]) -> Vec<f64> {
 pub fn mean_err(mean: &[f32], want_mean: &[f64], want_rstd: &[f64]) -> f64 {
     assert_eq!(mean.len(), want_mean.len(), "{} means, reference {}", mean.len(), want_mean.len());
     let err = |r: usize| (mean[r] as f64 - want_mean[r]).abs() / (want_mean[r].abs() + 1.0 / want_rstd[r]);
-    (0..mean.len()).map(err).fold(0.0, |a, e| if e.is_nan() { f64::INFINITY } else { a.max(e) })
+    worst((0..mean.len()).map(err))
+}
+
+/// The largest of `errs`; a NaN (an unwritten or broken element) gives infinity.
+fn worst(errs: impl Iterator<Item = f64>) -> f64 {
+    errs.fold(0.0, |a, e| if e.is_nan() { f64::INFINITY } else { a.max(e) })
 }
 
 /// ‖out − ref‖ / ‖ref‖; NaN anywhere (an unwritten or broken element) gives infinity.
@@ -58,17 +63,25 @@ pub fn rel_err<T: Elem>(out: &[T], reference: &[f64]) -> f64 {
 pub fn max_err<T: Elem>(out: &[T], reference: &[f64]) -> f64 {
     assert_eq!(out.len(), reference.len(), "output has {} elements, reference {}", out.len(), reference.len());
     let rms = (reference.iter().map(|r| r * r).sum::<f64>() / reference.len().max(1) as f64).sqrt();
-    let worst = out.iter().zip(reference).map(|(o, r)| (o.to_f32() as f64 - r).abs()).fold(0.0, |a: f64, e| if e.is_nan() { f64::INFINITY } else { a.max(e) });
+    let worst = worst(out.iter().zip(reference).map(|(o, r)| (o.to_f32() as f64 - r).abs()));
     if rms == 0.0 { worst } else { worst / rms }
+}
+
+/// Asserts a matrix product's output matches `want` both in norm
+/// (`rel_err`) and element by element (`max_err`); `ctx` names the case.
+pub fn assert_close<T: Elem>(out: &[T], want: &[f64], ctx: &str) {
+    let (err, worst) = (rel_err(out, want), max_err(out, want));
+    assert!(err <= tolerance::<T>(), "{ctx}: rel err {err:.2e}");
+    assert!(worst <= 4.0 * tolerance::<T>(), "{ctx}: worst element off by {worst:.2e} of the rms");
 }
 
 /// The tolerance for outputs stored as `T` (rounding of the output itself dominates).
 pub fn tolerance<T: Elem>() -> f64 {
-    match T::NAME {
-        "f32" => 2e-6,
-        "bf16" => 1e-2,
-        "f16" => 2e-3,
-        _ => 1e-1,
+    match T::KIND {
+        Kind::F32 => 2e-6,
+        Kind::Bf16 => 1e-2,
+        Kind::F16 => 2e-3,
+        Kind::E4M3 | Kind::E5M2 => 1e-1,
     }
 }
 

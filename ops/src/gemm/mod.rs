@@ -3,13 +3,11 @@
 //! or f16 in and out, f32 accumulation. Any M, N, K: edge tiles are masked,
 //! and K need not be a multiple of BK (the masked columns load as zeros).
 //!
-//! Each program computes one `BM×BN` block of C. Its K loop is a `cp.async`
-//! pipeline `STAGES` deep: global → shared copies run `STAGES − 1` k-steps
-//! ahead of the tensor cores, with one barrier a step.
+//! Each program computes one `BM×BN` block of C.
 //!
 //! The K loop is [`mainloop`]: a GEMM variant is a `#[kernel]` that calls it
-//! and stores the accumulator through its own epilogue (`Acc::map` takes any
-//! closure of `(row, col, value)`). [`gemm_nt_kernel`] is the one with the
+//! and stores the accumulator through its own epilogue (`store_acc_with`
+//! takes any closure of `(row, col, value)`). [`gemm_nt_kernel`] is the one with the
 //! standard fused epilogues ([`Epi`]): `α·acc + bias`, an activation, a
 //! residual and `β·C`; `softcap` shows a custom one.
 use rustile::mma::acc_len;
@@ -55,17 +53,21 @@ where
     };
     let next = |s: usize| if s + 1 == STAGES { 0 } else { s + 1 };
     let steps = cdiv(k, BK);
+    // Starts the copies of step kt (if there is one) into stage s, as one group.
+    let fill = |kt: usize, s: usize| {
+        if kt < steps {
+            let (sa, sb) = stage(s);
+            sa.copy_from(&pa(kt));
+            sb.copy_from(&pb(kt));
+        }
+        commit_copies();
+    };
 
     // Fill all stages but one; every step then starts the copy STAGES − 1
     // steps ahead into the stage the previous step finished with.
     let (mut read, mut write) = (0, 0);
     for kt in 0..STAGES - 1 {
-        if kt < steps {
-            let (sa, sb) = stage(write);
-            sa.copy_from(&pa(kt));
-            sb.copy_from(&pb(kt));
-        }
-        commit_copies();
+        fill(kt, write);
         write = next(write);
     }
     let mut acc = rustile::Acc::<BM, BN, TH>::zeros();
@@ -78,12 +80,7 @@ where
         // Issued after the tensor-core work, so that each step starts reading
         // its operands right after the barrier; the copies then overlap the
         // MMAs still in flight.
-        if kt + STAGES - 1 < steps {
-            let (sa, sb) = stage(write);
-            sa.copy_from(&pa(kt + STAGES - 1));
-            sb.copy_from(&pb(kt + STAGES - 1));
-        }
-        commit_copies();
+        fill(kt + STAGES - 1, write);
         write = next(write);
     }
     acc
@@ -91,26 +88,28 @@ where
 
 // ---- standard fused epilogues ------------------------------------------------------------
 
-/// The activation of a fused epilogue.
+/// The activation of a fused epilogue (its discriminant is its code in `Epi::flags`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
 pub enum Act {
-    None,
-    Relu,
+    None = 0,
+    Relu = 1,
     /// `relu(x)²` (Primer).
-    Relu2,
-    Silu,
+    Relu2 = 2,
+    Silu = 3,
     /// GELU with the tanh approximation.
-    GeluTanh,
+    GeluTanh = 4,
 }
 
-/// Where a fused bias broadcasts.
+/// Where a fused bias broadcasts (its discriminant is its code in `Epi::flags`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
 pub enum Bias {
-    None,
+    None = 0,
     /// One value per column of C (`[n]`): a linear layer's bias.
-    PerColumn,
+    PerColumn = 1,
     /// One value per row of C (`[m]`).
-    PerRow,
+    PerRow = 2,
 }
 
 /// What `gemm_nt_kernel` does to each accumulator value before the store:
@@ -129,20 +128,9 @@ impl Epi {
     /// Plain `C = A·Bᵀ`.
     pub const NONE: Epi = Epi { alpha: 1.0, beta: 0.0, bias: Bias::None, act: Act::None, residual: false };
 
+    /// Bits 0-1 the bias, 2-4 the activation, 5 the residual.
     pub const fn flags(&self) -> u32 {
-        let bias = match self.bias {
-            Bias::None => 0,
-            Bias::PerColumn => 1,
-            Bias::PerRow => 2,
-        };
-        let act = match self.act {
-            Act::None => 0,
-            Act::Relu => 1,
-            Act::Relu2 => 2,
-            Act::Silu => 3,
-            Act::GeluTanh => 4,
-        };
-        bias | act << 2 | (self.residual as u32) << 5
+        self.bias as u32 | (self.act as u32) << 2 | (self.residual as u32) << 5
     }
 
     #[inline(always)]
@@ -170,7 +158,10 @@ impl Epi {
         let y = match self.act {
             Act::None => y,
             Act::Relu => math::max(y, 0.0),
-            Act::Relu2 => math::max(y, 0.0) * math::max(y, 0.0),
+            Act::Relu2 => {
+                let r = math::max(y, 0.0);
+                r * r
+            }
             Act::Silu => math::silu(y),
             Act::GeluTanh => math::gelu_tanh(y),
         };
@@ -277,8 +268,10 @@ mod host {
     /// ```
     #[derive(Clone, Copy)]
     pub struct Epilogue<'a, T> {
-        pub epi: Epi,
-        bias: Option<&'a Tensor<T>>,
+        alpha: f32,
+        beta: f32,
+        act: Act,
+        bias: Option<(Bias, &'a Tensor<T>)>,
         residual: Option<&'a Tensor<T>>,
     }
 
@@ -289,31 +282,38 @@ mod host {
     }
 
     impl<'a, T: Elem> Epilogue<'a, T> {
+        /// Plain `c = a·bᵀ`.
         pub fn new() -> Self {
-            Epilogue { epi: Epi::NONE, bias: None, residual: None }
+            let e = Epi::NONE;
+            Epilogue { alpha: e.alpha, beta: e.beta, act: e.act, bias: None, residual: None }
         }
         /// Adds `bias[col]` to every row (`bias` is `[n]`).
         pub fn bias_per_column(self, bias: &'a Tensor<T>) -> Self {
-            Epilogue { epi: Epi { bias: Bias::PerColumn, ..self.epi }, bias: Some(bias), ..self }
+            Epilogue { bias: Some((Bias::PerColumn, bias)), ..self }
         }
         /// Adds `bias[row]` to every column (`bias` is `[m]`).
         pub fn bias_per_row(self, bias: &'a Tensor<T>) -> Self {
-            Epilogue { epi: Epi { bias: Bias::PerRow, ..self.epi }, bias: Some(bias), ..self }
+            Epilogue { bias: Some((Bias::PerRow, bias)), ..self }
         }
         pub fn act(self, act: Act) -> Self {
-            Epilogue { epi: Epi { act, ..self.epi }, ..self }
+            Epilogue { act, ..self }
         }
         /// Adds `residual` (`[m, n]`) after the activation.
         pub fn residual(self, residual: &'a Tensor<T>) -> Self {
-            Epilogue { epi: Epi { residual: true, ..self.epi }, residual: Some(residual), ..self }
+            Epilogue { residual: Some(residual), ..self }
         }
         /// Scales the product by `alpha` (before the bias).
         pub fn scale(self, alpha: f32) -> Self {
-            Epilogue { epi: Epi { alpha, ..self.epi }, ..self }
+            Epilogue { alpha, ..self }
         }
         /// Adds `beta` times c's previous contents.
         pub fn accumulate(self, beta: f32) -> Self {
-            Epilogue { epi: Epi { beta, ..self.epi }, ..self }
+            Epilogue { beta, ..self }
+        }
+        /// What the kernel is told.
+        pub fn epi(&self) -> Epi {
+            let bias = self.bias.map_or(Bias::None, |(kind, _)| kind);
+            Epi { alpha: self.alpha, beta: self.beta, bias, act: self.act, residual: self.residual.is_some() }
         }
     }
 
@@ -324,19 +324,25 @@ mod host {
 
     /// `c = act(α·a·bᵀ + bias) + residual + β·c` on the GPU, in one kernel.
     pub fn gemm_nt_fused<T: Elem>(gpu: &Gpu, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<T>, epi: &Epilogue<T>) -> Result<()> {
+        let (m, n, _) = gemm_shape(a, b, c)?;
+        gemm_nt_with_config(gpu, default_config(m, n), a, b, c, epi)
+    }
+
+    /// `gemm_nt_fused` with config `cfg` of `gemm_nt_kernel::CONFIGS` (for tests, sweeps and the tuner).
+    pub fn gemm_nt_with_config<T: Elem>(gpu: &Gpu, cfg: usize, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<T>, epi: &Epilogue<T>) -> Result<()> {
         check_dtype::<T>("gemm_nt")?;
         let (m, n, k) = gemm_shape(a, b, c)?;
-        let bias = match (epi.epi.bias, epi.bias) {
-            (Bias::PerColumn, Some(t)) => expect_shape("bias", t, &[n]).map(|_| t)?,
-            (Bias::PerRow, Some(t)) => expect_shape("bias", t, &[m]).map(|_| t)?,
-            _ => a, // not read
+        let bias = match epi.bias {
+            Some((Bias::PerRow, t)) => expect_shape("bias", t, &[m]).map(|_| t)?,
+            Some((_, t)) => expect_shape("bias", t, &[n]).map(|_| t)?,
+            None => a, // not read
         };
         let residual = match epi.residual {
             Some(t) => expect_shape("residual", t, &[m, n]).map(|_| t)?,
             None => a, // not read
         };
-        let e = epi.epi;
-        gemm_nt_kernel::launch(gpu, default_config(m, n), a, b, c, bias, residual, m, n, k, e.alpha, e.beta, e.flags())
+        let e = epi.epi();
+        gemm_nt_kernel::launch(gpu, cfg, a, b, c, bias, residual, m, n, k, e.alpha, e.beta, e.flags())
     }
 
     /// `a·bᵀ` in the CPU interpreter (`a` `[m, k]`, `b` `[n, k]`, row-major).

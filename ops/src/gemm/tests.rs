@@ -6,13 +6,6 @@ use super::*;
 use crate::reference;
 use crate::testing::*;
 
-/// Asserts `c` matches `want` for `T` both in norm and element by element.
-fn assert_close<T: Elem>(c: &[T], want: &[f64], ctx: &str) {
-    let (err, worst) = (rel_err(c, want), max_err(c, want));
-    assert!(err <= tolerance::<T>(), "{ctx}: rel err {err:.2e}");
-    assert!(worst <= 4.0 * tolerance::<T>(), "{ctx}: worst element off by {worst:.2e} of the rms");
-}
-
 /// Operands `a` `[m, k]`, `b` `[n, k]` and their float64 product.
 fn operands<T: Elem>(m: usize, n: usize, k: usize) -> (Vec<T>, Vec<T>, Vec<f64>, u64) {
     let (mut rng, seed) = rng();
