@@ -11,16 +11,34 @@
 //!
 //! With no images the slices are empty, so a host build on a machine that
 //! never ran the device build still compiles (and launches fail with a clear
-//! error instead).
+//! error instead). Images older than a kernel source are marked `stale`
+//! (a build warning here, a notice when the GPU loads them).
+//!
+//! It also writes `$OUT_DIR/sources.rs`: the hash of the sources each tuned
+//! op is built from, which `tune` compares with the tuned tables' provenance.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 const STEM: &str = "rustile_ops";
 
+/// Sources every kernel is built from (relative to the workspace root).
+const KERNEL_SOURCES: &[&str] = &["dsl/src", "dsl-macros/src", "device/src", "ops/src", "ops/ptx/src"];
+
+/// The sources each tuned op's kernels come from, besides the DSL's: a tuned
+/// table whose hash of these differs is out of date.
+const TUNED_OPS: &[(&str, &[&str])] = &[("gemm_nt", &["ops/src/gemm"]), ("dual_gemm", &["ops/src/gemm", "ops/src/dual_gemm"])];
+const DSL_SOURCES: &[&str] = &["dsl/src", "dsl-macros/src", "device/src"];
+
 fn main() {
-    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("cubins.rs");
+    let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let out = out_dir.join("cubins.rs");
     println!("cargo:rerun-if-env-changed=RUSTILE_CUBIN_DIR");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for dir in KERNEL_SOURCES {
+        println!("cargo:rerun-if-changed={}", root.join(dir).display());
+    }
+    write(&out_dir.join("sources.rs"), &source_hashes(&root));
 
     // The device build is what makes the images; it embeds none.
     if std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() == Ok("nvptx64") {
@@ -56,10 +74,23 @@ fn main() {
     let embed_ptx = std::env::var_os("RUSTILE_EMBED_PTX").is_some();
     let mut images = String::new();
     let mut ptx = String::new();
+    let mut reports = String::new();
+    let newest = newest_source(&root);
+    let mut stale = None;
     for (arch, arch_dir) in &arches {
         let cubin = arch_dir.join(format!("{STEM}.cubin"));
         let text = arch_dir.join(format!("{STEM}.ptx"));
+        if let (Some((when, source)), Ok(built)) = (&newest, cubin.metadata().and_then(|m| m.modified())) {
+            if built < *when {
+                println!("cargo:warning={} is older than {}: run `cargo xtask build`", cubin.display(), source);
+                stale.get_or_insert_with(|| format!("{arch} is older than {source}"));
+            }
+        }
         // Debug formatting of a str is a valid Rust string literal, escapes included.
+        let report = arch_dir.join("resources.json");
+        if report.is_file() {
+            let _ = write!(reports, "\n    ({arch:?}, include_str!({:?})),", report.display().to_string());
+        }
         if cubin.is_file() {
             println!("cargo:rerun-if-changed={}", cubin.display());
             let _ = write!(images, "\n        ({arch:?}, include_bytes!({:?})),", cubin.display().to_string());
@@ -74,9 +105,60 @@ fn main() {
 
     let code = format!(
         "pub static CUBINS: rustile_host::Cubins = rustile_host::Cubins {{\n    \
-         crate_name: {STEM:?},\n    images: &[{images}\n    ],\n    ptx: &[{ptx}\n    ],\n}};\n"
+         crate_name: {STEM:?},\n    images: &[{images}\n    ],\n    ptx: &[{ptx}\n    ],\n    stale: {stale:?},\n}};\n\n\
+         /// (arch, the ptxas resource report `cargo xtask build` wrote as JSON)\n\
+         pub static RESOURCE_REPORTS: &[(&str, &str)] = &[{reports}\n];\n"
     );
     write(&out, &code);
+}
+
+/// Every file under `dirs` except tests, sorted, so the walk order is fixed.
+fn source_files(root: &Path, dirs: &[&str]) -> Vec<(String, PathBuf)> {
+    fn walk(dir: &Path, name: &str, out: &mut Vec<(String, PathBuf)>) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let (path, file) = (e.path(), e.file_name().to_string_lossy().into_owned());
+            let name = format!("{name}/{file}");
+            if path.is_dir() {
+                walk(&path, &name, out);
+            } else if file.ends_with(".rs") && file != "tests.rs" {
+                out.push((name, path));
+            }
+        }
+    }
+    let mut out = vec![];
+    for dir in dirs {
+        walk(&root.join(dir), dir, &mut out);
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// `pub const SOURCE_HASHES`: (op, first 12 hex digits of the SHA-256 of its
+/// sources' names and contents).
+fn source_hashes(root: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    let mut code = String::from("/// (tuned op, hash of the sources its kernels are built from)\npub const SOURCE_HASHES: &[(&str, &str)] = &[\n");
+    for (op, dirs) in TUNED_OPS {
+        let mut h = Sha256::new();
+        for (name, path) in source_files(root, &[DSL_SOURCES, dirs].concat()) {
+            h.update(name.as_bytes());
+            h.update(std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display())));
+        }
+        let hex: String = h.finalize().iter().take(6).map(|b| format!("{b:02x}")).collect();
+        let _ = writeln!(code, "    ({op:?}, {hex:?}),");
+    }
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let version = std::process::Command::new(rustc).arg("-V").output().ok().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    code + &format!("];\n/// The rustc that built this crate (and, by `cargo xtask build`, its kernels).\npub const RUSTC_VERSION: &str = {:?};\n", version.unwrap_or_default())
+}
+
+/// The most recently modified kernel source: when, and its name.
+fn newest_source(root: &Path) -> Option<(std::time::SystemTime, String)> {
+    source_files(root, KERNEL_SOURCES)
+        .into_iter()
+        .filter_map(|(name, path)| Some((path.metadata().ok()?.modified().ok()?, name)))
+        .max()
 }
 
 fn write(path: &Path, text: &str) {

@@ -4,7 +4,7 @@
 use rustile::{bf16, f16, Elem};
 use rustile_host::{Error, Gpu, Tensor};
 use rustile_ops::testing::{assert_close, mean_err, normal, rel_err, rng, tolerance, wide};
-use rustile_ops::{gemm, norm, reference, softmax, vector};
+use rustile_ops::{dual_gemm, gemm, norm, reference, softmax, vector};
 use rustile_tests::gpu_or_skip;
 
 fn up<T: Elem>(gpu: &Gpu, x: &[T], shape: &[usize]) -> Tensor<T> {
@@ -126,6 +126,33 @@ fn gemm_case<T: Elem>(gpu: &Gpu, m: usize, n: usize, k: usize) {
         gemm::gemm_nt_with_config(gpu, cfg, &da, &db, &mut c, &gemm::Epilogue::new()).unwrap();
         assert_close(&gpu.download(&c).unwrap(), &want, &format!("gemm_nt<{}> {m}×{n}×{k} cfg={cfg} (seed {seed})", T::NAME));
     }
+}
+
+/// Every config of the dual GEMM (`silu(a·b1ᵀ) ⊙ a·b2ᵀ`) at odd shapes,
+/// plus its host API's shape checks.
+#[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
+fn dual_gemm_matches_float64() {
+    let Some(gpu) = gpu_or_skip("dual_gemm_matches_float64") else { return };
+    for (m, n, k) in [(1, 1, 1), (70, 33, 48), (300, 517, 264), (777, 1030, 520)] {
+        let (mut rng, seed) = rng();
+        let a: Vec<bf16> = normal(&mut rng, m * k, 0.0, 1.0);
+        let b1: Vec<bf16> = normal(&mut rng, n * k, 0.0, 1.0);
+        let b2: Vec<bf16> = normal(&mut rng, n * k, 0.0, 1.0);
+        let (da, db1, db2) = (up(&gpu, &a, &[m, k]), up(&gpu, &b1, &[n, k]), up(&gpu, &b2, &[n, k]));
+        let want = reference::swiglu(&reference::matmul_nt(&wide(&a), &wide(&b1), m, n, k), &reference::matmul_nt(&wide(&a), &wide(&b2), m, n, k));
+        for cfg in 0..dual_gemm::dual_gemm_kernel::CONFIGS.len() {
+            let mut c = poisoned::<bf16>(&gpu, &[m, n]);
+            dual_gemm::dual_gemm_with_config(&gpu, cfg, &da, &db1, &db2, &mut c).unwrap();
+            assert_close(&gpu.download(&c).unwrap(), &want, &format!("dual_gemm {m}×{n}×{k} cfg={cfg} (seed {seed})"));
+        }
+        let mut c = poisoned::<bf16>(&gpu, &[m, n]);
+        dual_gemm::dual_gemm(&gpu, &da, &db1, &db2, &mut c).unwrap();
+        assert_close(&gpu.download(&c).unwrap(), &want, &format!("dual_gemm {m}×{n}×{k} default (seed {seed})"));
+    }
+    let (a, b) = (gpu.alloc::<bf16>(&[8, 16]).unwrap(), gpu.alloc::<bf16>(&[4, 16]).unwrap());
+    let (other, mut c) = (gpu.alloc::<bf16>(&[5, 16]).unwrap(), gpu.alloc::<bf16>(&[8, 4]).unwrap());
+    assert!(matches!(dual_gemm::dual_gemm(&gpu, &a, &b, &other, &mut c), Err(Error::Shape(_))));
 }
 
 /// Every config of the fused-epilogue GEMM (bias per column, GELU, residual,

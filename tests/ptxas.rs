@@ -4,7 +4,7 @@
 //! recorded in each report's `spill_allowed`). `cargo xtask test` builds
 //! these before running the tests; the reports come from `cargo xtask build`
 //! (target/cubins/<arch>/resources.json).
-use rustile_ops::{gemm, norm, softmax, vector};
+use rustile_ops::{dual_gemm, gemm, norm, softmax, vector};
 use std::path::PathBuf;
 
 fn expected_entries() -> Vec<String> {
@@ -23,6 +23,7 @@ fn expected_entries() -> Vec<String> {
     add("rms_norm_kernel", norm::rms_norm_kernel::CONFIGS, norm::rms_norm_kernel::DTYPES);
     add("gemm_nt_kernel", gemm::gemm_nt_kernel::CONFIGS, gemm::gemm_nt_kernel::DTYPES);
     add("gemm_softcap_kernel", gemm::gemm_softcap_kernel::CONFIGS, gemm::gemm_softcap_kernel::DTYPES);
+    add("dual_gemm_kernel", dual_gemm::dual_gemm_kernel::CONFIGS, dual_gemm::dual_gemm_kernel::DTYPES);
     names
 }
 

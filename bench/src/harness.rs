@@ -316,7 +316,7 @@ fn command_line() -> String {
 }
 
 /// Now as "YYYY-MM-DDTHH:MM:SSZ".
-fn utc_now() -> String {
+pub fn utc_now() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())

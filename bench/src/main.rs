@@ -3,27 +3,26 @@
 //! Prints a table and writes JSON (see `harness::Report`). Without a GPU it
 //! says so and runs the CPU interpreter at small sizes instead.
 
-// Much of the harness is only used once the op benches are wired in.
-#[allow(dead_code)]
-mod harness;
-mod ops;
-mod torch;
-
 use std::path::PathBuf;
 
 use clap::Parser;
+use rustile::{bf16, f16};
 use rustile_host::{Error, Gpu};
 
-use harness::{MeasureCfg, Report};
+use rustile_bench::cublas::Blas;
+use rustile_bench::harness::{self, MeasureCfg, Report};
+use rustile_bench::{gemm, ops, torch, Sizes};
 
 /// The ops this bench knows, in table order.
-const OPS: &[&str] = &["add", "swiglu", "softmax", "layernorm", "rmsnorm", "gemm"];
+const OPS: &[&str] = &["add", "swiglu", "softmax", "layernorm", "rmsnorm", "gemm", "dual_gemm"];
+/// The ops measured against cuBLAS (in this process) rather than PyTorch.
+const GEMM_OPS: &[&str] = &["gemm", "dual_gemm"];
 
 #[derive(Parser, Debug)]
 #[command(about = "Rustile ops against PyTorch (eager and torch.compile) on this GPU")]
 struct Args {
     /// Comma-separated ops to run.
-    #[arg(long, value_delimiter = ',', default_value = "add,swiglu,softmax,layernorm,rmsnorm,gemm")]
+    #[arg(long, value_delimiter = ',', default_value = "add,swiglu,softmax,layernorm,rmsnorm,gemm,dual_gemm")]
     ops: Vec<String>,
     /// Rows of the row-wise ops (softmax, layernorm, rmsnorm).
     #[arg(long, default_value_t = 8192)]
@@ -34,9 +33,14 @@ struct Args {
     /// Elements of the element-wise ops (add, swiglu).
     #[arg(long, default_value_t = 1 << 28)]
     numel: usize,
-    /// M,N,K of the GEMM (C[M,N] = A[M,K]·B[N,K]ᵀ).
-    #[arg(long, value_delimiter = ',', default_value = "4096,4096,4096")]
-    mnk: Vec<usize>,
+    /// GEMM shapes, comma-separated: MxNxK (C[M,N] = A[M,K]·B[N,K]ᵀ) or a
+    /// suite: square (1024-8192), llm, skinny, all.
+    #[arg(long, value_delimiter = ',', default_value = "4096x4096x4096")]
+    mnk: Vec<String>,
+    /// Only check the GEMM-family ops at the --mnk shapes against cuBLAS (and
+    /// float64 on sampled rows); time nothing. Exits non-zero on a mismatch.
+    #[arg(long)]
+    check: bool,
     /// Element type: f32, bf16 or f16.
     #[arg(long, default_value = "bf16")]
     dtype: String,
@@ -63,21 +67,12 @@ struct Args {
     reps: usize,
 }
 
-/// The sizes and element type one run uses, as the op benches see them.
-pub struct Sizes {
-    pub rows: usize,
-    pub cols: usize,
-    pub numel: usize,
-    pub mnk: [usize; 3],
-    pub dtype: String,
-}
-
 fn main() {
     let args = Args::parse();
-    if args.mnk.len() != 3 || args.mnk.contains(&0) {
-        eprintln!("--mnk takes three sizes M,N,K ≥ 1 (got {:?})", args.mnk);
+    let shapes = gemm::parse_shapes(&args.mnk).unwrap_or_else(|e| {
+        eprintln!("{e}");
         std::process::exit(2);
-    }
+    });
     if let Some(bad) = args.ops.iter().find(|o| !OPS.contains(&o.as_str())) {
         eprintln!("unknown op `{bad}`; known ops: {}", OPS.join(", "));
         std::process::exit(2);
@@ -86,7 +81,7 @@ fn main() {
         eprintln!("unknown dtype `{}`; use f32, bf16 or f16", args.dtype);
         std::process::exit(2);
     }
-    let sizes = Sizes { rows: args.rows, cols: args.cols, numel: args.numel, mnk: [args.mnk[0], args.mnk[1], args.mnk[2]], dtype: args.dtype.clone() };
+    let sizes = Sizes { rows: args.rows, cols: args.cols, numel: args.numel, dtype: args.dtype.clone() };
 
     let gpu = match Gpu::new() {
         Ok(gpu) => gpu,
@@ -98,7 +93,7 @@ fn main() {
             return;
         }
     };
-    if let Err(e) = bench_gpu(&gpu, &args, &sizes) {
+    if let Err(e) = bench_gpu(&gpu, &args, &sizes, &shapes) {
         eprintln!("bench failed: {e}");
         std::process::exit(1);
     }
@@ -112,7 +107,7 @@ fn short_reason(e: &Error) -> String {
     }
 }
 
-fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes) -> rustile_host::Result<()> {
+fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes, shapes: &[[usize; 3]]) -> rustile_host::Result<()> {
     eprintln!(
         "{}: {}, {} SMs, {} MiB L2, {} GiB",
         gpu.name(),
@@ -122,25 +117,52 @@ fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes) -> rustile_host::Result<()> 
         gpu.mem_bytes() >> 30
     );
     let cfg = MeasureCfg { reps: args.reps, ..MeasureCfg::default() };
+    let blas = match Blas::new(gpu) {
+        Ok(b) => Some(b),
+        Err(why) => {
+            eprintln!("cuBLAS baselines skipped: {why}");
+            None
+        }
+    };
+    let gemm_ops = |ops: &[String]| ops.iter().filter(|o| GEMM_OPS.contains(&o.as_str())).cloned().collect::<Vec<_>>();
+    let run_gemm = |op: &str, check_only: bool| match sizes.dtype.as_str() {
+        "bf16" => gemm::bench::<bf16>(gpu, &cfg, blas.as_ref(), op, shapes, args.sweep, check_only),
+        "f16" => gemm::bench::<f16>(gpu, &cfg, blas.as_ref(), op, shapes, args.sweep, check_only),
+        _ => gemm::bench::<f32>(gpu, &cfg, blas.as_ref(), op, shapes, args.sweep, check_only),
+    };
+    if args.check {
+        if blas.is_none() {
+            return Err(Error::Invalid("--check compares with cuBLAS, which did not load".into()));
+        }
+        for op in gemm_ops(&args.ops) {
+            run_gemm(&op, true)?;
+        }
+        eprintln!("check passed");
+        return Ok(());
+    }
     let copy = harness::copy_bandwidth(gpu, &cfg)?;
     eprintln!("device copy bandwidth (read + write): {copy:.0} GB/s");
 
     let mut report = Report::new(gpu.name(), Some(copy));
     for op in &args.ops {
-        report.rows.extend(ops::bench_op(gpu, &cfg, op, sizes, args.sweep)?);
+        if GEMM_OPS.contains(&op.as_str()) {
+            report.rows.extend(run_gemm(op, false)?);
+        } else {
+            report.rows.extend(ops::bench_op(gpu, &cfg, op, sizes, args.sweep)?);
+        }
     }
+    let torch_ops: Vec<String> = args.ops.iter().filter(|o| !GEMM_OPS.contains(&o.as_str())).cloned().collect();
 
-    let want_torch = if args.no_torch { false } else { args.torch || torch::available(&args.python) };
+    let want_torch = !torch_ops.is_empty() && if args.no_torch { false } else { args.torch || torch::available(&args.python) };
     if want_torch {
         match args.torch_script.clone().or_else(torch::find_script) {
             None => eprintln!("torch baselines skipped: torch_baselines.py not found (pass --torch-script)"),
             Some(script) => {
                 let req = torch::Request {
-                    ops: &args.ops,
+                    ops: &torch_ops,
                     rows: sizes.rows,
                     cols: sizes.cols,
                     numel: sizes.numel,
-                    mnk: sizes.mnk,
                     dtype: &sizes.dtype,
                 };
                 match torch::run(&args.python, &script, &req) {

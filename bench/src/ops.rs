@@ -3,10 +3,11 @@
 //! check stays cheap), then the timed runs.
 use crate::harness::{measure, MeasureCfg, Row, Stats, RUSTILE};
 use crate::Sizes;
+
 use rustile::{bf16, f16, Elem};
 use rustile_host::{Error, Gpu, Result, Tensor};
 use rustile_ops::testing::{normal, rel_err, rng, tolerance, wide};
-use rustile_ops::{gemm, norm, reference, softmax, vector};
+use rustile_ops::{dual_gemm, gemm, norm, reference, softmax, vector};
 
 /// `sweep`: also time every config of the op's kernel (rows `rustile cfg=NAME`).
 pub fn bench_op(gpu: &Gpu, cfg: &MeasureCfg, op: &str, s: &Sizes, sweep: bool) -> Result<Vec<Row>> {
@@ -114,36 +115,6 @@ fn bench_typed<T: Elem>(gpu: &Gpu, cfg: &MeasureCfg, op: &str, s: &Sizes, sweep:
             }
             Ok(out)
         }
-        "gemm" => {
-            let [m, n, k] = s.mnk;
-            if std::mem::size_of::<T>() != 2 {
-                eprintln!("gemm: skipped for {} (bf16 and f16 only)", T::NAME);
-                return Ok(vec![]);
-            }
-            let a: Vec<T> = normal(&mut rng, m * k, 0.0, 1.0);
-            let b: Vec<T> = normal(&mut rng, n * k, 0.0, 1.0);
-            let (da, db) = (gpu.upload(&a, &[m, k])?, gpu.upload(&b, &[n, k])?);
-            let mut c = gpu.alloc::<T>(&[m, n])?;
-            gpu.fill_bytes(&mut c, 0xFF)?;
-            gemm::gemm_nt(gpu, &da, &db, &mut c)?;
-            let got = gpu.download(&c)?;
-            let r = m.min(8); // the first and last 8 rows of C
-            for rr in [0..r, m - r..m] {
-                let want = reference::matmul_nt(&wide(&a[rr.start * k..rr.end * k]), &wide(&b), rr.len(), n, k);
-                check("sampled rows", rel_err(&got[rr.start * n..rr.end * n], &want))?;
-            }
-            let flops = 2.0 * (m * n * k) as f64;
-            let bytes = ((m * k + n * k + m * n) as f64) * size;
-            let shape = [m, n, k];
-            let stats = measure(gpu, cfg, || gemm::gemm_nt(gpu, &da, &db, &mut c))?;
-            let mut out = vec![row(&shape, stats, bytes).flops(flops)];
-            if sweep {
-                out.extend(sweep_rows(gpu, cfg, gemm::gemm_nt_kernel::CONFIGS, |_| true, |cf| {
-                    gemm::gemm_nt_with_config(gpu, cf, &da, &db, &mut c, &gemm::Epilogue::new())
-                }, |st, name| Row::new(op, &shape, T::NAME, &name, st).bytes(bytes).flops(flops))?);
-            }
-            Ok(out)
-        }
         _ => unreachable!("ops are checked in main"),
     }
 }
@@ -168,11 +139,18 @@ pub fn cpu_fallback(ops: &[String]) -> bool {
                 };
                 (format!("{n}"), rel_err(&got, &want))
             }
-            "gemm" => {
+            "gemm" | "dual_gemm" => {
                 let (m, n, k) = (67, 45, 100);
                 let a: Vec<bf16> = normal(&mut rng, m * k, 0.0, 1.0);
                 let b: Vec<bf16> = normal(&mut rng, n * k, 0.0, 1.0);
-                let err = rel_err(&gemm::gemm_nt_cpu(&a, &b, m, n, k), &reference::matmul_nt(&wide(&a), &wide(&b), m, n, k));
+                let ab = reference::matmul_nt(&wide(&a), &wide(&b), m, n, k);
+                let err = if op == "gemm" {
+                    rel_err(&gemm::gemm_nt_cpu(&a, &b, m, n, k), &ab)
+                } else {
+                    let b2: Vec<bf16> = normal(&mut rng, n * k, 0.0, 1.0);
+                    let want = reference::swiglu(&ab, &reference::matmul_nt(&wide(&a), &wide(&b2), m, n, k));
+                    rel_err(&dual_gemm::dual_gemm_cpu(&a, &b, &b2, m, n, k), &want)
+                };
                 (format!("{m}x{n}x{k}"), err)
             }
             _ => {

@@ -35,7 +35,6 @@ pub struct Request<'a> {
     pub rows: usize,
     pub cols: usize,
     pub numel: usize,
-    pub mnk: [usize; 3],
     pub dtype: &'a str,
 }
 
@@ -52,7 +51,6 @@ pub fn run(python: &str, script: &Path, req: &Request) -> Result<Vec<Row>, Strin
         .args(["--ops", &req.ops.join(",")])
         .args(["--rows", &req.rows.to_string(), "--cols", &req.cols.to_string()])
         .args(["--numel", &req.numel.to_string(), "--dtype", req.dtype])
-        .args(["--mnk", &req.mnk.map(|x| x.to_string()).join(",")])
         .arg("--json")
         .arg(&out)
         // The script's progress goes to our stderr; our stdout stays the table.

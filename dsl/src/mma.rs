@@ -287,6 +287,19 @@ where
         }
         Acc { v }
     }
+
+    /// `f(x, y)` of the elements at the same position of two accumulators
+    /// (e.g. `silu(gate) · up`).
+    #[inline(always)]
+    pub fn zip(self, other: Self, f: impl Fn(f32, f32) -> f32) -> Self {
+        // Indexed, not `iter_mut().zip(other.v)`: the by-value array iterator
+        // kept both accumulators in local memory on the GPU.
+        let mut v = self.v;
+        for e in 0..v.len() {
+            v[e] = f(v[e], other.v[e]);
+        }
+        Acc { v }
+    }
 }
 
 /// Block row and column of this thread's accumulator element `e`.

@@ -12,6 +12,9 @@ pub struct Cubins {
     /// (arch, PTX text): only used when no cubin fits, since the driver's JIT
     /// is slow and has crashed on arch-specific (`a`) PTX.
     pub ptx: &'static [(&'static str, &'static str)],
+    /// Why the images may not match the sources (an image older than a
+    /// kernel source), or `None`.
+    pub stale: Option<&'static str>,
 }
 
 /// The image chosen for one GPU.
@@ -100,10 +103,11 @@ mod tests {
         crate_name: "t",
         images: &[("sm_80", A80), ("sm_86", A86), ("sm_90", A90), ("sm_90a", A90A), ("sm_100a", A100A)],
         ptx: &[("sm_80", "ptx80"), ("sm_90a", "ptx90a"), ("sm_90", "ptx90")],
+        stale: None,
     };
-    static ONLY_80: Cubins = Cubins { crate_name: "t", images: &[("sm_80", A80)], ptx: &[] };
+    static ONLY_80: Cubins = Cubins { crate_name: "t", images: &[("sm_80", A80)], ptx: &[], stale: None };
     static PTX_ONLY: Cubins =
-        Cubins { crate_name: "t", images: &[], ptx: &[("sm_80", "ptx80"), ("sm_90a", "ptx90a")] };
+        Cubins { crate_name: "t", images: &[], ptx: &[("sm_80", "ptx80"), ("sm_90a", "ptx90a")], stale: None };
 
     fn cubin_arch(cc: (u32, u32), c: &Cubins) -> &'static str {
         match pick_image(cc, c).unwrap() {
@@ -120,7 +124,7 @@ mod tests {
         assert_eq!(cubin_arch((8, 0), &ALL), "sm_80");
         assert_eq!(cubin_arch((10, 0), &ALL), "sm_100a");
         assert_eq!(pick_image((9, 0), &ALL).unwrap(), Image::Cubin { arch: "sm_90a", bytes: A90A });
-        static NO_A: Cubins = Cubins { crate_name: "t", images: &[("sm_90", A90)], ptx: &[] };
+        static NO_A: Cubins = Cubins { crate_name: "t", images: &[("sm_90", A90)], ptx: &[], stale: None };
         assert_eq!(cubin_arch((9, 0), &NO_A), "sm_90");
     }
 

@@ -158,6 +158,10 @@ impl Gpu {
     pub fn sm_count(&self) -> u32 {
         self.sms
     }
+    /// The most dynamic shared memory one program may opt into, in bytes.
+    pub fn smem_per_block(&self) -> u32 {
+        self.smem_optin
+    }
     pub fn l2_bytes(&self) -> usize {
         self.l2
     }
@@ -175,6 +179,12 @@ impl Gpu {
     /// be shared between threads, so every entry point makes sure of it.
     fn bind(&self) -> Result<()> {
         self.stream.context().bind_to_thread().map_err(cuda("making the context current"))
+    }
+
+    /// The stream all of this GPU's work goes to, for libraries that take a
+    /// cudarc stream (cuBLAS in the bench): their work is then ordered with ours.
+    pub fn cuda_stream(&self) -> &Arc<CudaStream> {
+        &self.stream
     }
 
     fn raw_stream(&self) -> sys::CUstream {
@@ -368,6 +378,9 @@ impl Gpu {
 
     fn load_module(&self, cubins: &'static Cubins) -> Result<Module> {
         let image = pick_image(self.cc, cubins)?;
+        if let Some(why) = cubins.stale {
+            eprintln!("rustile: the kernel images of `{}` may be stale ({why}); run `cargo xtask build`", cubins.crate_name);
+        }
         if let Image::Ptx { arch, .. } = image {
             eprintln!(
                 "rustile: no cubin of `{}` for {} ({}); JIT-compiling its {arch} PTX instead",

@@ -76,7 +76,7 @@ DONE:
 }
 "#;
 
-static TEST_KERNELS: Cubins = Cubins { crate_name: "host-tests", images: &[], ptx: &[("sm_80", KERNELS)] };
+static TEST_KERNELS: Cubins = Cubins { crate_name: "host-tests", images: &[], ptx: &[("sm_80", KERNELS)], stale: None };
 
 fn gpu() -> Option<Gpu> {
     match Gpu::new() {

@@ -9,6 +9,8 @@
 #![cfg_attr(target_arch = "nvptx64", no_std)]
 #![allow(incomplete_features)]
 #![feature(generic_const_exprs)]
+// `#[inline(always)]` on the closures of `gemm::pipeline`.
+#![feature(stmt_expr_attributes)]
 #![cfg_attr(target_arch = "nvptx64", feature(abi_ptx))]
 
 // The cubins of every arch `cargo xtask build` produced, embedded for the host launchers.
@@ -48,6 +50,7 @@ macro_rules! row_kernel {
     };
 }
 
+pub mod dual_gemm;
 pub mod gemm;
 pub mod norm;
 pub mod softmax;
@@ -55,6 +58,8 @@ pub mod vector;
 
 #[cfg(not(target_arch = "nvptx64"))]
 mod check;
+#[cfg(not(target_arch = "nvptx64"))]
+pub mod tune;
 #[cfg(not(target_arch = "nvptx64"))]
 pub mod reference;
 #[cfg(not(target_arch = "nvptx64"))]

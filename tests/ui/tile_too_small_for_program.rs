@@ -1,7 +1,7 @@
 #![allow(incomplete_features)]
 #![feature(generic_const_exprs)]
 use rustile::prelude::*;
-pub static CUBINS: rustile_host::Cubins = rustile_host::Cubins { crate_name: "ui", images: &[], ptx: &[] };
+pub static CUBINS: rustile_host::Cubins = rustile_host::Cubins { crate_name: "ui", images: &[], ptx: &[], stale: None };
 
 // A 1×256 tile is 32 chunks of 8, but the program has 256 threads.
 #[kernel(configs = [(BLOCK = 256, WARPS = 8)], grid = [cdiv(n, BLOCK)])]

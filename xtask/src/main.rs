@@ -41,6 +41,19 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Tunes each op's config per shape bucket on the local GPU and writes
+    /// tuned/<arch>.toml: builds the cubins and `rustile-tune`, then runs it.
+    Autotune {
+        /// The table: sm90 (Hopper) or sm80 (Ampere, Ada).
+        #[arg(long)]
+        arch: String,
+        /// Only this op (gemm_nt, dual_gemm).
+        #[arg(long)]
+        op: Option<String>,
+        /// Headline shapes only, fewer repetitions.
+        #[arg(long)]
+        quick: bool,
+    },
     /// Disassembles a built cubin to SASS in target/cubins/<arch>/sass.txt.
     Sass {
         #[arg(long, default_value = "sm90a", value_parser = Arch::parse)]
@@ -137,6 +150,30 @@ fn run(command: Cmd) -> Result<()> {
             let mut cmd = repo.cargo();
             cmd.args(["run", "--release", "-p", "rustile-bench", "--"]).args(&args);
             run_step("bench", cmd)?;
+        }
+        Cmd::Autotune { arch, op, quick } => {
+            let (table, device_arch) = match arch.replace('_', "").as_str() {
+                "sm90" | "sm90a" => ("sm90", Arch::Sm90a),
+                "sm80" => ("sm80", Arch::Sm80),
+                other => return Err(format!("autotune takes --arch sm90 or sm80, not {other}")),
+            };
+            let tools = setup::setup(&repo, setup::Mode::Implicit)?;
+            let spec = BuildSpec::new(&repo, None, None, None)?;
+            device::build(&repo, &tools, &spec, &[device_arch])?;
+            let mut build = repo.cargo();
+            build.args(["build", "--release", "-p", "rustile-bench", "--bin", "rustile-tune"]);
+            run_step("build the tuner", build)?;
+            let mut tune = Command::new(repo.root.join("target/release/rustile-tune"));
+            tune.current_dir(&repo.root).args(["--arch", table]);
+            if let Some(op) = op {
+                tune.args(["--op", &op]);
+            }
+            if quick {
+                tune.arg("--quick");
+            }
+            run_step("tune", tune).map_err(|e| {
+                format!("{e}\n(on a GPU machine without Rust, carry target/release/rustile-tune there and run it with the same flags)")
+            })?;
         }
         Cmd::Sass { arch, kernel, manifest_path } => {
             let tools = setup::setup(&repo, setup::Mode::Implicit)?;

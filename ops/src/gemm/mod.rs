@@ -27,10 +27,52 @@ pub fn block<const BM: usize, const BN: usize>(m: usize, n: usize) -> [usize; 2]
     [bm * BM, bn * BN]
 }
 
+/// The K loop's skeleton, for any operands: a ring of `STAGES` shared-memory
+/// stages. `fill(kt, stage)` issues the `cp.async` copies of k-step `kt`
+/// into a stage, `STAGES − 1` steps ahead of `step(stage)`, which consumes
+/// one; there is one barrier a step.
+///
+/// Mark both closures `#[inline(always)]`: a `step` full of MMAs is over
+/// LLVM's inlining budget, and a step that is not inlined takes its
+/// accumulators by reference, in local memory.
+#[inline(always)]
+pub fn pipeline<const STAGES: usize>(steps: usize, fill: impl Fn(usize, usize), mut step: impl FnMut(usize))
+where
+    [(); { STAGES as u32 - 2 } as usize]:,
+{
+    let next = |s: usize| if s + 1 == STAGES { 0 } else { s + 1 };
+    // Every step commits one group (empty past the last step), so that
+    // `wait_copies` always counts the same number of groups in flight.
+    let fill = #[inline(always)]
+    |kt: usize, s: usize| {
+        if kt < steps {
+            fill(kt, s);
+        }
+        commit_copies();
+    };
+    // Fill all stages but one; every step then starts the copy STAGES − 1
+    // steps ahead into the stage the previous step finished with.
+    let (mut read, mut write) = (0, 0);
+    for kt in 0..STAGES - 1 {
+        fill(kt, write);
+        write = next(write);
+    }
+    for kt in 0..steps {
+        wait_copies::<{ STAGES as u32 - 2 }>();
+        sync(); // step kt's stage is complete for everyone, and step kt−1's is free
+        step(read);
+        read = next(read);
+        // Issued after the tensor-core work, so that each step starts reading
+        // its operands right after the barrier; the copies then overlap the
+        // MMAs still in flight.
+        fill(kt + STAGES - 1, write);
+        write = next(write);
+    }
+}
+
 /// `A·Bᵀ` for the `BM×BN` block of C at `at`, with A `[m, k]` and B `[n, k]`
-/// row-major. The K loop is a `cp.async` pipeline `STAGES` deep: global →
-/// shared copies run `STAGES − 1` k-steps ahead of the tensor cores, with one
-/// barrier a step. Needs `STAGES·(BM + BN)·BK·2` bytes of `SMEM`.
+/// row-major: a [`pipeline`] of `cp.async` copies and `dot`s. Needs
+/// `STAGES·(BM + BN)·BK·2` bytes of `SMEM`.
 #[inline(always)]
 pub fn mainloop<T: Elem, const BM: usize, const BN: usize, const BK: usize, const STAGES: usize, const TH: usize>(
     a: Ptr<T>,
@@ -44,46 +86,74 @@ where
     [(); acc_len(BM, BN, TH)]:,
     [(); { STAGES as u32 - 2 } as usize]:,
 {
-    let pa = |kt: usize| BlockPtr::<T, BM, BK, TH>::rows(a, m, k, [at[0], kt * BK]);
-    let pb = |kt: usize| BlockPtr::<T, BN, BK, TH>::rows(b, n, k, [at[1], kt * BK]);
-    // Stage s holds A then B of one k-step; stages are used round-robin.
-    let stage = |s: usize| {
+    // Stage s holds A then B of one k-step.
+    let stage = #[inline(always)]
+    |s: usize| {
         let at = s * (BM + BN) * BK * 2;
         (Shared::<T, BM, BK, TH>::at(at), Shared::<T, BN, BK, TH>::at(at + BM * BK * 2))
     };
-    let next = |s: usize| if s + 1 == STAGES { 0 } else { s + 1 };
-    let steps = cdiv(k, BK);
-    // Starts the copies of step kt (if there is one) into stage s, as one group.
-    let fill = |kt: usize, s: usize| {
-        if kt < steps {
-            let (sa, sb) = stage(s);
-            sa.copy_from(&pa(kt));
-            sb.copy_from(&pb(kt));
-        }
-        commit_copies();
-    };
-
-    // Fill all stages but one; every step then starts the copy STAGES − 1
-    // steps ahead into the stage the previous step finished with.
-    let (mut read, mut write) = (0, 0);
-    for kt in 0..STAGES - 1 {
-        fill(kt, write);
-        write = next(write);
-    }
     let mut acc = rustile::Acc::<BM, BN, TH>::zeros();
-    for kt in 0..steps {
-        wait_copies::<{ STAGES as u32 - 2 }>();
-        sync(); // step kt's stage is complete for everyone, and step kt−1's is free
-        let (sa, sb) = stage(read);
-        acc = dot(&sa, &sb, acc);
-        read = next(read);
-        // Issued after the tensor-core work, so that each step starts reading
-        // its operands right after the barrier; the copies then overlap the
-        // MMAs still in flight.
-        fill(kt + STAGES - 1, write);
-        write = next(write);
-    }
+    pipeline::<STAGES>(
+        cdiv(k, BK),
+        #[inline(always)]
+        |kt, s| {
+            let (sa, sb) = stage(s);
+            sa.copy_from(&BlockPtr::rows(a, m, k, [at[0], kt * BK]));
+            sb.copy_from(&BlockPtr::rows(b, n, k, [at[1], kt * BK]));
+        },
+        #[inline(always)]
+        |s| {
+            let (sa, sb) = stage(s);
+            acc = dot(&sa, &sb, acc);
+        },
+    );
     acc
+}
+
+/// [`mainloop`] against two B operands that share A (`A·B₁ᵀ` and `A·B₂ᵀ`,
+/// both `[n, k]`): each A tile is loaded once for both, and both
+/// accumulators stay on chip (the dual GEMM's gate and up projections).
+/// Needs `STAGES·(BM + 2·BN)·BK·2` bytes of `SMEM`.
+#[inline(always)]
+pub fn mainloop2<T: Elem, const BM: usize, const BN: usize, const BK: usize, const STAGES: usize, const TH: usize>(
+    a: Ptr<T>,
+    [b1, b2]: [Ptr<T>; 2],
+    m: usize,
+    n: usize,
+    k: usize,
+    at: [usize; 2],
+) -> (rustile::Acc<BM, BN, TH>, rustile::Acc<BM, BN, TH>)
+where
+    [(); acc_len(BM, BN, TH)]:,
+    [(); { STAGES as u32 - 2 } as usize]:,
+{
+    // Stage s holds A, B₁, B₂ of one k-step. (Two named accumulators, not
+    // an array indexed in a loop: that loop did not unroll, and the
+    // accumulators went to local memory.)
+    let stage = #[inline(always)]
+    |s: usize| {
+        let at = s * (BM + 2 * BN) * BK * 2;
+        let b = |i: usize| Shared::<T, BN, BK, TH>::at(at + (BM + i * BN) * BK * 2);
+        (Shared::<T, BM, BK, TH>::at(at), b(0), b(1))
+    };
+    let (mut acc1, mut acc2) = (rustile::Acc::<BM, BN, TH>::zeros(), rustile::Acc::<BM, BN, TH>::zeros());
+    pipeline::<STAGES>(
+        cdiv(k, BK),
+        #[inline(always)]
+        |kt, s| {
+            let (sa, sb1, sb2) = stage(s);
+            sa.copy_from(&BlockPtr::rows(a, m, k, [at[0], kt * BK]));
+            sb1.copy_from(&BlockPtr::rows(b1, n, k, [at[1], kt * BK]));
+            sb2.copy_from(&BlockPtr::rows(b2, n, k, [at[1], kt * BK]));
+        },
+        #[inline(always)]
+        |s| {
+            let (sa, sb1, sb2) = stage(s);
+            acc1 = dot(&sa, &sb1, acc1);
+            acc2 = dot(&sa, &sb2, acc2);
+        },
+    );
+    (acc1, acc2)
 }
 
 // ---- standard fused epilogues ------------------------------------------------------------
@@ -229,8 +299,9 @@ pub use softcap::*;
 
 // ---- config choice and host API ----------------------------------------------------------
 
-/// The config `gemm_nt` runs: 128×128 blocks when there are enough of them to
-/// fill the GPU's SMs twice, else 64×64 (the autotuner replaces this rule).
+/// The config `gemm_nt` runs where the tuned table (`crate::tune`) has no
+/// entry: 128×128 blocks when there are enough of them to fill the GPU's SMs
+/// twice, else 64×64.
 #[cfg(not(target_arch = "nvptx64"))]
 pub fn default_config(m: usize, n: usize) -> usize {
     if cdiv(m, 128) * cdiv(n, 128) >= 264 { 2 } else { 0 }
@@ -324,8 +395,9 @@ mod host {
 
     /// `c = act(α·a·bᵀ + bias) + residual + β·c` on the GPU, in one kernel.
     pub fn gemm_nt_fused<T: Elem>(gpu: &Gpu, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<T>, epi: &Epilogue<T>) -> Result<()> {
-        let (m, n, _) = gemm_shape(a, b, c)?;
-        gemm_nt_with_config(gpu, default_config(m, n), a, b, c, epi)
+        let (m, n, k) = gemm_shape(a, b, c)?;
+        let cfg = crate::tune::config(gpu.compute_capability(), "gemm_nt", gemm_nt_kernel::CONFIGS, &[m, n, k], || default_config(m, n));
+        gemm_nt_with_config(gpu, cfg, a, b, c, epi)
     }
 
     /// `gemm_nt_fused` with config `cfg` of `gemm_nt_kernel::CONFIGS` (for tests, sweeps and the tuner).

@@ -1,0 +1,58 @@
+//! `rustile-tune`: the autotuner binary that `cargo xtask autotune` builds
+//! and runs. On a GPU machine without Rust, carry it (it embeds the kernels)
+//! and run it with the same flags.
+use std::path::PathBuf;
+
+use clap::Parser;
+use rustile_bench::cublas::Blas;
+use rustile_bench::tune::{merge_and_write, tune_op, OPS};
+use rustile_host::Gpu;
+
+#[derive(Parser)]
+#[command(about = "Tunes each op's config per shape bucket on this GPU and writes tuned/<arch>.toml")]
+struct Args {
+    /// The table to write: sm90 (Hopper) or sm80 (Ampere and Ada); must match this GPU.
+    #[arg(long)]
+    arch: String,
+    /// Only this op (default: all of them).
+    #[arg(long)]
+    op: Option<String>,
+    /// Fewer buckets and repetitions.
+    #[arg(long)]
+    quick: bool,
+    /// Where to write (default: tuned/<arch>.toml).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+fn main() {
+    let args = Args::parse();
+    if let Err(e) = run(&args) {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: &Args) -> Result<(), String> {
+    let gpu = Gpu::new().map_err(|e| format!("the tuner needs a GPU: {e}"))?;
+    let here = rustile_ops::tune::arch_of(gpu.compute_capability());
+    if here != Some(args.arch.as_str()) {
+        return Err(format!("this GPU ({}) is {}, not {}", gpu.name(), here.unwrap_or("an arch we do not tune"), args.arch));
+    }
+    let ops: Vec<&str> = match &args.op {
+        Some(op) if OPS.iter().any(|(o, _)| o == op) => vec![op.as_str()],
+        Some(op) => return Err(format!("unknown op {op}; the tuner knows {}", OPS.iter().map(|o| o.0).collect::<Vec<_>>().join(", "))),
+        None => OPS.iter().map(|o| o.0).collect(),
+    };
+    // Every candidate is checked against cuBLAS before it is timed.
+    let blas = Blas::new(&gpu)?;
+    eprintln!("tuning {} on {} ({} SMs){}", ops.join(", "), gpu.name(), gpu.sm_count(), if args.quick { ", quick" } else { "" });
+    let mut tables = vec![];
+    for op in ops {
+        tables.push(tune_op(&gpu, &blas, op, args.quick).map_err(|e| format!("tuning {op}: {e}"))?);
+    }
+    let out = args.out.clone().unwrap_or_else(|| PathBuf::from(format!("tuned/{}.toml", args.arch)));
+    merge_and_write(&out, &args.arch, tables).map_err(|e| format!("writing {}: {e}", out.display()))?;
+    eprintln!("wrote {}", out.display());
+    Ok(())
+}

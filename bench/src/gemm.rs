@@ -1,0 +1,168 @@
+//! The GEMM family's benches: our kernels beside cuBLAS (through cudarc, on
+//! the same stream, in the same process). Every shape gets fresh random
+//! inputs, and every result is checked before anything is timed: element by
+//! element against the cuBLAS baseline, and on sampled rows against float64.
+use crate::cublas::Blas;
+use crate::harness::{measure, MeasureCfg, Row, Stats, RUSTILE};
+use rustile::Elem;
+use rustile_host::{Error, Gpu, Result, Tensor};
+use rustile_ops::testing::{max_err, normal, rel_err, rng, tolerance, wide};
+use rustile_ops::{dual_gemm, gemm, reference, vector};
+
+/// Named shape lists for `--mnk` (M, N, K of `C[M, N] = A[M, K]·B[N, K]ᵀ`).
+pub const SUITES: &[(&str, &[[usize; 3]])] = &[
+    ("square", &[[1024, 1024, 1024], [2048, 2048, 2048], [4096, 4096, 4096], [8192, 8192, 8192]]),
+    // 8192 tokens through a 4096-wide model's MLP up projection and attention projection.
+    ("llm", &[[8192, 11008, 4096], [8192, 4096, 4096]]),
+    // Decode-like batches.
+    ("skinny", &[[16, 4096, 4096], [64, 4096, 4096], [128, 4096, 4096]]),
+];
+
+/// Shapes from `--mnk` items: `MxNxK`, or a suite name, or `all` (every suite).
+pub fn parse_shapes(items: &[String]) -> std::result::Result<Vec<[usize; 3]>, String> {
+    let mut shapes = vec![];
+    for item in items {
+        if let Some((_, s)) = SUITES.iter().find(|(name, _)| name == item) {
+            shapes.extend_from_slice(s);
+        } else if item == "all" {
+            shapes.extend(SUITES.iter().flat_map(|(_, s)| s.iter().copied()));
+        } else {
+            let dims: Vec<usize> = item.split('x').map(|d| d.parse().map_err(|_| format!("bad size {d:?} in {item:?}"))).collect::<std::result::Result<_, _>>()?;
+            match dims[..] {
+                [m, n, k] if m > 0 && n > 0 && k > 0 => shapes.push([m, n, k]),
+                _ => return Err(format!("--mnk takes MxNxK with sizes ≥ 1 or a suite ({}, all); got {item:?}", SUITES.iter().map(|s| s.0).collect::<Vec<_>>().join(", "))),
+            }
+        }
+    }
+    Ok(shapes)
+}
+
+/// `out` against a baseline's output of the same math: close in norm and element by element.
+pub fn close<T: Elem>(what: &str, out: &[T], baseline: &[f64]) -> Result<String> {
+    let (err, worst) = (rel_err(out, baseline), max_err(out, baseline));
+    let line = format!("{what}: rel err {err:.2e}, worst element {worst:.2e} of the rms");
+    if err > tolerance::<T>() || worst > 4.0 * tolerance::<T>() {
+        return Err(Error::Launch { kernel: what.into(), msg: format!("wrong result: {line}") });
+    }
+    Ok(line)
+}
+
+/// Rows `rows` of `a·bᵀ` in float64 (`a` `[m, k]`, `b` `[n, k]`).
+fn product_rows<T: Elem>(a: &[T], b: &[T], rows: std::ops::Range<usize>, n: usize, k: usize) -> Vec<f64> {
+    reference::matmul_nt(&wide(&a[rows.start * k..rows.end * k]), &wide(b), rows.len(), n, k)
+}
+
+/// The first and last few rows, where float64 is cheap enough at any size.
+fn sample_rows(m: usize, count: usize) -> [std::ops::Range<usize>; 2] {
+    let r = m.min(count);
+    [0..r, m - r..m]
+}
+
+/// `op` (`gemm` or `dual_gemm`) at every shape: checks, then (unless
+/// `check_only`) times ours, cuBLAS, and with `sweep` every config.
+pub fn bench<T: Elem>(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, op: &str, shapes: &[[usize; 3]], sweep: bool, check_only: bool) -> Result<Vec<Row>> {
+    if !matches!(T::KIND, rustile::Kind::Bf16 | rustile::Kind::F16) {
+        eprintln!("{op}: skipped for {} (bf16 and f16 only)", T::NAME);
+        return Ok(vec![]);
+    }
+    let mut rows = vec![];
+    for &[m, n, k] in shapes {
+        let (mut rng, seed) = rng();
+        let shape = [m, n, k];
+        let size = std::mem::size_of::<T>() as f64;
+        let say = |line: String| eprintln!("{op} {m}x{n}x{k}: {line} (seed {seed})");
+        let a: Vec<T> = normal(&mut rng, m * k, 0.0, 1.0);
+        let b: Vec<T> = normal(&mut rng, n * k, 0.0, 1.0);
+        let (da, db) = (gpu.upload(&a, &[m, k])?, gpu.upload(&b, &[n, k])?);
+        let mut c = gpu.alloc::<T>(&[m, n])?;
+        let mut base = gpu.alloc::<T>(&[m, n])?;
+        gpu.fill_bytes(&mut c, 0xFF)?;
+        gpu.fill_bytes(&mut base, 0xFF)?;
+        let row = |imp: &str, stats: Stats, flops: f64, bytes: f64| Row::new(op, &shape, T::NAME, imp, stats).flops(flops).bytes(bytes);
+        match op {
+            "gemm" => {
+                let (flops, bytes) = (2.0 * (m * n * k) as f64, (m * k + n * k + m * n) as f64 * size);
+                gemm::gemm_nt(gpu, &da, &db, &mut c)?;
+                let got = gpu.download(&c)?;
+                for r in sample_rows(m, 8) {
+                    say(close("sampled rows vs float64", &got[r.start * n..r.end * n], &product_rows(&a, &b, r.clone(), n, k))?);
+                }
+                if let Some(blas) = blas {
+                    blas.gemm_nt(&da, &db, &mut base)?;
+                    say(close("every element vs cuBLAS", &got, &wide(&gpu.download(&base)?))?);
+                }
+                if check_only {
+                    continue;
+                }
+                rows.push(row(RUSTILE, measure(gpu, mcfg, || gemm::gemm_nt(gpu, &da, &db, &mut c))?, flops, bytes));
+                if let Some(blas) = blas {
+                    rows.push(row("cublas", measure(gpu, mcfg, || blas.gemm_nt(&da, &db, &mut base))?, flops, bytes));
+                }
+                if sweep {
+                    for (i, cf) in gemm::gemm_nt_kernel::CONFIGS.iter().enumerate() {
+                        let stats = measure(gpu, mcfg, || gemm::gemm_nt_with_config(gpu, i, &da, &db, &mut c, &gemm::Epilogue::new()))?;
+                        rows.push(row(&format!("{RUSTILE} cfg={}", cf.name), stats, flops, bytes));
+                    }
+                }
+            }
+            "dual_gemm" => {
+                let (flops, bytes) = (4.0 * (m * n * k) as f64, (m * k + 2 * n * k + m * n) as f64 * size);
+                let b2: Vec<T> = normal(&mut rng, n * k, 0.0, 1.0);
+                let db2 = gpu.upload(&b2, &[n, k])?;
+                dual_gemm::dual_gemm(gpu, &da, &db, &db2, &mut c)?;
+                let got = gpu.download(&c)?;
+                for r in sample_rows(m, 4) {
+                    let want = reference::swiglu(&product_rows(&a, &b, r.clone(), n, k), &product_rows(&a, &b2, r.clone(), n, k));
+                    say(close("sampled rows vs float64", &got[r.start * n..r.end * n], &want)?);
+                }
+                // The baseline: two cuBLAS GEMMs, then our SwiGLU activation kernel.
+                let mut two = None;
+                if let Some(blas) = blas {
+                    let (mut gate, mut up) = (gpu.alloc::<T>(&[m, n])?, gpu.alloc::<T>(&[m, n])?);
+                    let mut run = |base: &mut Tensor<T>| -> Result<()> {
+                        blas.gemm_nt(&da, &db, &mut gate)?;
+                        blas.gemm_nt(&da, &db2, &mut up)?;
+                        vector::swiglu(gpu, &gate, &up, base)
+                    };
+                    run(&mut base)?;
+                    say(close("every element vs cuBLAS×2 + swiglu", &got, &wide(&gpu.download(&base)?))?);
+                    if !check_only {
+                        two = Some(measure(gpu, mcfg, || run(&mut base))?);
+                    }
+                }
+                if check_only {
+                    continue;
+                }
+                rows.push(row(RUSTILE, measure(gpu, mcfg, || dual_gemm::dual_gemm(gpu, &da, &db, &db2, &mut c))?, flops, bytes));
+                if let Some(stats) = two {
+                    // Its bytes include the two [m, n] intermediates written and read back.
+                    rows.push(row("cublas×2+swiglu", stats, flops, bytes + 4.0 * (m * n) as f64 * size));
+                }
+                if sweep {
+                    for (i, cf) in dual_gemm::dual_gemm_kernel::CONFIGS.iter().enumerate() {
+                        let stats = measure(gpu, mcfg, || dual_gemm::dual_gemm_with_config(gpu, i, &da, &db, &db2, &mut c))?;
+                        rows.push(row(&format!("{RUSTILE} cfg={}", cf.name), stats, flops, bytes));
+                    }
+                }
+            }
+            _ => unreachable!("not a GEMM-family op: {op}"),
+        }
+    }
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_shapes;
+
+    #[test]
+    fn shapes_come_from_sizes_and_suites() {
+        let s = |items: &[&str]| parse_shapes(&items.iter().map(|i| i.to_string()).collect::<Vec<_>>());
+        assert_eq!(s(&["777x1030x520"]).unwrap(), [[777, 1030, 520]]);
+        assert_eq!(s(&["llm", "16x16x16"]).unwrap(), [[8192, 11008, 4096], [8192, 4096, 4096], [16, 16, 16]]);
+        assert_eq!(s(&["all"]).unwrap().len(), 9);
+        for bad in ["4096x4096", "0x1x1", "axbxc", "squares"] {
+            assert!(s(&[bad]).is_err(), "{bad} should be refused");
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! The bench and the tuner share this: measuring and reporting (`harness`),
+//! our side of each op's bench (`ops`, `gemm`), the baselines (`cublas`,
+//! `torch`) and the autotuner (`tune`).
+
+// Much of the harness is only used by some of the binaries.
+#[allow(dead_code)]
+pub mod harness;
+pub mod cublas;
+pub mod gemm;
+pub mod ops;
+pub mod torch;
+pub mod tune;
+
+/// The sizes and element type one run uses, as the op benches see them.
+pub struct Sizes {
+    pub rows: usize,
+    pub cols: usize,
+    pub numel: usize,
+    pub dtype: String,
+}

@@ -1,0 +1,192 @@
+//! The autotuner behind `cargo xtask autotune --arch sm90` (the rules are in
+//! `rustile_ops::tune`'s module doc): for each op, each bucket's
+//! representative shape, each candidate config: prune, check, time; then the
+//! winner and every candidate's result go into `tuned/<arch>.toml`.
+use std::path::Path;
+
+use rustile::{bf16, KernelConfig};
+use rustile_host::{Gpu, Result, Tensor};
+use rustile_ops::testing::{normal, rng, wide};
+use rustile_ops::tune::{bucket_name, source_hash, Bucket, Candidate, OpTable, Table, RUSTC_VERSION};
+use rustile_ops::{dual_gemm, gemm, vector};
+use serde::Deserialize;
+
+use crate::cublas::Blas;
+use crate::gemm::close;
+use crate::harness::{measure, shape_str, utc_now, MeasureCfg};
+
+/// The ops the tuner knows, and the kernel each one dispatches to.
+pub const OPS: &[(&str, &str)] = &[("gemm_nt", "gemm_nt_kernel"), ("dual_gemm", "dual_gemm_kernel")];
+
+/// The representative shapes tuned for `op` (one per bucket); `quick` keeps the headline ones.
+pub fn shapes(op: &str, quick: bool) -> Vec<[usize; 3]> {
+    let square = [1024, 2048, 4096, 8192].map(|s| [s, s, s]);
+    let llm = [[8192, 11008, 4096], [8192, 4096, 4096]];
+    match (op, quick) {
+        ("gemm_nt", true) => vec![[4096; 3], [8192; 3]],
+        ("gemm_nt", false) => [&square[..], &llm, &[[16, 4096, 4096], [64, 4096, 4096], [128, 4096, 4096], [512, 512, 512]]].concat(),
+        ("dual_gemm", true) => llm.to_vec(),
+        (_, _) => [&llm[..], &[[2048, 2048, 2048], [4096, 4096, 4096], [16384, 1365, 512]]].concat(),
+    }
+}
+
+/// One entry of the ptxas report `cargo xtask build` embeds.
+#[derive(Deserialize)]
+struct KernelResources {
+    name: String,
+    registers: u32,
+    spill_store_bytes: u32,
+}
+#[derive(Deserialize)]
+struct Report {
+    ptxas: String,
+    kernels: Vec<KernelResources>,
+}
+
+/// The embedded ptxas report of `arch` (`sm_90a`), if the build had one.
+fn report(arch: &str) -> Option<Report> {
+    let (_, text) = rustile_ops::RESOURCE_REPORTS.iter().find(|(a, _)| *a == arch)?;
+    serde_json::from_str(text).ok()
+}
+
+/// Why config `c` of `kernel` cannot run well on this GPU (from the ptxas
+/// report and the GPU's limits), or `None`.
+fn pruned(gpu: &Gpu, report: Option<&Report>, kernel: &str, c: &KernelConfig, dtype: &str) -> Option<String> {
+    if c.smem_bytes > gpu.smem_per_block() {
+        return Some(format!("needs {} bytes of shared memory, the GPU allows {}", c.smem_bytes, gpu.smem_per_block()));
+    }
+    let entry = format!("{kernel}__{}__{dtype}", c.name);
+    let k = report?.kernels.iter().find(|k| k.name == entry)?;
+    if k.spill_store_bytes > 0 {
+        return Some(format!("spills {} bytes (ptxas)", k.spill_store_bytes));
+    }
+    if k.registers * c.threads > 65536 {
+        return Some(format!("{} registers × {} threads exceed the SM's 65536", k.registers, c.threads));
+    }
+    None
+}
+
+/// One op at one shape on fresh bf16 inputs, with cuBLAS's answer.
+struct Problem<'a> {
+    gpu: &'a Gpu,
+    dual: bool,
+    a: Tensor<bf16>,
+    b: Tensor<bf16>,
+    b2: Tensor<bf16>,
+    out: Tensor<bf16>,
+    want: Vec<f64>,
+}
+
+impl<'a> Problem<'a> {
+    fn new(gpu: &'a Gpu, blas: &Blas, op: &str, [m, n, k]: [usize; 3]) -> Result<Problem<'a>> {
+        let (mut rng, _) = rng();
+        let mut fresh = |rows: usize, cols: usize| gpu.upload(&normal::<bf16>(&mut rng, rows * cols, 0.0, 1.0), &[rows, cols]);
+        let (a, b, b2) = (fresh(m, k)?, fresh(n, k)?, fresh(n, k)?);
+        let dual = op == "dual_gemm";
+        let mut want = gpu.alloc::<bf16>(&[m, n])?;
+        if dual {
+            let (mut gate, mut up) = (gpu.alloc::<bf16>(&[m, n])?, gpu.alloc::<bf16>(&[m, n])?);
+            blas.gemm_nt(&a, &b, &mut gate)?;
+            blas.gemm_nt(&a, &b2, &mut up)?;
+            vector::swiglu(gpu, &gate, &up, &mut want)?;
+        } else {
+            blas.gemm_nt(&a, &b, &mut want)?;
+        }
+        let want = wide(&gpu.download(&want)?);
+        Ok(Problem { gpu, dual, a, b, b2, out: gpu.alloc::<bf16>(&[m, n])?, want })
+    }
+
+    /// Runs config `cfg` of the op's kernel once.
+    fn run(&mut self, cfg: usize) -> Result<()> {
+        let (gpu, c) = (self.gpu, &mut self.out);
+        if self.dual {
+            dual_gemm::dual_gemm_with_config(gpu, cfg, &self.a, &self.b, &self.b2, c)
+        } else {
+            gemm::gemm_nt_with_config(gpu, cfg, &self.a, &self.b, c, &gemm::Epilogue::new())
+        }
+    }
+
+    /// Runs config `cfg` on a poisoned output and checks every element against cuBLAS.
+    fn check(&mut self, cfg: usize) -> Result<String> {
+        self.gpu.fill_bytes(&mut self.out, 0xFF)?;
+        self.run(cfg)?;
+        close("result", &self.gpu.download(&self.out)?, &self.want)
+    }
+}
+
+/// Tunes `op` on this GPU: every bucket of `shapes(op, quick)`.
+pub fn tune_op(gpu: &Gpu, blas: &Blas, op: &str, quick: bool) -> Result<OpTable> {
+    let (_, kernel) = *OPS.iter().find(|(o, _)| *o == op).expect("ops are checked by the caller");
+    let configs = if op == "dual_gemm" { dual_gemm::dual_gemm_kernel::CONFIGS } else { gemm::gemm_nt_kernel::CONFIGS };
+    let image = rustile_host::native_arch(gpu.compute_capability());
+    let report = report(&image);
+    if report.is_none() {
+        eprintln!("tune: no ptxas report for {image} embedded; pruning by shared memory only");
+    }
+    let mcfg = MeasureCfg { reps: if quick { 10 } else { 30 }, warmup: 3, warmup_ms: 10.0, flush_l2: true };
+    let shapes = shapes(op, quick);
+    let mut buckets = vec![];
+    for (si, &shape) in shapes.iter().enumerate() {
+        let mut p = Problem::new(gpu, blas, op, shape)?;
+        let mut candidates = vec![];
+        for (i, c) in configs.iter().enumerate() {
+            let tag = format!("[{}/{}] {op} {} {}", si + 1, shapes.len(), shape_str(&shape), c.name);
+            let result = match pruned(gpu, report.as_ref(), kernel, c, "bf16") {
+                Some(why) => Err(why),
+                None => p.check(i).map_err(|e| e.to_string()),
+            };
+            let cand = match result {
+                Err(why) => Candidate { config: c.name.into(), median_ms: None, invalid: Some(why) },
+                Ok(_) => {
+                    let stats = measure(gpu, &mcfg, || p.run(i))?;
+                    Candidate { config: c.name.into(), median_ms: Some(stats.median_ms), invalid: None }
+                }
+            };
+            match (&cand.median_ms, &cand.invalid) {
+                (Some(ms), _) => eprintln!("{tag}: {:.1} us", ms * 1e3),
+                (_, Some(why)) => eprintln!("{tag}: invalid ({why})"),
+                _ => {}
+            }
+            candidates.push(cand);
+        }
+        let best = candidates
+            .iter()
+            .filter(|c| c.invalid.is_none())
+            .min_by(|a, b| a.median_ms.partial_cmp(&b.median_ms).unwrap())
+            .map(|c| c.config.clone());
+        match best {
+            Some(best) => {
+                eprintln!("    {op} {}: bucket {} → {best}", shape_str(&shape), bucket_name(&shape));
+                buckets.push(Bucket { bucket: bucket_name(&shape), shape: shape_str(&shape), best, candidates });
+            }
+            None => eprintln!("    {op} {}: no valid candidate; the bucket stays untuned", shape_str(&shape)),
+        }
+    }
+    let ptxas = report.map(|r| r.ptxas).unwrap_or_else(|| "ptxas unknown".into());
+    Ok(OpTable {
+        name: op.into(),
+        kernel: kernel.into(),
+        source_hash: source_hash(op).unwrap_or("?").into(),
+        toolchain: format!("{RUSTC_VERSION}; {ptxas}"),
+        device: gpu.name().into(),
+        date: utc_now(),
+        buckets,
+        ..OpTable::default()
+    })
+}
+
+/// Replaces `tuned`'s entries for the ops in `fresh` and writes the table to `path`.
+pub fn merge_and_write(path: &Path, arch: &str, fresh: Vec<OpTable>) -> std::io::Result<()> {
+    let mut table = std::fs::read_to_string(path).ok().and_then(|t| Table::parse(&t).ok()).unwrap_or_default();
+    table.arch = arch.into();
+    for op in fresh {
+        table.ops.retain(|o| o.name != op.name);
+        table.ops.push(op);
+    }
+    table.ops.sort_by(|a, b| a.name.cmp(&b.name));
+    let header = format!(
+        "# Written by `cargo xtask autotune --arch {arch}` (bench/src/tune.rs); the rules are in\n\
+         # rustile_ops::tune. Per op: provenance, then per bucket the winner and every candidate.\n"
+    );
+    std::fs::write(path, header + &table.to_toml())
+}

@@ -1,0 +1,228 @@
+//! Tuned tables: which config of its kernel each op runs, per GPU arch and
+//! shape bucket.
+//!
+//! The tuner (`cargo xtask autotune --arch sm90`; its code is
+//! `bench/src/tune.rs`) follows four rules:
+//! 1. The candidates are the configs the kernel declares that fit the GPU:
+//!    shared memory within its per-block limit, and no local memory (spills)
+//!    in the compiled function, as ptxas reports it in the image.
+//! 2. Shapes fall into buckets: every dimension rounded up to a power of two
+//!    (at least 16). The tuner times one representative shape per bucket.
+//! 3. Every candidate's result is checked against a reference before it is
+//!    timed; a wrong one is recorded as invalid and never chosen.
+//! 4. The winner has the lowest median time (CUDA events, L2 flushed before
+//!    each repetition).
+//!
+//! The tables are `tuned/<arch>.toml`, compiled into this crate. Each op's
+//! entry carries its provenance: the hash of the sources its kernels are
+//! built from (`build.rs` hashes them again at every build), the toolchain,
+//! the device and the date. At dispatch ([`config`]):
+//! - a bucket with a valid entry runs its winner;
+//! - a bucket with no entry runs the op's heuristic (its `default_config`),
+//!   with a one-line notice;
+//! - an entry whose source hash differs from this build's is refused with a
+//!   message to re-tune, and the heuristic runs.
+use std::collections::HashSet;
+use std::sync::{Mutex, OnceLock};
+
+use rustile::KernelConfig;
+use serde::{Deserialize, Serialize};
+
+include!(concat!(env!("OUT_DIR"), "/sources.rs"));
+
+/// The hash of the sources `op`'s kernels are built from (see `build.rs`).
+pub fn source_hash(op: &str) -> Option<&'static str> {
+    SOURCE_HASHES.iter().find(|(o, _)| *o == op).map(|(_, h)| *h)
+}
+
+/// One arch's table (`tuned/<arch>.toml`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Table {
+    /// `sm90` or `sm80`.
+    pub arch: String,
+    #[serde(default, rename = "op")]
+    pub ops: Vec<OpTable>,
+}
+
+/// Every bucket tuned for one op, and where the numbers come from.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct OpTable {
+    pub name: String,
+    pub kernel: String,
+    /// `source_hash(name)` of the build that was tuned.
+    pub source_hash: String,
+    pub toolchain: String,
+    pub device: String,
+    pub date: String,
+    #[serde(default, rename = "bucket")]
+    pub buckets: Vec<Bucket>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Bucket {
+    /// The bucket, as `bucket_name` writes it (`4096x4096x4096`).
+    pub bucket: String,
+    /// The shape that was timed for it.
+    pub shape: String,
+    /// The winning config's name (`KernelConfig::name`).
+    pub best: String,
+    pub candidates: Vec<Candidate>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Candidate {
+    pub config: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub median_ms: Option<f64>,
+    /// Why the candidate was not timed or cannot be chosen (a wrong result,
+    /// too much shared memory, spills).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invalid: Option<String>,
+}
+
+impl Table {
+    pub fn parse(text: &str) -> Result<Table, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("a table always serializes")
+    }
+    pub fn op(&self, name: &str) -> Option<&OpTable> {
+        self.ops.iter().find(|o| o.name == name)
+    }
+}
+
+/// The bucket of a shape: each dimension rounded up to a power of two, at least 16.
+pub fn bucket_name(shape: &[usize]) -> String {
+    shape.iter().map(|&d| d.max(16).next_power_of_two().to_string()).collect::<Vec<_>>().join("x")
+}
+
+/// The table name for a compute capability: one per family we tune.
+pub fn arch_of(cc: (u32, u32)) -> Option<&'static str> {
+    match cc {
+        (9, 0) => Some("sm90"),
+        (8, _) => Some("sm80"),
+        _ => None,
+    }
+}
+
+/// The tables compiled in, by arch.
+fn tables() -> &'static [(&'static str, Result<Table, String>)] {
+    static TABLES: OnceLock<Vec<(&str, Result<Table, String>)>> = OnceLock::new();
+    TABLES.get_or_init(|| {
+        vec![
+            ("sm90", Table::parse(include_str!("../../tuned/sm90.toml"))),
+            ("sm80", Table::parse(include_str!("../../tuned/sm80.toml"))),
+        ]
+    })
+}
+
+/// Prints `msg` once per process.
+fn notice(msg: String) {
+    static SEEN: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
+    if SEEN.get_or_init(Default::default).lock().unwrap().insert(msg.clone()) {
+        eprintln!("rustile: {msg}");
+    }
+}
+
+/// What the table for `arch` says `op` should run at `shape`: the index of
+/// its winner in `configs`, or why there is none.
+pub fn lookup(arch: &str, op: &str, configs: &[KernelConfig], shape: &[usize]) -> Result<usize, String> {
+    let Some((_, table)) = tables().iter().find(|(a, _)| *a == arch) else {
+        return Err(format!("no tuned table for {arch}"));
+    };
+    let table = table.as_ref().map_err(|e| format!("tuned/{arch}.toml does not parse ({e})"))?;
+    let entry = table.op(op).ok_or_else(|| format!("tuned/{arch}.toml has no entry for {op}"))?;
+    let want = source_hash(op).unwrap_or("?");
+    if entry.source_hash != want {
+        return Err(format!(
+            "tuned/{arch}.toml was tuned for {op} sources {}, these are {want}: refused; re-tune with \
+             `cargo xtask autotune --arch {arch} --op {op}`",
+            entry.source_hash
+        ));
+    }
+    let bucket = bucket_name(shape);
+    let b = entry.buckets.iter().find(|b| b.bucket == bucket).ok_or_else(|| format!("tuned/{arch}.toml has no {op} bucket {bucket}"))?;
+    configs
+        .iter()
+        .position(|c| c.name == b.best)
+        .ok_or_else(|| format!("tuned/{arch}.toml picks {} for {op} bucket {bucket}, which the kernel no longer has", b.best))
+}
+
+/// The config `op` runs at `shape` on a GPU of compute capability `cc`: the
+/// tuned winner, else `heuristic()` with a one-line notice saying why.
+pub fn config(cc: (u32, u32), op: &str, configs: &[KernelConfig], shape: &[usize], heuristic: impl FnOnce() -> usize) -> usize {
+    let arch = arch_of(cc).unwrap_or("this GPU");
+    match lookup(arch, op, configs, shape) {
+        Ok(i) => i,
+        Err(why) => {
+            let h = heuristic();
+            notice(format!("{why}; {op} runs the heuristic's {}", configs[h].name));
+            h
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_round_each_dimension_up_to_a_power_of_two() {
+        assert_eq!(bucket_name(&[4096, 4096, 4096]), "4096x4096x4096");
+        assert_eq!(bucket_name(&[8192, 11008, 4096]), "8192x16384x4096");
+        assert_eq!(bucket_name(&[1, 17, 1365]), "16x32x2048");
+    }
+
+    #[test]
+    fn the_committed_tables_parse_and_name_real_configs() {
+        let kernels: [(&str, &[KernelConfig]); 2] =
+            [("gemm_nt", crate::gemm::gemm_nt_kernel::CONFIGS), ("dual_gemm", crate::dual_gemm::dual_gemm_kernel::CONFIGS)];
+        for (arch, table) in tables() {
+            let table = table.as_ref().unwrap_or_else(|e| panic!("tuned/{arch}.toml: {e}"));
+            assert_eq!(table.arch, *arch);
+            for op in &table.ops {
+                let (_, configs) = kernels.iter().find(|(k, _)| *k == op.name).unwrap_or_else(|| panic!("unknown op {}", op.name));
+                for b in &op.buckets {
+                    assert!(configs.iter().any(|c| c.name == b.best), "{arch} {} {}: no config {}", op.name, b.bucket, b.best);
+                    let best = b.candidates.iter().find(|c| c.config == b.best).expect("the winner is a candidate");
+                    assert!(best.invalid.is_none(), "{arch} {} {}: the winner was invalid", op.name, b.bucket);
+                    let fastest = b.candidates.iter().filter(|c| c.invalid.is_none()).filter_map(|c| c.median_ms).fold(f64::INFINITY, f64::min);
+                    assert_eq!(best.median_ms, Some(fastest), "{arch} {} {}: the winner is not the fastest valid candidate", op.name, b.bucket);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_table_round_trips_through_toml() {
+        let t = Table {
+            arch: "sm90".into(),
+            ops: vec![OpTable {
+                name: "gemm_nt".into(),
+                kernel: "gemm_nt_kernel".into(),
+                source_hash: "abc".into(),
+                buckets: vec![Bucket {
+                    bucket: "16x16x16".into(),
+                    shape: "16x16x16".into(),
+                    best: "X".into(),
+                    candidates: vec![
+                        Candidate { config: "X".into(), median_ms: Some(1.0), invalid: None },
+                        Candidate { config: "Y".into(), median_ms: None, invalid: Some("wrong".into()) },
+                    ],
+                }],
+                ..OpTable::default()
+            }],
+        };
+        let back = Table::parse(&t.to_toml()).unwrap();
+        assert_eq!(back.to_toml(), t.to_toml());
+    }
+
+    #[test]
+    fn a_stale_entry_is_refused() {
+        let configs = crate::gemm::gemm_nt_kernel::CONFIGS;
+        // No table for this arch, and an op nobody tuned: both fall back with a reason.
+        assert!(lookup("sm70", "gemm_nt", configs, &[64, 64, 64]).unwrap_err().contains("no tuned table"));
+        assert!(lookup("sm90", "no_such_op", configs, &[64, 64, 64]).unwrap_err().contains("no entry"));
+    }
+}
