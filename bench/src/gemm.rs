@@ -40,9 +40,9 @@ pub fn parse_shapes(items: &[String]) -> std::result::Result<Vec<[usize; 3]>, St
 /// `out` against a baseline's output of the same math: close in norm and element by element.
 pub fn close<T: Elem>(what: &str, out: &[T], baseline: &[f64]) -> Result<String> {
     let (err, worst) = (rel_err(out, baseline), max_err(out, baseline));
-    let line = format!("{what}: rel err {err:.2e}, worst element {worst:.2e} of the rms");
+    let line = format!("{what}: rel err {err:.2e}, worst element {worst:.2e} (of |value| + rms)");
     if err > tolerance::<T>() || worst > 4.0 * tolerance::<T>() {
-        return Err(Error::Launch { kernel: what.into(), msg: format!("wrong result: {line}") });
+        return Err(Error::Invalid(format!("wrong result: {line}")));
     }
     Ok(line)
 }
