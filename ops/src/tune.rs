@@ -132,8 +132,13 @@ pub fn lookup(arch: &str, op: &str, configs: &[KernelConfig], shape: &[usize]) -
         return Err(format!("no tuned table for {arch}"));
     };
     let table = table.as_ref().map_err(|e| format!("tuned/{arch}.toml does not parse ({e})"))?;
+    pick(table, op, source_hash(op).unwrap_or("?"), configs, shape)
+}
+
+/// `lookup` in one table, for sources that hash to `want`.
+fn pick(table: &Table, op: &str, want: &str, configs: &[KernelConfig], shape: &[usize]) -> Result<usize, String> {
+    let arch = &table.arch;
     let entry = table.op(op).ok_or_else(|| format!("tuned/{arch}.toml has no entry for {op}"))?;
-    let want = source_hash(op).unwrap_or("?");
     if entry.source_hash != want {
         return Err(format!(
             "tuned/{arch}.toml was tuned for {op} sources {}, these are {want}: refused; re-tune with \
@@ -224,5 +229,19 @@ mod tests {
         // No table for this arch, and an op nobody tuned: both fall back with a reason.
         assert!(lookup("sm70", "gemm_nt", configs, &[64, 64, 64]).unwrap_err().contains("no tuned table"));
         assert!(lookup("sm90", "no_such_op", configs, &[64, 64, 64]).unwrap_err().contains("no entry"));
+        let best = configs[2].name;
+        let table = Table {
+            arch: "sm90".into(),
+            ops: vec![OpTable {
+                name: "gemm_nt".into(),
+                source_hash: "old".into(),
+                buckets: vec![Bucket { bucket: "4096x4096x4096".into(), best: best.into(), ..Bucket::default() }],
+                ..OpTable::default()
+            }],
+        };
+        assert_eq!(pick(&table, "gemm_nt", "old", configs, &[4000, 4096, 3000]), Ok(2));
+        assert!(pick(&table, "gemm_nt", "old", configs, &[64, 64, 64]).unwrap_err().contains("no gemm_nt bucket 64x64x64"));
+        let stale = pick(&table, "gemm_nt", "new", configs, &[4096, 4096, 4096]).unwrap_err();
+        assert!(stale.contains("refused") && stale.contains("cargo xtask autotune"), "{stale}");
     }
 }
