@@ -91,18 +91,37 @@ pub fn bench<T: Elem>(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, op: &st
                     blas.gemm_nt(&da, &db, &mut base)?;
                     say(close("every element vs cuBLAS", &got, &wide(&gpu.download(&base)?))?);
                 }
-                if check_only {
-                    continue;
+                if !check_only {
+                    rows.push(row(RUSTILE, measure(gpu, mcfg, || gemm::gemm_nt(gpu, &da, &db, &mut c))?, flops, bytes));
+                    if let Some(blas) = blas {
+                        rows.push(row("cublas", measure(gpu, mcfg, || blas.gemm_nt(&da, &db, &mut base))?, flops, bytes));
+                    }
                 }
-                rows.push(row(RUSTILE, measure(gpu, mcfg, || gemm::gemm_nt(gpu, &da, &db, &mut c))?, flops, bytes));
-                if let Some(blas) = blas {
-                    rows.push(row("cublas", measure(gpu, mcfg, || blas.gemm_nt(&da, &db, &mut base))?, flops, bytes));
-                }
-                if sweep {
+                if sweep && !check_only {
                     for (i, cf) in gemm::gemm_nt_kernel::CONFIGS.iter().enumerate() {
                         let stats = measure(gpu, mcfg, || gemm::gemm_nt_with_config(gpu, i, &da, &db, &mut c, &gemm::Epilogue::new()))?;
                         rows.push(row(&format!("{RUSTILE} cfg={}", cf.name), stats, flops, bytes));
                     }
+                }
+                // What the standard fused epilogue costs: a linear layer's bias, SiLU and a
+                // residual, in the same kernel (cuBLAS above does the plain product only).
+                let bias: Vec<T> = normal(&mut rng, n, 0.0, 1.0);
+                let res: Vec<T> = normal(&mut rng, m * n, 0.0, 1.0);
+                let (dbias, dres) = (gpu.upload(&bias, &[n])?, gpu.upload(&res, &[m, n])?);
+                let epi = gemm::Epilogue::new().bias_per_column(&dbias).act(gemm::Act::Silu).residual(&dres);
+                gemm::gemm_nt_fused(gpu, &da, &db, &mut c, &epi)?;
+                let got = gpu.download(&c)?;
+                let e = epi.epi();
+                for r in sample_rows(m, 8) {
+                    let ab = product_rows(&a, &b, r.clone(), n, k);
+                    let want: Vec<f64> = (0..ab.len())
+                        .map(|i| reference::epilogue(&e, ab[i], bias[i % n].to_f32() as f64, res[r.start * n + i].to_f32() as f64, 0.0))
+                        .collect();
+                    say(close("fused bias+silu+residual, sampled rows vs float64", &got[r.start * n..r.end * n], &want)?);
+                }
+                if !check_only {
+                    let stats = measure(gpu, mcfg, || gemm::gemm_nt_fused(gpu, &da, &db, &mut c, &epi))?;
+                    rows.push(row(&format!("{RUSTILE} +bias+silu+residual"), stats, flops, bytes + (n + m * n) as f64 * size));
                 }
             }
             "dual_gemm" => {
