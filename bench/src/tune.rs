@@ -18,16 +18,16 @@ use crate::harness::{measure, shape_str, utc_now, MeasureCfg};
 /// The ops the tuner knows, and the kernel each one dispatches to.
 pub const OPS: &[(&str, &str)] = &[("gemm_nt", "gemm_nt_kernel"), ("dual_gemm", "dual_gemm_kernel")];
 
-/// The representative shapes tuned for `op` (one per bucket); `quick` keeps the headline ones.
+/// The representative shapes tuned for `op` (one per bucket): the bench's
+/// suites (square, LLM, skinny) plus the MLP shape of issue 3 (16k rows of
+/// d_model 512 into d_ff 1365) and 512³; `quick` keeps the headline ones.
 pub fn shapes(op: &str, quick: bool) -> Vec<[usize; 3]> {
-    let square = [1024, 2048, 4096, 8192].map(|s| [s, s, s]);
-    let llm = [[8192, 11008, 4096], [8192, 4096, 4096]];
-    match (op, quick) {
-        ("gemm_nt", true) => vec![[4096; 3], [8192; 3]],
-        ("gemm_nt", false) => [&square[..], &llm, &[[16, 4096, 4096], [64, 4096, 4096], [128, 4096, 4096], [512, 512, 512]]].concat(),
-        ("dual_gemm", true) => llm.to_vec(),
-        (_, _) => [&llm[..], &[[2048, 2048, 2048], [4096, 4096, 4096], [16384, 1365, 512]]].concat(),
+    if quick {
+        return if op == "dual_gemm" { vec![[8192, 11008, 4096], [8192, 4096, 4096]] } else { vec![[4096; 3], [8192; 3]] };
     }
+    let mut shapes: Vec<[usize; 3]> = crate::gemm::SUITES.iter().flat_map(|(_, s)| s.iter().copied()).collect();
+    shapes.extend([[512, 512, 512], [16384, 1365, 512]]);
+    shapes
 }
 
 /// One entry of the ptxas report `cargo xtask build` embeds.
