@@ -68,31 +68,41 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 /// event, `run`, end event. While the flush runs, the host is already queuing
 /// the kernel, so the start event does not also time the launch latency.
 pub fn measure(gpu: &Gpu, cfg: &MeasureCfg, mut run: impl FnMut() -> Result<()>) -> Result<Stats> {
+    Ok(measure_each(gpu, cfg, 1, |_| run())?.remove(0))
+}
+
+/// `measure` of `run(0)`, …, `run(count − 1)`, their repetitions interleaved
+/// (rep r of every candidate before rep r + 1 of any), so that clock drift
+/// over a long comparison shifts them all alike (the tuner compares configs).
+pub fn measure_each(gpu: &Gpu, cfg: &MeasureCfg, count: usize, mut run: impl FnMut(usize) -> Result<()>) -> Result<Vec<Stats>> {
     let mut flush = if cfg.flush_l2 { Some(l2_flush_buffer(gpu)?) } else { None };
 
-    // The first call may load modules; keep it out of the estimate.
-    run()?;
-    gpu.sync()?;
-    let once_ms = gpu.time(&mut run)? as f64;
-    let warmup = cfg.warmup.max((cfg.warmup_ms / once_ms.max(1e-3)).ceil() as usize).min(100_000);
-    for _ in 0..warmup {
-        run()?;
+    for i in 0..count {
+        // The first call may load modules; keep it out of the estimate.
+        run(i)?;
+        gpu.sync()?;
+        let once_ms = gpu.time(|| run(i))? as f64;
+        let warmup = cfg.warmup.max((cfg.warmup_ms / once_ms.max(1e-3)).ceil() as usize).min(100_000);
+        for _ in 0..warmup {
+            run(i)?;
+        }
     }
 
-    let events = (0..cfg.reps.max(1)).map(|_| gpu.event_pair()).collect::<Result<Vec<_>>>()?;
-    for (start, end) in &events {
+    let reps = cfg.reps.max(1);
+    let events = (0..reps * count).map(|_| gpu.event_pair()).collect::<Result<Vec<_>>>()?;
+    for (at, (start, end)) in events.iter().enumerate() {
         if let Some(buf) = flush.as_mut() {
             gpu.fill_bytes(buf, 0)?;
         }
         gpu.record(start)?;
-        run()?;
+        run(at % count)?;
         gpu.record(end)?;
     }
-    let times = events
-        .iter()
-        .map(|(s, e)| s.elapsed_ms(e).map(f64::from))
-        .collect::<Result<Vec<_>>>()?;
-    Ok(Stats::from_times(times))
+    let mut times = vec![Vec::with_capacity(reps); count];
+    for (at, (s, e)) in events.iter().enumerate() {
+        times[at % count].push(s.elapsed_ms(e)? as f64);
+    }
+    Ok(times.into_iter().map(Stats::from_times).collect())
 }
 
 /// A buffer of twice the L2 size: writing it evicts whatever a rep left behind.

@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use crate::cublas::Blas;
 use crate::gemm::close;
-use crate::harness::{measure, shape_str, utc_now, MeasureCfg};
+use crate::harness::{measure_each, shape_str, utc_now, MeasureCfg};
 
 /// The ops the tuner knows, and the kernel each one dispatches to.
 pub const OPS: &[(&str, &str)] = &[("gemm_nt", "gemm_nt_kernel"), ("dual_gemm", "dual_gemm_kernel")];
@@ -128,25 +128,28 @@ pub fn tune_op(gpu: &Gpu, blas: &Blas, op: &str, quick: bool) -> Result<OpTable>
     let mut buckets = vec![];
     for (si, &shape) in shapes.iter().enumerate() {
         let mut p = Problem::new(gpu, blas, op, shape)?;
+        // Prune and check every config first; then time the valid ones together.
+        let verdicts: Vec<Option<String>> = configs
+            .iter()
+            .enumerate()
+            .map(|(i, c)| pruned(gpu, report.as_ref(), kernel, c, "bf16").or_else(|| p.check(i).err().map(|e| e.to_string())))
+            .collect();
+        let valid: Vec<usize> = (0..configs.len()).filter(|&i| verdicts[i].is_none()).collect();
+        let stats = measure_each(gpu, &mcfg, valid.len(), |j| p.run(valid[j]))?;
         let mut candidates = vec![];
         for (i, c) in configs.iter().enumerate() {
             let tag = format!("[{}/{}] {op} {} {}", si + 1, shapes.len(), shape_str(&shape), c.name);
-            let result = match pruned(gpu, report.as_ref(), kernel, c, "bf16") {
-                Some(why) => Err(why),
-                None => p.check(i).map_err(|e| e.to_string()),
-            };
-            let cand = match result {
-                Err(why) => Candidate { config: c.name.into(), median_ms: None, invalid: Some(why) },
-                Ok(_) => {
-                    let stats = measure(gpu, &mcfg, || p.run(i))?;
-                    Candidate { config: c.name.into(), median_ms: Some(stats.median_ms), invalid: None }
+            let cand = match (&verdicts[i], valid.iter().position(|&v| v == i)) {
+                (Some(why), _) => {
+                    eprintln!("{tag}: invalid ({why})");
+                    Candidate { config: c.name.into(), median_ms: None, invalid: Some(why.clone()) }
                 }
+                (None, Some(j)) => {
+                    eprintln!("{tag}: {:.1} us", stats[j].median_ms * 1e3);
+                    Candidate { config: c.name.into(), median_ms: Some(stats[j].median_ms), invalid: None }
+                }
+                (None, None) => unreachable!("a config with no verdict is valid"),
             };
-            match (&cand.median_ms, &cand.invalid) {
-                (Some(ms), _) => eprintln!("{tag}: {:.1} us", ms * 1e3),
-                (_, Some(why)) => eprintln!("{tag}: invalid ({why})"),
-                _ => {}
-            }
             candidates.push(cand);
         }
         let best = candidates

@@ -11,7 +11,8 @@
 //! 3. Every candidate's result is checked against a reference before it is
 //!    timed; a wrong one is recorded as invalid and never chosen.
 //! 4. The winner has the lowest median time (CUDA events, L2 flushed before
-//!    each repetition).
+//!    each repetition). The candidates' repetitions are interleaved, so that
+//!    clock drift during a long comparison shifts them all alike.
 //!
 //! The tables are `tuned/<arch>.toml`, compiled into this crate. Each op's
 //! entry carries its provenance: the hash of the sources its kernels are
