@@ -4,7 +4,7 @@
 use rustile::{bf16, f16, Elem};
 use rustile_host::{Error, Gpu, Tensor};
 use rustile_ops::testing::{assert_close, mean_err, normal, rel_err, rng, tolerance, wide};
-use rustile_ops::{dual_gemm, gemm, norm, reference, softmax, vector};
+use rustile_ops::{dual_gemm, gemm, mlp, norm, reference, softmax, vector};
 use rustile_tests::gpu_or_skip;
 
 fn up<T: Elem>(gpu: &Gpu, x: &[T], shape: &[usize]) -> Tensor<T> {
@@ -153,6 +153,34 @@ fn dual_gemm_matches_float64() {
     let (a, b) = (gpu.alloc::<bf16>(&[8, 16]).unwrap(), gpu.alloc::<bf16>(&[4, 16]).unwrap());
     let (other, mut c) = (gpu.alloc::<bf16>(&[5, 16]).unwrap(), gpu.alloc::<bf16>(&[8, 4]).unwrap());
     assert!(matches!(dual_gemm::dual_gemm(&gpu, &a, &b, &other, &mut c), Err(Error::Shape(_))));
+}
+
+/// The MLP blocks at d_model 512 / d_ff 1365 (the hidden rows are not
+/// 16-byte aligned, so the second GEMM takes the masked copy path).
+#[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
+fn mlp_blocks_match_float64() {
+    let Some(gpu) = gpu_or_skip("mlp_blocks_match_float64") else { return };
+    let (rows, d_model, d_ff) = (1001, 512, 1365);
+    let (mut rng, seed) = rng();
+    let x: Vec<bf16> = normal(&mut rng, rows * d_model, 0.0, 1.0);
+    let w: Vec<Vec<bf16>> = (0..3).map(|_| normal(&mut rng, d_ff * d_model, 0.0, 1.0 / (d_model as f32).sqrt())).collect();
+    let w2: Vec<bf16> = normal(&mut rng, d_model * d_ff, 0.0, 1.0 / (d_ff as f32).sqrt());
+    let (dx, dw2) = (up(&gpu, &x, &[rows, d_model]), up(&gpu, &w2, &[d_model, d_ff]));
+    let dw: Vec<Tensor<bf16>> = w.iter().map(|w| up(&gpu, w, &[d_ff, d_model])).collect();
+    let round = |h: Vec<f64>| h.iter().map(|&v| bf16::from_f64(v).to_f64()).collect::<Vec<_>>();
+    let pre = reference::matmul_nt(&wide(&x), &wide(&w[0]), rows, d_ff, d_model);
+    let silu = round(pre.iter().map(|&h| h / (1.0 + (-h).exp())).collect());
+    let want = reference::matmul_nt(&silu, &wide(&w2), rows, d_model, d_ff);
+    let mut y = poisoned::<bf16>(&gpu, &[rows, d_model]);
+    mlp::mlp(&gpu, &dx, &dw[0], gemm::Act::Silu, &dw2, &mut y).unwrap();
+    assert_close(&gpu.download(&y).unwrap(), &want, &format!("mlp silu (seed {seed})"));
+    let upp = reference::matmul_nt(&wide(&x), &wide(&w[1]), rows, d_ff, d_model);
+    let want = reference::matmul_nt(&round(reference::swiglu(&pre, &upp)), &wide(&w2), rows, d_model, d_ff);
+    let mut y = poisoned::<bf16>(&gpu, &[rows, d_model]);
+    mlp::gated_mlp(&gpu, &dx, &dw[0], &dw[1], &dw2, &mut y).unwrap();
+    assert_close(&gpu.download(&y).unwrap(), &want, &format!("gated mlp (seed {seed})"));
+    assert!(matches!(mlp::gated_mlp(&gpu, &dx, &dw[0], &dw2, &dw2, &mut y), Err(Error::Shape(_))));
 }
 
 /// Every config of the fused-epilogue GEMM (bias per column, GELU, residual,

@@ -7,7 +7,7 @@ use crate::harness::{measure, MeasureCfg, Row, Stats, RUSTILE};
 use rustile::Elem;
 use rustile_host::{Error, Gpu, Result, Tensor};
 use rustile_ops::testing::{max_err, normal, rel_err, rng, tolerance, wide};
-use rustile_ops::{dual_gemm, gemm, reference, vector};
+use rustile_ops::{dual_gemm, gemm, mlp, reference, vector};
 
 /// Named shape lists for `--mnk` (M, N, K of `C[M, N] = A[M, K]·B[N, K]ᵀ`).
 pub const SUITES: &[(&str, &[[usize; 3]])] = &[
@@ -165,6 +165,69 @@ pub fn bench<T: Elem>(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, op: &st
                 }
             }
             _ => unreachable!("not a GEMM-family op: {op}"),
+        }
+    }
+    Ok(rows)
+}
+
+/// The MLP shapes of issue 3: (rows, d_model, d_ff), 16k to 200k rows of 512 → 1365.
+pub const MLP_SHAPES: &[[usize; 3]] = &[[16384, 512, 1365], [65536, 512, 1365], [200_000, 512, 1365]];
+
+/// The gated (SwiGLU) MLP at `MLP_SHAPES` beside cuBLAS gate, up and down
+/// GEMMs plus our SwiGLU kernel; checked like `bench` (the baseline rounds
+/// the gate and up projections, so the element check against it is looser
+/// than against float64 but still catches a wrong block).
+pub fn bench_mlp<T: Elem>(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, check_only: bool) -> Result<Vec<Row>> {
+    if !matches!(T::KIND, rustile::Kind::Bf16 | rustile::Kind::F16) {
+        eprintln!("mlp: skipped for {} (bf16 and f16 only)", T::NAME);
+        return Ok(vec![]);
+    }
+    let mut rows = vec![];
+    for &[n_rows, d_model, d_ff] in MLP_SHAPES {
+        let (mut rng, seed) = rng();
+        let say = |line: String| eprintln!("mlp {n_rows}x{d_model}x{d_ff}: {line} (seed {seed})");
+        let size = std::mem::size_of::<T>() as f64;
+        let x: Vec<T> = normal(&mut rng, n_rows * d_model, 0.0, 1.0);
+        let w: Vec<Vec<T>> = (0..2).map(|_| normal(&mut rng, d_ff * d_model, 0.0, 1.0 / (d_model as f32).sqrt())).collect();
+        let w2: Vec<T> = normal(&mut rng, d_model * d_ff, 0.0, 1.0 / (d_ff as f32).sqrt());
+        let dx = gpu.upload(&x, &[n_rows, d_model])?;
+        let (dg, du, dw2) = (gpu.upload(&w[0], &[d_ff, d_model])?, gpu.upload(&w[1], &[d_ff, d_model])?, gpu.upload(&w2, &[d_model, d_ff])?);
+        let mut y = gpu.alloc::<T>(&[n_rows, d_model])?;
+        gpu.fill_bytes(&mut y, 0xFF)?;
+        mlp::gated_mlp(gpu, &dx, &dg, &du, &dw2, &mut y)?;
+        let got = gpu.download(&y)?;
+        for r in sample_rows(n_rows, 4) {
+            let hidden = reference::swiglu(&product_rows(&x, &w[0], r.clone(), d_ff, d_model), &product_rows(&x, &w[1], r.clone(), d_ff, d_model));
+            let hidden: Vec<f64> = hidden.iter().map(|&h| T::from_f32(h as f32).to_f32() as f64).collect();
+            let want = reference::matmul_nt(&hidden, &wide(&w2), r.len(), d_model, d_ff);
+            say(close("sampled rows vs float64", &got[r.start * d_model..r.end * d_model], &want)?);
+        }
+        let flops = 6.0 * (n_rows * d_model * d_ff) as f64;
+        let bytes = (2 * n_rows * d_model + 3 * d_model * d_ff) as f64 * size;
+        let shape = [n_rows, d_model, d_ff];
+        let mut base_stats = None;
+        if let Some(blas) = blas {
+            let (mut gate, mut up, mut hidden) = (gpu.alloc::<T>(&[n_rows, d_ff])?, gpu.alloc::<T>(&[n_rows, d_ff])?, gpu.alloc::<T>(&[n_rows, d_ff])?);
+            let mut base = gpu.alloc::<T>(&[n_rows, d_model])?;
+            let mut run = |base: &mut Tensor<T>| -> Result<()> {
+                blas.gemm_nt(&dx, &dg, &mut gate)?;
+                blas.gemm_nt(&dx, &du, &mut up)?;
+                vector::swiglu(gpu, &gate, &up, &mut hidden)?;
+                blas.gemm_nt(&hidden, &dw2, base)
+            };
+            run(&mut base)?;
+            say(close("every element vs cuBLAS×3 + swiglu", &got, &wide(&gpu.download(&base)?))?);
+            if !check_only {
+                base_stats = Some(measure(gpu, mcfg, || run(&mut base))?);
+            }
+        }
+        if check_only {
+            continue;
+        }
+        let row = |imp: &str, stats: Stats| Row::new("mlp", &shape, T::NAME, imp, stats).flops(flops).bytes(bytes);
+        rows.push(row(RUSTILE, measure(gpu, mcfg, || mlp::gated_mlp(gpu, &dx, &dg, &du, &dw2, &mut y))?));
+        if let Some(stats) = base_stats {
+            rows.push(row("cublas×3+swiglu", stats));
         }
     }
     Ok(rows)

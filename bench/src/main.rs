@@ -14,15 +14,15 @@ use rustile_bench::harness::{self, MeasureCfg, Report};
 use rustile_bench::{gemm, ops, torch, Sizes};
 
 /// The ops this bench knows, in table order.
-const OPS: &[&str] = &["add", "swiglu", "softmax", "layernorm", "rmsnorm", "gemm", "dual_gemm"];
+const OPS: &[&str] = &["add", "swiglu", "softmax", "layernorm", "rmsnorm", "gemm", "dual_gemm", "mlp"];
 /// The ops measured against cuBLAS (in this process) rather than PyTorch.
-const GEMM_OPS: &[&str] = &["gemm", "dual_gemm"];
+const GEMM_OPS: &[&str] = &["gemm", "dual_gemm", "mlp"];
 
 #[derive(Parser, Debug)]
 #[command(about = "Rustile ops against PyTorch (eager and torch.compile) on this GPU")]
 struct Args {
     /// Comma-separated ops to run.
-    #[arg(long, value_delimiter = ',', default_value = "add,swiglu,softmax,layernorm,rmsnorm,gemm,dual_gemm")]
+    #[arg(long, value_delimiter = ',', default_value = "add,swiglu,softmax,layernorm,rmsnorm,gemm,dual_gemm,mlp")]
     ops: Vec<String>,
     /// Rows of the row-wise ops (softmax, layernorm, rmsnorm).
     #[arg(long, default_value_t = 8192)]
@@ -125,9 +125,13 @@ fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes, shapes: &[[usize; 3]]) -> ru
         }
     };
     let gemm_ops = |ops: &[String]| ops.iter().filter(|o| GEMM_OPS.contains(&o.as_str())).cloned().collect::<Vec<_>>();
-    let run_gemm = |op: &str, check_only: bool| match sizes.dtype.as_str() {
-        "bf16" => gemm::bench::<bf16>(gpu, &cfg, blas.as_ref(), op, shapes, args.sweep, check_only),
-        "f16" => gemm::bench::<f16>(gpu, &cfg, blas.as_ref(), op, shapes, args.sweep, check_only),
+    // The MLP runs at its own shapes (gemm::MLP_SHAPES), the others at --mnk.
+    let run_gemm = |op: &str, check_only: bool| match (op, sizes.dtype.as_str()) {
+        ("mlp", "bf16") => gemm::bench_mlp::<bf16>(gpu, &cfg, blas.as_ref(), check_only),
+        ("mlp", "f16") => gemm::bench_mlp::<f16>(gpu, &cfg, blas.as_ref(), check_only),
+        ("mlp", _) => gemm::bench_mlp::<f32>(gpu, &cfg, blas.as_ref(), check_only),
+        (_, "bf16") => gemm::bench::<bf16>(gpu, &cfg, blas.as_ref(), op, shapes, args.sweep, check_only),
+        (_, "f16") => gemm::bench::<f16>(gpu, &cfg, blas.as_ref(), op, shapes, args.sweep, check_only),
         _ => gemm::bench::<f32>(gpu, &cfg, blas.as_ref(), op, shapes, args.sweep, check_only),
     };
     if args.check {

@@ -7,7 +7,7 @@ use crate::Sizes;
 use rustile::{bf16, f16, Elem};
 use rustile_host::{Error, Gpu, Result, Tensor};
 use rustile_ops::testing::{normal, rel_err, rng, tolerance, wide};
-use rustile_ops::{dual_gemm, gemm, norm, reference, softmax, vector};
+use rustile_ops::{dual_gemm, gemm, mlp, norm, reference, softmax, vector};
 
 /// `sweep`: also time every config of the op's kernel (rows `rustile cfg=NAME`).
 pub fn bench_op(gpu: &Gpu, cfg: &MeasureCfg, op: &str, s: &Sizes, sweep: bool) -> Result<Vec<Row>> {
@@ -139,13 +139,19 @@ pub fn cpu_fallback(ops: &[String]) -> bool {
                 };
                 (format!("{n}"), rel_err(&got, &want))
             }
-            "gemm" | "dual_gemm" => {
+            "gemm" | "dual_gemm" | "mlp" => {
                 let (m, n, k) = (67, 45, 100);
                 let a: Vec<bf16> = normal(&mut rng, m * k, 0.0, 1.0);
                 let b: Vec<bf16> = normal(&mut rng, n * k, 0.0, 1.0);
                 let ab = reference::matmul_nt(&wide(&a), &wide(&b), m, n, k);
                 let err = if op == "gemm" {
                     rel_err(&gemm::gemm_nt_cpu(&a, &b, m, n, k), &ab)
+                } else if op == "mlp" {
+                    // A gated MLP of d_model k, d_ff n on m rows (the hidden rounded to bf16, as stored).
+                    let (w_up, w2): (Vec<bf16>, Vec<bf16>) = (normal(&mut rng, n * k, 0.0, 1.0), normal(&mut rng, k * n, 0.0, 1.0));
+                    let hidden: Vec<f64> = reference::swiglu(&ab, &reference::matmul_nt(&wide(&a), &wide(&w_up), m, n, k)).iter().map(|&h| bf16::from_f64(h).to_f64()).collect();
+                    let want = reference::matmul_nt(&hidden, &wide(&w2), m, k, n);
+                    rel_err(&mlp::gated_mlp_cpu(&a, &b, &w_up, &w2, m, k, n), &want)
                 } else {
                     let b2: Vec<bf16> = normal(&mut rng, n * k, 0.0, 1.0);
                     let want = reference::swiglu(&ab, &reference::matmul_nt(&wide(&a), &wide(&b2), m, n, k));
