@@ -9,14 +9,11 @@
 //! them. The single-kernel form that streams d_ff through on-chip memory
 //! (the hidden activations never written) is the next step, and the tuner
 //! will choose between them.
-use crate::gemm::Act;
-
 #[cfg(not(target_arch = "nvptx64"))]
 mod host {
-    use super::*;
     use crate::check::matrix;
     use crate::dual_gemm::{dual_gemm, dual_gemm_cpu};
-    use crate::gemm::{gemm_nt, gemm_nt_cpu, gemm_nt_fused, gemm_nt_kernel, Epi, Epilogue};
+    use crate::gemm::{gemm_nt, gemm_nt_cpu, gemm_nt_fused, gemm_nt_kernel, Act, Epi, Epilogue};
     use rustile::Elem;
     use rustile_host::{Error, Gpu, Result, Tensor};
 

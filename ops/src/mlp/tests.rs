@@ -1,7 +1,7 @@
 //! CPU-interpreter checks of the MLP blocks against float64, at d_ff = 1365
 //! (not a multiple of 8 or of any tile) and at small odd sizes.
 use super::*;
-use crate::gemm::Epi;
+use crate::gemm::{Act, Epi};
 use crate::reference;
 use crate::testing::*;
 use rustile::bf16;
