@@ -19,14 +19,15 @@ use crate::harness::{measure_each, shape_str, utc_now, MeasureCfg};
 pub const OPS: &[(&str, &str)] = &[("gemm_nt", "gemm_nt_kernel"), ("dual_gemm", "dual_gemm_kernel")];
 
 /// The representative shapes tuned for `op` (one per bucket): the bench's
-/// suites (square, LLM, skinny) plus the MLP shape of issue 3 (16k rows of
-/// d_model 512 into d_ff 1365) and 512³; `quick` keeps the headline ones.
+/// suites (square, LLM, skinny) plus the two GEMMs of issue 3's MLP (16k
+/// rows, d_model 512 → d_ff 1365 → 512) and 512³; `quick` keeps the headline
+/// ones. Candidates run in bf16; the winners serve f16 too.
 pub fn shapes(op: &str, quick: bool) -> Vec<[usize; 3]> {
     if quick {
         return if op == "dual_gemm" { vec![[8192, 11008, 4096], [8192, 4096, 4096]] } else { vec![[4096; 3], [8192; 3]] };
     }
     let mut shapes: Vec<[usize; 3]> = crate::gemm::SUITES.iter().flat_map(|(_, s)| s.iter().copied()).collect();
-    shapes.extend([[512, 512, 512], [16384, 1365, 512]]);
+    shapes.extend([[512, 512, 512], [16384, 1365, 512], [16384, 512, 1365]]);
     shapes
 }
 
