@@ -4,7 +4,7 @@
 //! element against the cuBLAS baseline, and on sampled rows against float64.
 use crate::cublas::Blas;
 use crate::harness::{measure, MeasureCfg, Row, Stats, RUSTILE};
-use rustile::Elem;
+use rustile::{bf16, f16, Elem};
 use rustile_host::{Error, Gpu, Result, Tensor};
 use rustile_ops::testing::{max_err, normal, rel_err, rng, tolerance, wide};
 use rustile_ops::{dual_gemm, gemm, mlp, reference, vector};
@@ -58,13 +58,50 @@ fn sample_rows(m: usize, count: usize) -> [std::ops::Range<usize>; 2] {
     [0..r, m - r..m]
 }
 
+/// The dual GEMM's baseline, `out = silu(a·b1ᵀ) ⊙ (a·b2ᵀ)` as two cuBLAS
+/// GEMMs into `gate` and `up` (`[m, n]` scratch) and our SwiGLU kernel.
+pub fn cublas_swiglu<T: Elem>(gpu: &Gpu, blas: &Blas, a: &Tensor<T>, [b1, b2]: [&Tensor<T>; 2], [gate, up]: [&mut Tensor<T>; 2], out: &mut Tensor<T>) -> Result<()> {
+    blas.gemm_nt(a, b1, gate)?;
+    blas.gemm_nt(a, b2, up)?;
+    vector::swiglu(gpu, gate, up, out)
+}
+
+/// Runs a baseline into `out` once, checks `got` (ours) against it element
+/// by element, and times it unless `check_only`.
+fn baseline<T: Elem>(
+    gpu: &Gpu, mcfg: &MeasureCfg, what: &str, got: &[T], out: &mut Tensor<T>, check_only: bool,
+    mut run: impl FnMut(&mut Tensor<T>) -> Result<()>,
+) -> Result<(String, Option<Stats>)> {
+    run(out)?;
+    let line = close(&format!("every element vs {what}"), got, &wide(&gpu.download(out)?))?;
+    let stats = if check_only { None } else { Some(measure(gpu, mcfg, || run(out))?) };
+    Ok((line, stats))
+}
+
+/// A GEMM-family op at its shapes (`mlp` at `MLP_SHAPES`, the others at
+/// `shapes`), for the element type named `dtype`.
+pub fn bench_family(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, op: &str, dtype: &str, shapes: &[[usize; 3]], sweep: bool, check_only: bool) -> Result<Vec<Row>> {
+    fn typed<T: Elem>(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, op: &str, shapes: &[[usize; 3]], sweep: bool, check_only: bool) -> Result<Vec<Row>> {
+        if !matches!(T::KIND, rustile::Kind::Bf16 | rustile::Kind::F16) {
+            eprintln!("{op}: skipped for {} (bf16 and f16 only)", T::NAME);
+            return Ok(vec![]);
+        }
+        if op == "mlp" {
+            bench_mlp::<T>(gpu, mcfg, blas, check_only)
+        } else {
+            bench::<T>(gpu, mcfg, blas, op, shapes, sweep, check_only)
+        }
+    }
+    match dtype {
+        "bf16" => typed::<bf16>(gpu, mcfg, blas, op, shapes, sweep, check_only),
+        "f16" => typed::<f16>(gpu, mcfg, blas, op, shapes, sweep, check_only),
+        _ => typed::<f32>(gpu, mcfg, blas, op, shapes, sweep, check_only),
+    }
+}
+
 /// `op` (`gemm` or `dual_gemm`) at every shape: checks, then (unless
 /// `check_only`) times ours, cuBLAS, and with `sweep` every config.
-pub fn bench<T: Elem>(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, op: &str, shapes: &[[usize; 3]], sweep: bool, check_only: bool) -> Result<Vec<Row>> {
-    if !matches!(T::KIND, rustile::Kind::Bf16 | rustile::Kind::F16) {
-        eprintln!("{op}: skipped for {} (bf16 and f16 only)", T::NAME);
-        return Ok(vec![]);
-    }
+fn bench<T: Elem>(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, op: &str, shapes: &[[usize; 3]], sweep: bool, check_only: bool) -> Result<Vec<Row>> {
     let mut rows = vec![];
     for &[m, n, k] in shapes {
         let (mut rng, seed) = rng();
@@ -87,24 +124,14 @@ pub fn bench<T: Elem>(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, op: &st
                 for r in sample_rows(m, 8) {
                     say(close("sampled rows vs float64", &got[r.start * n..r.end * n], &product_rows(&a, &b, r.clone(), n, k))?);
                 }
+                let mut cublas = None;
                 if let Some(blas) = blas {
-                    blas.gemm_nt(&da, &db, &mut base)?;
-                    say(close("every element vs cuBLAS", &got, &wide(&gpu.download(&base)?))?);
-                }
-                if !check_only {
-                    rows.push(row(RUSTILE, measure(gpu, mcfg, || gemm::gemm_nt(gpu, &da, &db, &mut c))?, flops, bytes));
-                    if let Some(blas) = blas {
-                        rows.push(row("cublas", measure(gpu, mcfg, || blas.gemm_nt(&da, &db, &mut base))?, flops, bytes));
-                    }
-                }
-                if sweep && !check_only {
-                    for (i, cf) in gemm::gemm_nt_kernel::CONFIGS.iter().enumerate() {
-                        let stats = measure(gpu, mcfg, || gemm::gemm_nt_with_config(gpu, i, &da, &db, &mut c, &gemm::Epilogue::new()))?;
-                        rows.push(row(&format!("{RUSTILE} cfg={}", cf.name), stats, flops, bytes));
-                    }
+                    let (line, stats) = baseline(gpu, mcfg, "cuBLAS", &got, &mut base, check_only, |out| blas.gemm_nt(&da, &db, out))?;
+                    say(line);
+                    cublas = stats;
                 }
                 // What the standard fused epilogue costs: a linear layer's bias, SiLU and a
-                // residual, in the same kernel (cuBLAS above does the plain product only).
+                // residual, in the same kernel (cuBLAS does the plain product only).
                 let bias: Vec<T> = normal(&mut rng, n, 0.0, 1.0);
                 let res: Vec<T> = normal(&mut rng, m * n, 0.0, 1.0);
                 let (dbias, dres) = (gpu.upload(&bias, &[n])?, gpu.upload(&res, &[m, n])?);
@@ -119,9 +146,18 @@ pub fn bench<T: Elem>(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, op: &st
                         .collect();
                     say(close("fused bias+silu+residual, sampled rows vs float64", &got[r.start * n..r.end * n], &want)?);
                 }
-                if !check_only {
-                    let stats = measure(gpu, mcfg, || gemm::gemm_nt_fused(gpu, &da, &db, &mut c, &epi))?;
-                    rows.push(row(&format!("{RUSTILE} +bias+silu+residual"), stats, flops, bytes + (n + m * n) as f64 * size));
+                if check_only {
+                    continue;
+                }
+                rows.push(row(RUSTILE, measure(gpu, mcfg, || gemm::gemm_nt(gpu, &da, &db, &mut c))?, flops, bytes));
+                rows.extend(cublas.map(|stats| row("cublas", stats, flops, bytes)));
+                let stats = measure(gpu, mcfg, || gemm::gemm_nt_fused(gpu, &da, &db, &mut c, &epi))?;
+                rows.push(row(&format!("{RUSTILE} +bias+silu+residual"), stats, flops, bytes + (n + m * n) as f64 * size));
+                if sweep {
+                    for (i, cf) in gemm::gemm_nt_kernel::CONFIGS.iter().enumerate() {
+                        let stats = measure(gpu, mcfg, || gemm::gemm_nt_with_config(gpu, i, &da, &db, &mut c, &gemm::Epilogue::new()))?;
+                        rows.push(row(&format!("{RUSTILE} cfg={}", cf.name), stats, flops, bytes));
+                    }
                 }
             }
             "dual_gemm" => {
@@ -134,20 +170,14 @@ pub fn bench<T: Elem>(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, op: &st
                     let want = reference::swiglu(&product_rows(&a, &b, r.clone(), n, k), &product_rows(&a, &b2, r.clone(), n, k));
                     say(close("sampled rows vs float64", &got[r.start * n..r.end * n], &want)?);
                 }
-                // The baseline: two cuBLAS GEMMs, then our SwiGLU activation kernel.
                 let mut two = None;
                 if let Some(blas) = blas {
                     let (mut gate, mut up) = (gpu.alloc::<T>(&[m, n])?, gpu.alloc::<T>(&[m, n])?);
-                    let mut run = |base: &mut Tensor<T>| -> Result<()> {
-                        blas.gemm_nt(&da, &db, &mut gate)?;
-                        blas.gemm_nt(&da, &db2, &mut up)?;
-                        vector::swiglu(gpu, &gate, &up, base)
-                    };
-                    run(&mut base)?;
-                    say(close("every element vs cuBLAS×2 + swiglu", &got, &wide(&gpu.download(&base)?))?);
-                    if !check_only {
-                        two = Some(measure(gpu, mcfg, || run(&mut base))?);
-                    }
+                    let (line, stats) = baseline(gpu, mcfg, "cuBLAS×2 + swiglu", &got, &mut base, check_only, |out| {
+                        cublas_swiglu(gpu, blas, &da, [&db, &db2], [&mut gate, &mut up], out)
+                    })?;
+                    say(line);
+                    two = stats;
                 }
                 if check_only {
                     continue;
@@ -177,11 +207,7 @@ pub const MLP_SHAPES: &[[usize; 3]] = &[[16384, 512, 1365], [65536, 512, 1365], 
 /// GEMMs plus our SwiGLU kernel; checked like `bench` (the baseline rounds
 /// the gate and up projections, so the element check against it is looser
 /// than against float64 but still catches a wrong block).
-pub fn bench_mlp<T: Elem>(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, check_only: bool) -> Result<Vec<Row>> {
-    if !matches!(T::KIND, rustile::Kind::Bf16 | rustile::Kind::F16) {
-        eprintln!("mlp: skipped for {} (bf16 and f16 only)", T::NAME);
-        return Ok(vec![]);
-    }
+fn bench_mlp<T: Elem>(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, check_only: bool) -> Result<Vec<Row>> {
     let mut rows = vec![];
     for &[n_rows, d_model, d_ff] in MLP_SHAPES {
         let (mut rng, seed) = rng();
@@ -209,17 +235,12 @@ pub fn bench_mlp<T: Elem>(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, che
         if let Some(blas) = blas {
             let (mut gate, mut up, mut hidden) = (gpu.alloc::<T>(&[n_rows, d_ff])?, gpu.alloc::<T>(&[n_rows, d_ff])?, gpu.alloc::<T>(&[n_rows, d_ff])?);
             let mut base = gpu.alloc::<T>(&[n_rows, d_model])?;
-            let mut run = |base: &mut Tensor<T>| -> Result<()> {
-                blas.gemm_nt(&dx, &dg, &mut gate)?;
-                blas.gemm_nt(&dx, &du, &mut up)?;
-                vector::swiglu(gpu, &gate, &up, &mut hidden)?;
-                blas.gemm_nt(&hidden, &dw2, base)
-            };
-            run(&mut base)?;
-            say(close("every element vs cuBLAS×3 + swiglu", &got, &wide(&gpu.download(&base)?))?);
-            if !check_only {
-                base_stats = Some(measure(gpu, mcfg, || run(&mut base))?);
-            }
+            let (line, stats) = baseline(gpu, mcfg, "cuBLAS×3 + swiglu", &got, &mut base, check_only, |out| {
+                cublas_swiglu(gpu, blas, &dx, [&dg, &du], [&mut gate, &mut up], &mut hidden)?;
+                blas.gemm_nt(&hidden, &dw2, out)
+            })?;
+            say(line);
+            base_stats = stats;
         }
         if check_only {
             continue;

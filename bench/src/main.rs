@@ -6,7 +6,6 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use rustile::{bf16, f16};
 use rustile_host::{Error, Gpu};
 
 use rustile_bench::cublas::Blas;
@@ -125,15 +124,7 @@ fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes, shapes: &[[usize; 3]]) -> ru
         }
     };
     let gemm_ops = |ops: &[String]| ops.iter().filter(|o| GEMM_OPS.contains(&o.as_str())).cloned().collect::<Vec<_>>();
-    // The MLP runs at its own shapes (gemm::MLP_SHAPES), the others at --mnk.
-    let run_gemm = |op: &str, check_only: bool| match (op, sizes.dtype.as_str()) {
-        ("mlp", "bf16") => gemm::bench_mlp::<bf16>(gpu, &cfg, blas.as_ref(), check_only),
-        ("mlp", "f16") => gemm::bench_mlp::<f16>(gpu, &cfg, blas.as_ref(), check_only),
-        ("mlp", _) => gemm::bench_mlp::<f32>(gpu, &cfg, blas.as_ref(), check_only),
-        (_, "bf16") => gemm::bench::<bf16>(gpu, &cfg, blas.as_ref(), op, shapes, args.sweep, check_only),
-        (_, "f16") => gemm::bench::<f16>(gpu, &cfg, blas.as_ref(), op, shapes, args.sweep, check_only),
-        _ => gemm::bench::<f32>(gpu, &cfg, blas.as_ref(), op, shapes, args.sweep, check_only),
-    };
+    let run_gemm = |op: &str, check_only: bool| gemm::bench_family(gpu, &cfg, blas.as_ref(), op, &sizes.dtype, shapes, args.sweep, check_only);
     if args.check {
         if blas.is_none() {
             return Err(Error::Invalid("--check compares with cuBLAS, which did not load".into()));

@@ -8,11 +8,11 @@ use rustile::{bf16, KernelConfig};
 use rustile_host::{Gpu, Result, Tensor};
 use rustile_ops::testing::{normal, rng, wide};
 use rustile_ops::tune::{bucket_name, source_hash, Bucket, Candidate, OpTable, Table, RUSTC_VERSION};
-use rustile_ops::{dual_gemm, gemm, vector};
+use rustile_ops::{dual_gemm, gemm};
 use serde::Deserialize;
 
 use crate::cublas::Blas;
-use crate::gemm::close;
+use crate::gemm::{close, cublas_swiglu};
 use crate::harness::{measure_each, shape_str, utc_now, MeasureCfg};
 
 /// The ops the tuner knows, and the kernel each one dispatches to.
@@ -87,9 +87,7 @@ impl<'a> Problem<'a> {
         let mut want = gpu.alloc::<bf16>(&[m, n])?;
         if dual {
             let (mut gate, mut up) = (gpu.alloc::<bf16>(&[m, n])?, gpu.alloc::<bf16>(&[m, n])?);
-            blas.gemm_nt(&a, &b, &mut gate)?;
-            blas.gemm_nt(&a, &b2, &mut up)?;
-            vector::swiglu(gpu, &gate, &up, &mut want)?;
+            cublas_swiglu(gpu, blas, &a, [&b, &b2], [&mut gate, &mut up], &mut want)?;
         } else {
             blas.gemm_nt(&a, &b, &mut want)?;
         }

@@ -23,7 +23,7 @@
 //!   with a one-line notice;
 //! - an entry whose source hash differs from this build's is refused with a
 //!   message to re-tune, and the heuristic runs.
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
 use rustile::KernelConfig;
@@ -95,7 +95,11 @@ impl Table {
 
 /// The bucket of a shape: each dimension rounded up to a power of two, at least 16.
 pub fn bucket_name(shape: &[usize]) -> String {
-    shape.iter().map(|&d| d.max(16).next_power_of_two().to_string()).collect::<Vec<_>>().join("x")
+    bucket(shape).iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x")
+}
+
+fn bucket(shape: &[usize]) -> Vec<usize> {
+    shape.iter().map(|&d| d.max(16).next_power_of_two()).collect()
 }
 
 /// The table name for a compute capability: one per family we tune.
@@ -116,14 +120,6 @@ fn tables() -> &'static [(&'static str, Result<Table, String>)] {
             ("sm80", Table::parse(include_str!("../../tuned/sm80.toml"))),
         ]
     })
-}
-
-/// Prints `msg` once per process.
-fn notice(msg: String) {
-    static SEEN: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
-    if SEEN.get_or_init(Default::default).lock().unwrap().insert(msg.clone()) {
-        eprintln!("rustile: {msg}");
-    }
 }
 
 /// What the table for `arch` says `op` should run at `shape`: the index of
@@ -156,17 +152,18 @@ fn pick(table: &Table, op: &str, want: &str, configs: &[KernelConfig], shape: &[
 }
 
 /// The config `op` runs at `shape` on a GPU of compute capability `cc`: the
-/// tuned winner, else `heuristic()` with a one-line notice saying why.
-pub fn config(cc: (u32, u32), op: &str, configs: &[KernelConfig], shape: &[usize], heuristic: impl FnOnce() -> usize) -> usize {
-    let arch = arch_of(cc).unwrap_or("this GPU");
-    match lookup(arch, op, configs, shape) {
-        Ok(i) => i,
-        Err(why) => {
-            let h = heuristic();
-            notice(format!("{why}; {op} runs the heuristic's {}", configs[h].name));
-            h
-        }
-    }
+/// tuned winner, else `heuristic()`. Every launch asks, so the table's answer
+/// is looked up once per (GPU, op, bucket) and remembered; a miss prints its
+/// one-line notice then.
+pub fn config(cc: (u32, u32), op: &'static str, configs: &[KernelConfig], shape: &[usize], heuristic: impl FnOnce() -> usize) -> usize {
+    type Key = ((u32, u32), &'static str, Vec<usize>);
+    static CHOSEN: OnceLock<Mutex<HashMap<Key, Option<usize>>>> = OnceLock::new();
+    let tuned = *CHOSEN.get_or_init(Default::default).lock().unwrap().entry((cc, op, bucket(shape))).or_insert_with(|| {
+        lookup(arch_of(cc).unwrap_or("this GPU"), op, configs, shape)
+            .map_err(|why| eprintln!("rustile: {why}; {op} runs its heuristic (default_config)"))
+            .ok()
+    });
+    tuned.unwrap_or_else(heuristic)
 }
 
 #[cfg(test)]
