@@ -4,7 +4,7 @@
 //! ```ignore
 //! pub static CUBINS: rustile_host::Cubins = rustile_host::Cubins {
 //!     crate_name: "rustile_ops",
-//!     images: &[("sm_90a", include_bytes!("…/sm_90a/rustile_ops.cubin")), …],
+//!     images: &[("sm_90a", include_bytes!("…/sm_90a/rustile_ops.gemm_nt_kernel.cubin")), …],
 //!     ptx: &[("sm_90a", include_str!("…/sm_90a/rustile_ops.ptx")), …],
 //! };
 //! ```
@@ -81,12 +81,23 @@ fn main() {
     let newest = newest_source(&root);
     let mut stale = None;
     for (arch, arch_dir) in &arches {
-        let cubin = arch_dir.join(format!("{STEM}.cubin"));
+        // One cubin per kernel family (`rustile_ops.<family>.cubin`), which
+        // the build assembles in parallel.
+        let mut cubins: Vec<PathBuf> = std::fs::read_dir(arch_dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "cubin") && p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&format!("{STEM}."))))
+            .collect();
+        cubins.sort();
         let text = arch_dir.join(format!("{STEM}.ptx"));
-        if let (Some((when, source)), Ok(built)) = (&newest, cubin.metadata().and_then(|m| m.modified())) {
-            if built < *when {
-                println!("cargo:warning={} is older than {}: run `cargo xtask build`", cubin.display(), source);
-                stale.get_or_insert_with(|| format!("{arch} is older than {source}"));
+        for cubin in &cubins {
+            if let (Some((when, source)), Ok(built)) = (&newest, cubin.metadata().and_then(|m| m.modified())) {
+                if built < *when {
+                    println!("cargo:warning={} is older than {}: run `cargo xtask build`", cubin.display(), source);
+                    stale.get_or_insert_with(|| format!("{arch} is older than {source}"));
+                }
             }
         }
         // Debug formatting of a str is a valid Rust string literal, escapes included.
@@ -94,13 +105,13 @@ fn main() {
         if report.is_file() {
             let _ = write!(reports, "\n    ({arch:?}, include_str!({:?})),", report.display().to_string());
         }
-        if cubin.is_file() {
+        for cubin in &cubins {
             println!("cargo:rerun-if-changed={}", cubin.display());
             let _ = write!(images, "\n        ({arch:?}, include_bytes!({:?})),", cubin.display().to_string());
         }
-        // PTX is only a fallback for an arch without its cubin, which a normal
+        // PTX is only a fallback for an arch without its cubins, which a normal
         // build never produces; it is large, so it is embedded only on request.
-        if text.is_file() && (embed_ptx || !cubin.is_file()) {
+        if text.is_file() && (embed_ptx || cubins.is_empty()) {
             println!("cargo:rerun-if-changed={}", text.display());
             let _ = write!(ptx, "\n        ({arch:?}, include_str!({:?})),", text.display().to_string());
         }

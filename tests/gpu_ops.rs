@@ -4,7 +4,7 @@
 use rustile::{bf16, f16, Elem};
 use rustile_host::{Error, Gpu, Tensor};
 use rustile_ops::testing::{assert_close, mean_err, normal, rel_err, rng, tolerance, wide};
-use rustile_ops::{dual_gemm, gemm, mlp, norm, reference, softmax, vector};
+use rustile_ops::{dual_gemm, gemm, mlp, norm, reference, softmax, testing, vector};
 use rustile_tests::gpu_or_skip;
 
 fn up<T: Elem>(gpu: &Gpu, x: &[T], shape: &[usize]) -> Tensor<T> {
@@ -125,6 +125,50 @@ fn gemm_case<T: Elem>(gpu: &Gpu, m: usize, n: usize, k: usize) {
         let mut c = poisoned::<T>(gpu, &[m, n]);
         gemm::gemm_nt_with_config(gpu, cfg, &da, &db, &mut c, &gemm::Epilogue::new()).unwrap();
         assert_close(&gpu.download(&c).unwrap(), &want, &format!("gemm_nt<{}> {m}×{n}×{k} cfg={cfg} (seed {seed})", T::NAME));
+    }
+}
+
+/// Every operand layout (`a·b`, `a·bᵀ`, `aᵀ·b`, `aᵀ·bᵀ`) through `gemm`,
+/// batched with a per-matrix or a shared B, with a fused bias + GELU, at
+/// every config, against float64.
+#[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
+fn gemm_layouts_and_batches_match_float64() {
+    use gemm::Transpose;
+    let Some(gpu) = gpu_or_skip("gemm_layouts_and_batches_match_float64") else { return };
+    for (m, n, k, batch) in [(37, 45, 70, 3), (300, 517, 264, 2), (1, 1030, 520, 1)] {
+        let (mut rng, seed) = rng();
+        // Logical A [batch, m, k] and B [batch, n, k] (the first one when shared).
+        let a: Vec<bf16> = normal(&mut rng, batch * m * k, 0.0, 1.0);
+        let b: Vec<bf16> = normal(&mut rng, batch * n * k, 0.0, 1.0);
+        let bias: Vec<bf16> = normal(&mut rng, n, 0.0, 1.0);
+        let dbias = up(&gpu, &bias, &[n]);
+        let epi = gemm::Epilogue::new().bias_per_column(&dbias).act(gemm::Act::GeluTanh);
+        let (e, bias) = (epi.epi(), wide(&bias));
+        for shared in [false, true] {
+            let want: Vec<f64> = (0..batch)
+                .flat_map(|z| {
+                    let bz = if shared { 0 } else { z };
+                    let ab = reference::matmul_nt(&wide(&a[z * m * k..][..m * k]), &wide(&b[bz * n * k..][..n * k]), m, n, k);
+                    ab.into_iter().enumerate().map(|(i, x)| reference::epilogue(&e, x, bias[i % n], 0.0, 0.0)).collect::<Vec<_>>()
+                })
+                .collect();
+            let nb = if shared { 1 } else { batch };
+            let lead = |rows: usize, cols: usize| if shared { vec![rows, cols] } else { vec![batch, rows, cols] };
+            let (a_mk, a_km) = (up(&gpu, &a, &[batch, m, k]), up(&gpu, &testing::transpose(&a, batch, m, k), &[batch, k, m]));
+            let b = &b[..nb * n * k];
+            let (b_nk, b_kn) = (up(&gpu, b, &lead(n, k)), up(&gpu, &testing::transpose(b, nb, n, k), &lead(k, n)));
+            for cfg in 0..gemm::gemm_nt_kernel::CONFIGS.len() {
+                for (ta, tb) in [(false, true), (false, false), (true, false), (true, true)] {
+                    let mut c = poisoned::<bf16>(&gpu, &[batch, m, n]);
+                    let a = if ta { a_km.t() } else { (&a_mk).into() };
+                    let b = if tb { b_nk.t() } else { (&b_kn).into() };
+                    gemm::gemm_with_config(&gpu, cfg, a, b, &mut c, &epi).unwrap();
+                    let what = format!("gemm ta={ta} tb={tb} {batch}×{m}×{n}×{k} shared b={shared} cfg={cfg} (seed {seed})");
+                    assert_close(&gpu.download(&c).unwrap(), &want, &what);
+                }
+            }
+        }
     }
 }
 

@@ -22,6 +22,9 @@ fn expected_entries() -> Vec<String> {
     add("layer_norm_kernel", norm::layer_norm_kernel::CONFIGS, norm::layer_norm_kernel::DTYPES);
     add("rms_norm_kernel", norm::rms_norm_kernel::CONFIGS, norm::rms_norm_kernel::DTYPES);
     add("gemm_nt_kernel", gemm::gemm_nt_kernel::CONFIGS, gemm::gemm_nt_kernel::DTYPES);
+    add("gemm_nn_kernel", gemm::gemm_nn_kernel::CONFIGS, gemm::gemm_nn_kernel::DTYPES);
+    add("gemm_tn_kernel", gemm::gemm_tn_kernel::CONFIGS, gemm::gemm_tn_kernel::DTYPES);
+    add("gemm_tt_kernel", gemm::gemm_tt_kernel::CONFIGS, gemm::gemm_tt_kernel::DTYPES);
     add("gemm_softcap_kernel", gemm::gemm_softcap_kernel::CONFIGS, gemm::gemm_softcap_kernel::DTYPES);
     add("dual_gemm_kernel", dual_gemm::dual_gemm_kernel::CONFIGS, dual_gemm::dual_gemm_kernel::DTYPES);
     names

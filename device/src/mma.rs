@@ -65,6 +65,19 @@ pub unsafe fn ldmatrix_x4(addr: u32) -> [u32; 4] {
     [a, b, c, d]
 }
 
+/// `ldmatrix_x4` with `.trans`: each lane receives its fragment of every
+/// matrix transposed (for operands stored with the other dimension
+/// contiguous: A as `[k, m]`, B as `[k, n]`).
+#[inline(always)]
+pub unsafe fn ldmatrix_x4_trans(addr: u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    unsafe {
+        asm!("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {{{a}, {b}, {c}, {d}}}, [{p}];",
+             a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d, p = in(reg32) addr, options(nostack));
+    }
+    [a, b, c, d]
+}
+
 macro_rules! mma_16816 {
     ($(#[$doc:meta])* $name:ident, $ty:literal) => {
         $(#[$doc])*

@@ -238,3 +238,14 @@ pub fn settle2(x: [u32; 2]) -> [u32; 2] {
     unsafe { asm!("// settle {a} {b}", a = inout(reg32) a, b = inout(reg32) b, options(nostack, preserves_flags)) };
     [a, b]
 }
+
+/// `x`, as if computed here: code that uses it cannot be hoisted out of the
+/// enclosing loop (the empty `asm` is not `pure`). For values only a rare
+/// path needs, which LLVM would otherwise hoist into registers that stay
+/// live across the whole loop.
+#[inline(always)]
+pub fn opaque(x: u64) -> u64 {
+    let mut y = x;
+    unsafe { asm!("// opaque {y}", y = inout(reg64) y, options(nostack, preserves_flags)) };
+    y
+}

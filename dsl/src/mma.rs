@@ -180,8 +180,12 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
             });
             return;
         }
+        // Edge windows only. Hoisted out of the K loop, the per-chunk row
+        // offsets below would pin a 64-bit register per chunk for the whole
+        // loop, next to the accumulators; `opaque` keeps them in here.
+        let (rs, r0) = (be::opaque(rs), be::opaque(src.offsets[0]));
         self.each_chunk(|_, row, _, col| {
-            let (grow, gcol) = (src.offsets[0] + row, src.offsets[1] + col);
+            let (grow, gcol) = (r0 + row, src.offsets[1] + col);
             let valid = if grow < src.shape[0] { src.valid_cols(gcol).min(V) } else { 0 };
             let first = grow * rs + gcol * cs;
             src.base.check("Shared::copy_from", first, cs, valid, false);
@@ -317,6 +321,182 @@ fn acc_pos<const M: usize, const N: usize, const TH: usize>(e: usize) -> (usize,
     (e / N, e % N)
 }
 
+// ---- fragments and dot -------------------------------------------------------------------
+
+/// A warp's share of an `M`-row operand for one 16-deep k-slice, read from
+/// shared memory into registers (on the CPU: the slice's values). `dot`
+/// is a loop of `FragA::load`, `FragB::load` and [`mma`]; a main loop that
+/// loads the next slice's fragments before multiplying this one's hides the
+/// `ldmatrix` latency, also across a pipeline stage's barrier.
+pub struct FragA<T, const M: usize, const TH: usize> {
+    // Sized for the largest warp piece (128 rows); only the first
+    // `M / WM / 16` are used, and unrolled loops keep them in registers.
+    #[cfg(target_arch = "nvptx64")]
+    v: [[u32; 4]; 8],
+    #[cfg(not(target_arch = "nvptx64"))]
+    v: Vec<f32>,
+    _t: core::marker::PhantomData<T>,
+}
+
+/// The B (`N`-row) operand's [`FragA`].
+pub struct FragB<T, const N: usize, const TH: usize> {
+    #[cfg(target_arch = "nvptx64")]
+    v: [[u32; 2]; 16],
+    #[cfg(not(target_arch = "nvptx64"))]
+    v: Vec<f32>,
+    _t: core::marker::PhantomData<T>,
+}
+
+// Moving a 16-row piece down keeps the swizzle phase, and a k-slice (two
+// chunks, 32 bytes) only flips offset bits below the row pitch that the
+// swizzle XOR also acts on: so offset(piece, ks) = (offset(0, 0) ^ 32·ks) +
+// piece·16·K·2, one XOR a slice instead of a swizzle per ldmatrix.
+#[cfg(target_arch = "nvptx64")]
+#[inline(always)]
+fn ldmatrix_base(base: u32, lane_row: usize, lane_chunk: usize, k: usize, ks: usize) -> u32 {
+    base + ((swizzled(lane_row, lane_chunk, k) * 2) as u32 ^ (32 * ks) as u32)
+}
+
+impl<T: Elem, const M: usize, const TH: usize> FragA<T, M, TH> {
+    /// This warp's A fragments of k-slice `ks` of `a`.
+    #[inline(always)]
+    pub fn load<const K: usize>(a: &Shared<T, M, K, TH>, ks: usize) -> Self {
+        #[cfg(target_arch = "nvptx64")]
+        {
+            let (wm, wn) = warp_grid(TH / 32);
+            let (warp, lane) = warp_lane();
+            // The four 8×8 matrices of one x4 are (rows 0-7, 8-15) × (k 0-7, 8-15).
+            let row = (warp / wn) * (M / wm) + lane % 8 + 8 * ((lane / 8) % 2);
+            let at = ldmatrix_base(a.base, row, lane / 16, K, ks);
+            let mut v = [[0u32; 4]; 8];
+            for mi in 0..M / wm / 16 {
+                v[mi] = unsafe { rustile_device::ldmatrix_x4(at + (mi * 16 * K * 2) as u32) };
+            }
+            FragA { v, _t: core::marker::PhantomData }
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        FragA { v: (0..M * 16).map(|i| a.get(i / 16, ks * 16 + i % 16).to_f32()).collect(), _t: core::marker::PhantomData }
+    }
+
+    /// [`FragA::load`] from A stored `[k, m]` (`a` holds `K` rows of `M`):
+    /// `ldmatrix.trans` transposes each 8×8 matrix on the way.
+    #[inline(always)]
+    pub fn load_t<const K: usize>(a: &Shared<T, K, M, TH>, ks: usize) -> Self {
+        #[cfg(target_arch = "nvptx64")]
+        {
+            let (wm, wn) = warp_grid(TH / 32);
+            let (warp, lane) = warp_lane();
+            // Matrix i of one x4: k rows 8·(i/2)..+8, m columns 8·(i%2)..+8
+            // of the 16×16 piece. A k-slice moves 16 whole rows, which keeps
+            // the swizzle phase.
+            let (i, r) = (lane / 8, lane % 8);
+            let chunk = ((warp / wn) * (M / wm)) / 8 + i % 2;
+            let row = ks * 16 + r + 8 * (i / 2);
+            let mut v = [[0u32; 4]; 8];
+            for mi in 0..M / wm / 16 {
+                let at = a.base + (swizzled(row, chunk + 2 * mi, M) * 2) as u32;
+                v[mi] = unsafe { rustile_device::ldmatrix_x4_trans(at) };
+            }
+            FragA { v, _t: core::marker::PhantomData }
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        FragA { v: (0..M * 16).map(|i| a.get(ks * 16 + i % 16, i / 16).to_f32()).collect(), _t: core::marker::PhantomData }
+    }
+}
+
+impl<T: Elem, const N: usize, const TH: usize> FragB<T, N, TH> {
+    /// This warp's B fragments of k-slice `ks` of `b`.
+    #[inline(always)]
+    pub fn load<const K: usize>(b: &Shared<T, N, K, TH>, ks: usize) -> Self {
+        #[cfg(target_arch = "nvptx64")]
+        {
+            let (_, wn) = warp_grid(TH / 32);
+            let (warp, lane) = warp_lane();
+            // One x4 holds two 8-column fragments: (k 0-7, 8-15) × (rows 0-7, 8-15).
+            let row = (warp % wn) * (N / wn) + lane % 8 + 8 * (lane / 16);
+            let at = ldmatrix_base(b.base, row, (lane / 8) % 2, K, ks);
+            let mut v = [[0u32; 2]; 16];
+            for p in 0..N / wn / 16 {
+                let r = unsafe { rustile_device::ldmatrix_x4(at + (p * 16 * K * 2) as u32) };
+                (v[2 * p], v[2 * p + 1]) = ([r[0], r[1]], [r[2], r[3]]);
+            }
+            FragB { v, _t: core::marker::PhantomData }
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        FragB { v: (0..N * 16).map(|i| b.get(i / 16, ks * 16 + i % 16).to_f32()).collect(), _t: core::marker::PhantomData }
+    }
+
+    /// [`FragB::load`] from B stored `[k, n]` (`b` holds `K` rows of `N`).
+    #[inline(always)]
+    pub fn load_t<const K: usize>(b: &Shared<T, K, N, TH>, ks: usize) -> Self {
+        #[cfg(target_arch = "nvptx64")]
+        {
+            let (_, wn) = warp_grid(TH / 32);
+            let (warp, lane) = warp_lane();
+            // Matrix i of one x4: k rows 8·(i%2)..+8, n columns 8·(i/2)..+8.
+            let (i, r) = (lane / 8, lane % 8);
+            let chunk = ((warp % wn) * (N / wn)) / 8 + i / 2;
+            let row = ks * 16 + r + 8 * (i % 2);
+            let mut v = [[0u32; 2]; 16];
+            for p in 0..N / wn / 16 {
+                let at = b.base + (swizzled(row, chunk + 2 * p, N) * 2) as u32;
+                let r = unsafe { rustile_device::ldmatrix_x4_trans(at) };
+                (v[2 * p], v[2 * p + 1]) = ([r[0], r[1]], [r[2], r[3]]);
+            }
+            FragB { v, _t: core::marker::PhantomData }
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        FragB { v: (0..N * 16).map(|i| b.get(ks * 16 + i % 16, i / 16).to_f32()).collect(), _t: core::marker::PhantomData }
+    }
+}
+
+/// This thread's warp and lane.
+#[cfg(target_arch = "nvptx64")]
+#[inline(always)]
+fn warp_lane() -> (usize, usize) {
+    let t = rustile_device::thread_idx() as usize;
+    (t / 32, t % 32)
+}
+
+/// `acc + a·bᵀ` over one k-slice: the tensor cores' `mma.sync` on the
+/// GPU, f32 products summed in k order on the CPU.
+#[inline(always)]
+pub fn mma<T: Elem, const M: usize, const N: usize, const TH: usize>(a: &FragA<T, M, TH>, b: &FragB<T, N, TH>, acc: Acc<M, N, TH>) -> Acc<M, N, TH>
+where
+    [(); acc_len(M, N, TH)]:,
+{
+    let () = MmaShape::<M, N, 16, TH>::OK;
+    let mut v = acc.v;
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let (mi_n, ni_n) = (Warps::<M, N, TH>::MI, Warps::<M, N, TH>::NI);
+        let bf16 = T::KIND == crate::Kind::Bf16;
+        for mi in 0..mi_n {
+            for ni in 0..ni_n {
+                let at = (mi * ni_n + ni) * 4;
+                let c = [v[at], v[at + 1], v[at + 2], v[at + 3]];
+                let d = if bf16 {
+                    rustile_device::mma_bf16_16816(a.v[mi], b.v[ni], c)
+                } else {
+                    rustile_device::mma_f16_16816(a.v[mi], b.v[ni], c)
+                };
+                (v[at], v[at + 1], v[at + 2], v[at + 3]) = (d[0], d[1], d[2], d[3]);
+            }
+        }
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    for m in 0..M {
+        for n in 0..N {
+            let mut s = v[m * N + n];
+            for k in 0..16 {
+                s += a.v[m * 16 + k] * b.v[n * 16 + k];
+            }
+            v[m * N + n] = s;
+        }
+    }
+    Acc { v }
+}
+
 /// `acc + a·bᵀ` for `a` `M×K` and `b` `N×K` (both row-major in shared memory).
 #[inline(always)]
 pub fn dot<T: Elem, const M: usize, const N: usize, const K: usize, const TH: usize>(
@@ -328,62 +508,11 @@ where
     [(); acc_len(M, N, TH)]:,
 {
     let () = MmaShape::<M, N, K, TH>::OK;
-    let mut v = acc.v;
-    #[cfg(target_arch = "nvptx64")]
-    {
-        let (mi_n, ni_n) = (Warps::<M, N, TH>::MI, Warps::<M, N, TH>::NI);
-        let (row0, col0, lane) = Warps::<M, N, TH>::origin();
-        let bf16 = T::KIND == crate::Kind::Bf16;
-        // Byte offsets of this lane's ldmatrix rows at k-step 0: A's four
-        // 8×8 matrices are (rows 0-7, 8-15) × (k 0-7, 8-15), B's are
-        // (k 0-7, 8-15) × (rows 0-7, 8-15) of its 16-row piece.
-        let a0 = (swizzled(row0 + lane % 8 + 8 * ((lane / 8) % 2), lane / 16, K) * 2) as u32;
-        let b0 = (swizzled(col0 + lane % 8 + 8 * (lane / 16), (lane / 8) % 2, K) * 2) as u32;
-        // Moving a 16-row piece down keeps the swizzle phase, and a k-step
-        // (two chunks, 32 bytes) only flips offset bits below the row pitch
-        // that the swizzle XOR also acts on: so offset(piece, ks) =
-        // (offset(0, 0) ^ 32·ks) + piece·16·K·2, one XOR per k-step instead
-        // of a swizzle per ldmatrix.
-        let piece = (16 * K * 2) as u32;
-        for ks in 0..K / 16 {
-            let (ak, bk) = (a.base + (a0 ^ (32 * ks) as u32), b.base + (b0 ^ (32 * ks) as u32));
-            // Fragment arrays sized for the largest warp tile (128×128); only
-            // the first mi_n / ni_n are used, and unrolling keeps them in registers.
-            let mut af = [[0u32; 4]; 8];
-            let mut bfr = [[0u32; 2]; 16];
-            for mi in 0..mi_n {
-                af[mi] = unsafe { rustile_device::ldmatrix_x4(ak + mi as u32 * piece) };
-            }
-            for p in 0..ni_n / 2 {
-                let r = unsafe { rustile_device::ldmatrix_x4(bk + p as u32 * piece) };
-                bfr[2 * p] = [r[0], r[1]];
-                bfr[2 * p + 1] = [r[2], r[3]];
-            }
-            for mi in 0..mi_n {
-                for ni in 0..ni_n {
-                    let at = (mi * ni_n + ni) * 4;
-                    let c = [v[at], v[at + 1], v[at + 2], v[at + 3]];
-                    let d = if bf16 {
-                        rustile_device::mma_bf16_16816(af[mi], bfr[ni], c)
-                    } else {
-                        rustile_device::mma_f16_16816(af[mi], bfr[ni], c)
-                    };
-                    (v[at], v[at + 1], v[at + 2], v[at + 3]) = (d[0], d[1], d[2], d[3]);
-                }
-            }
-        }
+    let mut acc = acc;
+    for ks in 0..K / 16 {
+        acc = mma(&FragA::load(a, ks), &FragB::load(b, ks), acc);
     }
-    #[cfg(not(target_arch = "nvptx64"))]
-    for m in 0..M {
-        for n in 0..N {
-            let mut s = v[m * N + n];
-            for k in 0..K {
-                s += a.get(m, k).to_f32() * b.get(n, k).to_f32();
-            }
-            v[m * N + n] = s;
-        }
-    }
-    Acc { v }
+    acc
 }
 
 /// Stores the accumulator, converted to `T`, into the block pointer's

@@ -71,11 +71,39 @@ impl<T> PtrMut<T> {
     }
 }
 
+impl<T> Ptr<T> {
+    /// The tensor from element `elems` on: one matrix of a batch (`b · stride`).
+    #[inline(always)]
+    pub fn offset(self, elems: usize) -> Self {
+        Ptr(self.0.offset(elems))
+    }
+}
+impl<T> PtrMut<T> {
+    /// The tensor from element `elems` on: one matrix of a batch (`b · stride`).
+    #[inline(always)]
+    pub fn offset(self, elems: usize) -> Self {
+        PtrMut(self.0.offset(elems))
+    }
+}
+
 impl<T> Raw<T> {
     /// Address of element `idx` (not dereferenced here).
     #[inline(always)]
     pub(crate) fn at(self, idx: usize) -> *mut T {
         self.p.wrapping_add(idx)
+    }
+
+    #[inline(always)]
+    fn offset(self, elems: usize) -> Self {
+        #[cfg(not(target_arch = "nvptx64"))]
+        {
+            // A window past the end would make every later bounds check
+            // underflow; an offset to the end itself is an empty tensor.
+            assert!(elems <= self.len, "rustile interpreter: offset {elems} past the end of a buffer of {} elements", self.len);
+            Raw { p: self.p.wrapping_add(elems), len: self.len - elems, writable: self.writable }
+        }
+        #[cfg(target_arch = "nvptx64")]
+        Raw { p: self.p.wrapping_add(elems) }
     }
 
     /// Interpreter only: every element a masked access will touch must lie in

@@ -7,7 +7,9 @@ use crate::{Error, Result};
 #[derive(Debug)]
 pub struct Cubins {
     pub crate_name: &'static str,
-    /// (arch such as "sm_80" or "sm_90a", cubin bytes from ptxas)
+    /// (arch such as "sm_80" or "sm_90a", cubin bytes from ptxas). An arch
+    /// may have several: the build assembles one cubin per kernel family in
+    /// parallel, and a launch finds its kernel in whichever holds it.
     pub images: &'static [(&'static str, &'static [u8])],
     /// (arch, PTX text): only used when no cubin fits, since the driver's JIT
     /// is slow and has crashed on arch-specific (`a`) PTX.
@@ -79,6 +81,14 @@ pub fn pick_image(cc: (u32, u32), cubins: &Cubins) -> Result<Image> {
     Err(Error::NoCubin { arch: native_arch(cc), available })
 }
 
+/// Every image to load for `image`: all cubins of its arch, or the PTX.
+pub fn parts(image: Image, cubins: &Cubins) -> Vec<Image> {
+    match image {
+        Image::Cubin { arch, .. } => cubins.images.iter().filter(|(a, _)| *a == arch).map(|&(arch, bytes)| Image::Cubin { arch, bytes }).collect(),
+        ptx => vec![ptx],
+    }
+}
+
 /// "sm_90a" -> (90, true); "sm_80" -> (80, false).
 fn parse_arch(arch: &str) -> Option<(u32, bool)> {
     let digits = arch.strip_prefix("sm_")?;
@@ -126,6 +136,13 @@ mod tests {
         assert_eq!(pick_image((9, 0), &ALL).unwrap(), Image::Cubin { arch: "sm_90a", bytes: A90A });
         static NO_A: Cubins = Cubins { crate_name: "t", images: &[("sm_90", A90)], ptx: &[], stale: None };
         assert_eq!(cubin_arch((9, 0), &NO_A), "sm_90");
+    }
+
+    #[test]
+    fn every_cubin_of_the_chosen_arch_is_loaded() {
+        static SHARDS: Cubins = Cubins { crate_name: "t", images: &[("sm_80", A80), ("sm_90a", A90A), ("sm_90a", A90)], ptx: &[], stale: None };
+        let parts = parts(pick_image((9, 0), &SHARDS).unwrap(), &SHARDS);
+        assert_eq!(parts, [Image::Cubin { arch: "sm_90a", bytes: A90A }, Image::Cubin { arch: "sm_90a", bytes: A90 }]);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::sys::{self, CUdevice_attribute as Attr, CUresult};
 use cudarc::driver::{result, CudaContext, CudaEvent, CudaStream, DriverError};
 
-use crate::cubin::{pick_image, Cubins, Image};
+use crate::cubin::{parts, pick_image, Cubins, Image};
 use crate::param::{arg_ptrs, pack_all, Param};
 use crate::{Elem, Error, Result};
 
@@ -38,7 +38,8 @@ pub struct Gpu {
 }
 
 struct Module {
-    handle: sys::CUmodule,
+    /// One per image of the arch (the build assembles kernel families apart).
+    handles: Vec<sys::CUmodule>,
     crate_name: &'static str,
     arch: &'static str,
     funcs: HashMap<String, Func>,
@@ -349,16 +350,21 @@ impl Gpu {
             None => {
                 let name = CString::new(kernel)
                     .map_err(|_| Error::Launch { kernel: kernel.into(), msg: "name contains NUL".into() })?;
-                let handle = unsafe { result::module::get_function(module.handle, name) }.map_err(|e| {
-                    let msg = match e.0 {
-                        CUresult::CUDA_ERROR_NOT_FOUND => format!(
-                            "no such kernel in the {} image of `{}` (rebuild with `cargo xtask build`?)",
-                            module.arch, module.crate_name
-                        ),
-                        _ => describe(e),
-                    };
-                    Error::Launch { kernel: kernel.into(), msg }
-                })?;
+                let mut found = Err(Error::Launch {
+                    kernel: kernel.into(),
+                    msg: format!("no such kernel in the {} images of `{}` (rebuild with `cargo xtask build`?)", module.arch, module.crate_name),
+                });
+                for &m in &module.handles {
+                    match unsafe { result::module::get_function(m, name.clone()) } {
+                        Ok(handle) => {
+                            found = Ok(handle);
+                            break;
+                        }
+                        Err(e) if e.0 == CUresult::CUDA_ERROR_NOT_FOUND => {}
+                        Err(e) => return Err(Error::Launch { kernel: kernel.into(), msg: describe(e) }),
+                    }
+                }
+                let handle = found?;
                 Func { handle, smem_allowed: DEFAULT_SMEM }
             }
         };
@@ -389,16 +395,23 @@ impl Gpu {
                 crate::cubin::native_arch(self.cc)
             );
         }
-        let handle = load_image(&image).map_err(|(e, log)| {
-            let log = if log.is_empty() { String::new() } else { format!("; driver log: {log}") };
-            Error::Cuda(format!(
-                "loading the {} image of `{}`: {}{log}",
-                image.arch(),
-                cubins.crate_name,
-                describe(e)
-            ))
-        })?;
-        Ok(Module { handle, crate_name: cubins.crate_name, arch: image.arch(), funcs: HashMap::new() })
+        let mut handles = Vec::new();
+        for part in parts(image, cubins) {
+            let loaded = load_image(&part).map_err(|(e, log)| {
+                let log = if log.is_empty() { String::new() } else { format!("; driver log: {log}") };
+                Error::Cuda(format!("loading the {} image of `{}`: {}{log}", image.arch(), cubins.crate_name, describe(e)))
+            });
+            match loaded {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    for h in handles {
+                        let _ = unsafe { result::module::unload(h) };
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Module { handles, crate_name: cubins.crate_name, arch: image.arch(), funcs: HashMap::new() })
     }
 
     /// A timing event on this GPU's context.
@@ -433,8 +446,8 @@ impl Drop for Gpu {
             return;
         }
         let modules = self.modules.get_mut().unwrap_or_else(|p| p.into_inner());
-        for (_, m) in modules.drain() {
-            let _ = unsafe { result::module::unload(m.handle) };
+        for h in modules.drain().flat_map(|(_, m)| m.handles) {
+            let _ = unsafe { result::module::unload(h) };
         }
     }
 }

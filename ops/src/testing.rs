@@ -92,3 +92,14 @@ pub fn tolerance<T: Elem>() -> f64 {
 pub fn poisoned<T: Elem>(n: usize) -> Vec<T> {
     vec![T::from_f32(f32::NAN); n]
 }
+
+/// `data` (`batch` matrices of `rows×cols`, row-major) with each matrix
+/// transposed: the stored form of an operand used as `x.t()`.
+pub fn transpose<T: Copy>(data: &[T], batch: usize, rows: usize, cols: usize) -> Vec<T> {
+    assert_eq!(data.len(), batch * rows * cols, "transpose: {} elements, not {batch}×{rows}×{cols}", data.len());
+    let mut out = Vec::with_capacity(data.len());
+    for x in data.chunks(rows * cols) {
+        out.extend((0..rows * cols).map(|i| x[(i % rows) * cols + i / rows]));
+    }
+    out
+}

@@ -108,16 +108,19 @@ impl BuildSpec {
         self.out_root.join("cubins").join(arch.name())
     }
 
-    pub fn cubin_path(&self, arch: Arch) -> Option<PathBuf> {
-        let dir = self.cubin_dir(arch);
-        match &self.stem {
-            Some(stem) => Some(dir.join(format!("{stem}.cubin"))),
-            None => std::fs::read_dir(&dir)
-                .ok()?
-                .flatten()
-                .map(|e| e.path())
-                .find(|p| p.extension().is_some_and(|e| e == "cubin")),
-        }
+    /// The built cubins of `arch` (one per kernel family), in name order.
+    pub fn cubin_paths(&self, arch: Arch) -> Vec<PathBuf> {
+        let prefix = self.stem.as_ref().map(|s| format!("{s}."));
+        let mut found: Vec<PathBuf> = std::fs::read_dir(self.cubin_dir(arch))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "cubin"))
+            .filter(|p| prefix.as_ref().is_none_or(|pre| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(pre.as_str()))))
+            .collect();
+        found.sort();
+        found
     }
 }
 
@@ -202,29 +205,25 @@ fn build_arch(repo: &Repo, tools: &Tools, spec: &BuildSpec, linker: &Path, allow
 
     let ptxas_start = Instant::now();
     let stem = spec.stem.clone().unwrap_or_else(|| ptx.file_stem().unwrap_or_default().to_string_lossy().into_owned());
-    let staged_cubin = target_dir.join(format!("{stem}.cubin"));
-    let ptx = {
-        let text = std::fs::read_to_string(&ptx).map_err(|e| format!("reading {}: {e}", ptx.display()))?;
-        let bounded = target_dir.join(format!("{stem}.bounded.ptx"));
-        let annotated = crate::bounds::annotate(&text);
-        if std::fs::read_to_string(&bounded).ok().as_deref() != Some(annotated.as_str()) {
-            std::fs::write(&bounded, annotated).map_err(|e| format!("writing {}: {e}", bounded.display()))?;
-        }
-        bounded
-    };
-    let (mut report, ptxas_cached) = ptxas::assemble(&tools.ptxas, &ptx, &staged_cubin, arch)?;
+    let text = std::fs::read_to_string(&ptx).map_err(|e| format!("reading {}: {e}", ptx.display()))?;
+    let bounded_ptx = crate::bounds::annotate(&text);
+    let bounded = target_dir.join(format!("{stem}.bounded.ptx"));
+    write_if_changed(&bounded, bounded_ptx.as_bytes())?;
+    let (staged, mut report, unchanged) = ptxas::assemble_shards(&tools.ptxas, &bounded_ptx, &target_dir, &stem, arch)?;
     report.mark_allowed(allow);
 
     let out_dir = spec.cubin_dir(arch);
     std::fs::create_dir_all(&out_dir).map_err(|e| format!("creating {}: {e}", out_dir.display()))?;
     report.write(&out_dir)?;
-    let final_cubin = out_dir.join(format!("{stem}.cubin"));
     let final_ptx = out_dir.join(format!("{stem}.ptx"));
+    // Cubins of an earlier build (another family set, or the single-module
+    // layout) would be embedded as if they were this one's.
+    for old in spec.cubin_paths(arch) {
+        let _ = std::fs::remove_file(old);
+    }
 
     let violations = report.violations();
     if !violations.is_empty() {
-        // A stale cubin from an earlier build would be embedded as if it were this one.
-        let _ = std::fs::remove_file(&final_cubin);
         let _ = std::fs::remove_file(&final_ptx);
         return Err(format!(
             "{cpu}: {}\n  (report: {}/resources.txt; a kernel allowed to spill is listed by name or glob in {})",
@@ -233,8 +232,13 @@ fn build_arch(repo: &Repo, tools: &Tools, spec: &BuildSpec, linker: &Path, allow
             spec.allow_spills.display()
         ));
     }
-    copy(&staged_cubin, &final_cubin)?;
-    copy(&ptx, &final_ptx)?;
+    let mut bytes = 0;
+    for cubin in &staged {
+        let to = out_dir.join(cubin.file_name().expect("a file"));
+        copy(cubin, &to)?;
+        bytes += std::fs::metadata(&to).map(|m| m.len()).unwrap_or(0);
+    }
+    copy(&bounded, &final_ptx)?;
 
     for k in report.kernels.iter().filter(|k| k.stack_frame_bytes + k.spill_store_bytes + k.spill_load_bytes > 0) {
         println!(
@@ -250,15 +254,14 @@ fn build_arch(repo: &Repo, tools: &Tools, spec: &BuildSpec, linker: &Path, allow
         println!("    ptxas: {note}");
     }
     println!(
-        "    {cpu}: {} kernels, {}, cubin {} ({} bytes); {} (cargo {:.1} s, ptxas {}{})",
+        "    {cpu}: {} kernels, {}, {} cubins in {} ({bytes} bytes); {} (cargo {:.1} s, ptxas {}, {unchanged} of them unchanged)",
         report.entries().count(),
         report.max_registers_line(),
-        final_cubin.display(),
-        std::fs::metadata(&final_cubin).map(|m| m.len()).unwrap_or(0),
+        staged.len(),
+        out_dir.display(),
         secs(start),
         cargo_time.as_secs_f64(),
         secs(ptxas_start),
-        if ptxas_cached { ", unchanged PTX" } else { "" },
     );
     Ok(())
 }

@@ -73,6 +73,95 @@ pub fn assemble(ptxas: &Path, ptx: &Path, cubin: &Path, arch: Arch) -> Result<(R
     Ok((Report { arch: arch.name().into(), ptxas: version, kernels, notes }, cached))
 }
 
+/// The kernel family of an entry: its name up to the config
+/// (`gemm_nt_kernel__BM64_…__bf16` → `gemm_nt_kernel`).
+fn family(name: &str) -> &str {
+    name.split("__").next().unwrap_or(name)
+}
+
+/// The module split by kernel family, in name order: each part keeps every
+/// item that is not an entry (declarations, device functions) and the
+/// family's entries. Parts assemble in parallel, and a part whose PTX did
+/// not change is not assembled again.
+pub fn shard(ptx: &str) -> Vec<(String, String)> {
+    let mut common = String::new();
+    let mut parts: std::collections::BTreeMap<String, String> = Default::default();
+    let mut rest = ptx;
+    while let Some(at) = rest.find(".entry ") {
+        // The entry starts at its line (`.visible .entry name(`).
+        let start = rest[..at].rfind('\n').map_or(0, |i| i + 1);
+        let name: String = rest[at + 7..].chars().take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '$').collect();
+        let Some(open) = rest[at..].find('{').map(|i| at + i) else { break };
+        let mut depth = 0;
+        let mut end = rest.len();
+        for (i, c) in rest[open..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = open + i + 1;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        common.push_str(&rest[..start]);
+        let part = parts.entry(family(&name).to_string()).or_default();
+        part.push_str(&rest[start..end]);
+        part.push('\n');
+        rest = &rest[end..];
+    }
+    common.push_str(rest);
+    parts.into_iter().map(|(family, entries)| (family, format!("{common}\n{entries}"))).collect()
+}
+
+/// [`assemble`] of each part of [`shard`] into `dir/<stem>.<family>.cubin`,
+/// as many at a time as there are cores: the cubins and the merged report,
+/// and how many parts were unchanged.
+pub fn assemble_shards(ptxas: &Path, ptx: &str, dir: &Path, stem: &str, arch: Arch) -> Result<(Vec<PathBuf>, Report, usize)> {
+    let mut jobs: Vec<(PathBuf, PathBuf)> = Vec::new();
+    for (family, text) in shard(ptx) {
+        let part = dir.join(format!("{stem}.{family}.ptx"));
+        write_if_changed(&part, text.as_bytes())?;
+        jobs.push((part, dir.join(format!("{stem}.{family}.cubin"))));
+    }
+    let cubins: Vec<PathBuf> = jobs.iter().map(|(_, c)| c.clone()).collect();
+    let queue = std::sync::Mutex::new(jobs.clone());
+    let results = std::sync::Mutex::new(Vec::new());
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).min(jobs.len().max(1));
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| loop {
+                let Some((part, cubin)) = queue.lock().unwrap().pop() else { break };
+                let done = assemble(ptxas, &part, &cubin, arch);
+                results.lock().unwrap().push((cubin, done));
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap();
+    results.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut report = Report { arch: arch.name().into(), ptxas: ptxas_version(ptxas), kernels: Vec::new(), notes: Vec::new() };
+    let mut unchanged = 0;
+    for (_, done) in results {
+        let (part, cached) = done?;
+        unchanged += cached as usize;
+        // Device functions are in every part: report each once.
+        for k in part.kernels {
+            if !report.kernels.iter().any(|r| r.name == k.name) {
+                report.kernels.push(k);
+            }
+        }
+        for note in part.notes {
+            if !report.notes.contains(&note) {
+                report.notes.push(note);
+            }
+        }
+    }
+    Ok((cubins, report, unchanged))
+}
+
 /// Reads `ptxas -v` output, which for each function looks like
 ///
 /// ```text
@@ -254,20 +343,29 @@ pub fn sass(tools: &Tools, spec: &BuildSpec, arch: Arch, kernel: Option<&str>) -
                     or put nvdisasm from a CUDA toolkit under .tools/nvdisasm/"
             .into());
     };
-    let cubin: PathBuf = spec
-        .cubin_path(arch)
-        .filter(|p| p.is_file())
-        .ok_or_else(|| format!("no cubin for {}; run `cargo xtask build --arch {}` first", arch.name(), arch.name()))?;
-    let mut cmd = Command::new(nvdisasm);
-    cmd.arg("--print-code").arg(&cubin);
-    let out = cmd.output().map_err(|e| format!("could not run {}: {e}", nvdisasm.display()))?;
-    if !out.status.success() {
-        return Err(format!("nvdisasm failed ({}): {}\n  command: {}", out.status, String::from_utf8_lossy(&out.stderr), show(&cmd)));
+    let cubins = spec.cubin_paths(arch);
+    if cubins.is_empty() {
+        return Err(format!("no cubin for {}; run `cargo xtask build --arch {}` first", arch.name(), arch.name()));
     }
-    let all = String::from_utf8_lossy(&out.stdout);
+    // A kernel lives in its family's cubin.
+    let cubins: Vec<PathBuf> = match kernel {
+        Some(k) => cubins.into_iter().filter(|c| c.file_name().is_some_and(|n| n.to_string_lossy().contains(&format!(".{}.", family(k))))).collect(),
+        None => cubins,
+    };
+    let cubin = cubins.first().cloned().unwrap_or_else(|| spec.cubin_dir(arch));
+    let mut all = String::new();
+    for c in &cubins {
+        let mut cmd = Command::new(nvdisasm);
+        cmd.arg("--print-code").arg(c);
+        let out = cmd.output().map_err(|e| format!("could not run {}: {e}", nvdisasm.display()))?;
+        if !out.status.success() {
+            return Err(format!("nvdisasm failed ({}): {}\n  command: {}", out.status, String::from_utf8_lossy(&out.stderr), show(&cmd)));
+        }
+        all.push_str(&String::from_utf8_lossy(&out.stdout));
+    }
     // nvdisasm selects functions only by symbol index, so one kernel is cut out of the whole listing.
     let sass = match kernel {
-        None => all.into_owned(),
+        None => all,
         Some(kernel) => function_listing(&all, kernel).ok_or_else(|| {
             format!("no kernel `{kernel}` in {}; see resources.txt beside it for the names", cubin.display())
         })?,
@@ -318,6 +416,25 @@ ptxas info    : Used 12 registers, used 0 barriers
 ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized in the function 'gemm_128x128'
 ptxas info    : Compile time = 10.089 ms
 ";
+
+    #[test]
+    fn shards_keep_every_non_entry_item_and_group_entries_by_family() {
+        let ptx = ".version 8.0\n.extern .shared .align 16 .b8 smem[];\n\
+                   .visible .entry gemm_k__BM64__bf16(\n.param .u64 p\n)\n{\n\t{ nested }\n\tret;\n}\n\
+                   .func helper()\n{\n\tret;\n}\n\
+                   .visible .entry add_k__B8__f32(\n)\n{\n\tret;\n}\n\
+                   .visible .entry gemm_k__BM128__f16(\n)\n{\n\tret;\n}\n";
+        let parts = shard(ptx);
+        let families: Vec<&str> = parts.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(families, ["add_k", "gemm_k"]);
+        for (family, text) in &parts {
+            assert!(text.starts_with(".version 8.0") && text.contains(".extern .shared") && text.contains(".func helper()"), "{family}: {text}");
+            assert_eq!(text.matches(".entry").count(), if family == "gemm_k" { 2 } else { 1 }, "{family}: {text}");
+            assert!(!text.contains(if family == "gemm_k" { "add_k" } else { "gemm_k" }), "{family}: {text}");
+        }
+        // The nested braces stay with their entry.
+        assert!(parts[1].1.contains("{ nested }"));
+    }
 
     #[test]
     fn reads_ptxas_verbose_output() {

@@ -68,6 +68,12 @@ thread_local! {
 /// Shared memory a program may use (Hopper: 227 KiB).
 const SMEM_LIMIT: usize = 227 * 1024;
 
+/// The GPU backend's barrier to hoisting; nothing to do here.
+#[inline(always)]
+pub fn opaque(x: usize) -> usize {
+    x
+}
+
 /// A pointer to `bytes` bytes at `offset` of this program's shared memory
 /// (16-byte aligned; valid while this thread runs the program). Past what the
 /// launch gave the program (the config's `SMEM` plus the reduction scratch)

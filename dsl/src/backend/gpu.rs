@@ -180,6 +180,12 @@ pub fn settle<T: Elem>(c: Chunk) -> Chunk {
     out
 }
 
+/// `x`, computed here: see `rustile_device::opaque`.
+#[inline(always)]
+pub fn opaque(x: usize) -> usize {
+    dev::opaque(x as u64) as usize
+}
+
 /// The second half of `read_chunk`: the 8 elements of a fetched chunk.
 #[inline(always)]
 pub fn unpack<T: Elem>(c: Chunk) -> [T; V] {

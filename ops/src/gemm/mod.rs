@@ -28,15 +28,24 @@ pub fn block<const BM: usize, const BN: usize>(m: usize, n: usize) -> [usize; 2]
 }
 
 /// The K loop's skeleton, for any operands: a ring of `STAGES` shared-memory
-/// stages. `fill(kt, stage)` issues the `cp.async` copies of k-step `kt`
-/// into a stage, `STAGES − 1` steps ahead of `step(stage)`, which consumes
-/// one; there is one barrier a step.
+/// stages, each `slices` k-slices (16) deep.
 ///
-/// Mark both closures `#[inline(always)]`: a `step` full of MMAs is over
+/// - `fill(kt, stage)` issues the `cp.async` copies of k-step `kt` into a
+///   stage, `STAGES − 1` steps ahead of the step that reads it;
+/// - `load(stage, ks)` reads one k-slice's register fragments;
+/// - `mma(fragments)` multiplies them into the accumulators.
+///
+/// Each slice's fragments are loaded while the previous slice multiplies,
+/// and the barrier that makes the next stage visible sits before a step's
+/// last slice, so that its first fragments load while that slice
+/// multiplies: no step waits on `ldmatrix` after its barrier (the CUTLASS
+/// multistage schedule). There is one barrier a step.
+///
+/// Mark the closures `#[inline(always)]`: a step full of MMAs is over
 /// LLVM's inlining budget, and a step that is not inlined takes its
 /// accumulators by reference, in local memory.
 #[inline(always)]
-pub fn pipeline<const STAGES: usize>(steps: usize, fill: impl Fn(usize, usize), mut step: impl FnMut(usize))
+pub fn pipeline<const STAGES: usize, F>(steps: usize, slices: usize, fill: impl Fn(usize, usize), load: impl Fn(usize, usize) -> F, mut mma: impl FnMut(F))
 where
     [(); { STAGES as u32 - 2 } as usize]:,
 {
@@ -50,31 +59,116 @@ where
         }
         commit_copies();
     };
-    // Fill all stages but one; every step then starts the copy STAGES − 1
-    // steps ahead into the stage the previous step finished with.
-    let (mut read, mut write) = (0, 0);
     for kt in 0..STAGES - 1 {
-        fill(kt, write);
-        write = next(write);
+        fill(kt, kt);
     }
+    wait_copies::<{ STAGES as u32 - 2 }>();
+    sync();
+    let (mut read, mut write) = (0, STAGES - 1);
+    let mut frag = load(read, 0);
     for kt in 0..steps {
-        wait_copies::<{ STAGES as u32 - 2 }>();
-        sync(); // step kt's stage is complete for everyone, and step kt−1's is free
-        step(read);
-        read = next(read);
-        // Issued after the tensor-core work, so that each step starts reading
-        // its operands right after the barrier; the copies then overlap the
-        // MMAs still in flight.
-        fill(kt + STAGES - 1, write);
-        write = next(write);
+        for ks in 0..slices {
+            let ahead = if ks + 1 < slices {
+                load(read, ks + 1)
+            } else {
+                // Every thread has read this stage's last fragments: after
+                // the barrier the previous stage is free (the fill below),
+                // and the next is complete, so its first fragments load
+                // while this slice multiplies.
+                wait_copies::<{ STAGES as u32 - 2 }>();
+                sync();
+                read = next(read);
+                load(read, 0)
+            };
+            mma(frag);
+            frag = ahead;
+            if ks == 0 {
+                // The stage step kt−1 read, which every thread finished
+                // before that step's barrier; issued after this slice's MMAs
+                // so that the copies overlap the tensor-core work.
+                fill(kt + STAGES - 1, write);
+                write = next(write);
+            }
+        }
     }
 }
 
-/// `A·Bᵀ` for the `BM×BN` block of C at `at`, with A `[m, k]` and B `[n, k]`
-/// row-major: a [`pipeline`] of `cp.async` copies and `dot`s. Needs
+/// One GEMM operand as the kernels see it: the matrix's base, its row
+/// stride (elements) and whether it is stored with `k` as the row index
+/// (A `[k, m]`, B `[k, n]`) rather than as the column (A `[m, k]`, B `[n, k]`).
+#[derive(Clone, Copy)]
+pub struct Operand<T> {
+    pub ptr: Ptr<T>,
+    pub ld: usize,
+}
+
+/// `op(A)·op(B)` for the `BM×BN` block of C at `at`: A is `[m, k]` (or
+/// stored `[k, m]` when `TA`), B is `[n, k]` when `TB` (a linear layer's
+/// weight) or stored `[k, n]`, each row `ld` elements apart. A [`pipeline`]
+/// of `cp.async` copies and `mma`s; an operand stored `[k, ·]` is staged
+/// as `BK` rows and read with `ldmatrix.trans`. Needs
 /// `STAGES·(BM + BN)·BK·2` bytes of `SMEM`.
 #[inline(always)]
-pub fn mainloop<T: Elem, const BM: usize, const BN: usize, const BK: usize, const STAGES: usize, const TH: usize>(
+pub fn mainloop<T: Elem, const BM: usize, const BN: usize, const BK: usize, const STAGES: usize, const TH: usize, const TA: bool, const TB: bool>(
+    a: Operand<T>,
+    b: Operand<T>,
+    m: usize,
+    n: usize,
+    k: usize,
+    at: [usize; 2],
+) -> rustile::Acc<BM, BN, TH>
+where
+    [(); acc_len(BM, BN, TH)]:,
+    [(); { STAGES as u32 - 2 } as usize]:,
+{
+    // Stage s holds A then B of one k-step, each BM·BK (BN·BK) elements in
+    // either orientation.
+    let base = #[inline(always)]
+    |s: usize| s * (BM + BN) * BK * 2;
+    let a_at = #[inline(always)]
+    |s: usize| base(s);
+    let b_at = #[inline(always)]
+    |s: usize| base(s) + BM * BK * 2;
+    let mut acc = rustile::Acc::<BM, BN, TH>::zeros();
+    pipeline::<STAGES, _>(
+        cdiv(k, BK),
+        BK / 16,
+        #[inline(always)]
+        |kt, s| {
+            if TA {
+                Shared::<T, BK, BM, TH>::at(a_at(s)).copy_from(&BlockPtr::new(a.ptr, [k, m], [a.ld, 1], [kt * BK, at[0]]));
+            } else {
+                Shared::<T, BM, BK, TH>::at(a_at(s)).copy_from(&BlockPtr::new(a.ptr, [m, k], [a.ld, 1], [at[0], kt * BK]));
+            }
+            if TB {
+                Shared::<T, BN, BK, TH>::at(b_at(s)).copy_from(&BlockPtr::new(b.ptr, [n, k], [b.ld, 1], [at[1], kt * BK]));
+            } else {
+                Shared::<T, BK, BN, TH>::at(b_at(s)).copy_from(&BlockPtr::new(b.ptr, [k, n], [b.ld, 1], [kt * BK, at[1]]));
+            }
+        },
+        #[inline(always)]
+        |s, ks| {
+            let fa = if TA {
+                FragA::load_t(&Shared::<T, BK, BM, TH>::at(a_at(s)), ks)
+            } else {
+                FragA::load(&Shared::<T, BM, BK, TH>::at(a_at(s)), ks)
+            };
+            let fb = if TB {
+                FragB::load(&Shared::<T, BN, BK, TH>::at(b_at(s)), ks)
+            } else {
+                FragB::load_t(&Shared::<T, BK, BN, TH>::at(b_at(s)), ks)
+            };
+            (fa, fb)
+        },
+        #[inline(always)]
+        |(fa, fb)| acc = mma(&fa, &fb, acc),
+    );
+    acc
+}
+
+/// [`mainloop`] for row-major A `[m, k]` and B `[n, k]`: `C = A·Bᵀ`.
+#[inline(always)]
+pub fn mainloop_nt<T: Elem, const BM: usize, const BN: usize, const BK: usize, const STAGES: usize, const TH: usize>(
     a: Ptr<T>,
     b: Ptr<T>,
     m: usize,
@@ -86,28 +180,7 @@ where
     [(); acc_len(BM, BN, TH)]:,
     [(); { STAGES as u32 - 2 } as usize]:,
 {
-    // Stage s holds A then B of one k-step.
-    let stage = #[inline(always)]
-    |s: usize| {
-        let at = s * (BM + BN) * BK * 2;
-        (Shared::<T, BM, BK, TH>::at(at), Shared::<T, BN, BK, TH>::at(at + BM * BK * 2))
-    };
-    let mut acc = rustile::Acc::<BM, BN, TH>::zeros();
-    pipeline::<STAGES>(
-        cdiv(k, BK),
-        #[inline(always)]
-        |kt, s| {
-            let (sa, sb) = stage(s);
-            sa.copy_from(&BlockPtr::rows(a, m, k, [at[0], kt * BK]));
-            sb.copy_from(&BlockPtr::rows(b, n, k, [at[1], kt * BK]));
-        },
-        #[inline(always)]
-        |s| {
-            let (sa, sb) = stage(s);
-            acc = dot(&sa, &sb, acc);
-        },
-    );
-    acc
+    mainloop::<T, BM, BN, BK, STAGES, TH, false, true>(Operand { ptr: a, ld: k }, Operand { ptr: b, ld: k }, m, n, k, at)
 }
 
 /// [`mainloop`] against two B operands that share A (`A·B₁ᵀ` and `A·B₂ᵀ`,
@@ -137,8 +210,9 @@ where
         (Shared::<T, BM, BK, TH>::at(at), b(0), b(1))
     };
     let (mut acc1, mut acc2) = (rustile::Acc::<BM, BN, TH>::zeros(), rustile::Acc::<BM, BN, TH>::zeros());
-    pipeline::<STAGES>(
+    pipeline::<STAGES, _>(
         cdiv(k, BK),
+        BK / 16,
         #[inline(always)]
         |kt, s| {
             let (sa, sb1, sb2) = stage(s);
@@ -147,10 +221,14 @@ where
             sb2.copy_from(&BlockPtr::rows(b2, n, k, [at[1], kt * BK]));
         },
         #[inline(always)]
-        |s| {
+        |s, ks| {
             let (sa, sb1, sb2) = stage(s);
-            acc1 = dot(&sa, &sb1, acc1);
-            acc2 = dot(&sa, &sb2, acc2);
+            (FragA::load(&sa, ks), FragB::load(&sb1, ks), FragB::load(&sb2, ks))
+        },
+        #[inline(always)]
+        |(fa, fb1, fb2)| {
+            acc1 = mma(&fa, &fb1, acc1);
+            acc2 = mma(&fa, &fb2, acc2);
         },
     );
     (acc1, acc2)
@@ -261,26 +339,41 @@ macro_rules! gemm_kernel {
     };
 }
 
-gemm_kernel! {
-grid = [cdiv(m, BM) * cdiv(n, BN)],
-/// `C = act(α·A·Bᵀ + bias) + residual + β·C` (see [`Epi`]; `flags` is
-/// `Epi::flags`). `bias` and `residual` are read only when the flags say so.
-pub fn gemm_nt_kernel<T: Elem>(
-    a: Ptr<T>, b: Ptr<T>, c: PtrMut<T>, bias: Ptr<T>, residual: Ptr<T>,
-    m: usize, n: usize, k: usize, alpha: f32, beta: f32, flags: u32,
-) {
+/// Batch `program_id(1)`'s block of `C = act(α·op(A)·op(B) + bias) +
+/// residual + β·C`: the program of every `gemm_*_kernel`. Matrix `z` of a
+/// batch starts `strides[z]` elements after the previous one (0: shared by
+/// the whole batch); the residual has C's layout, the bias is shared.
+#[inline(always)]
+pub fn gemm_program<T: Elem, const BM: usize, const BN: usize, const BK: usize, const STAGES: usize, const TH: usize, const TA: bool, const TB: bool>(
+    a: Operand<T>,
+    b: Operand<T>,
+    c: PtrMut<T>,
+    ldc: usize,
+    bias: Ptr<T>,
+    residual: Ptr<T>,
+    [m, n, k]: [usize; 3],
+    [sa, sb, sc]: [usize; 3],
+    epi: Epi,
+) where
+    [(); acc_len(BM, BN, TH)]:,
+    [(); { STAGES as u32 - 2 } as usize]:,
+{
+    let z = program_id(1);
+    let (a, b) = (Operand { ptr: a.ptr.offset(z * sa), ..a }, Operand { ptr: b.ptr.offset(z * sb), ..b });
     let at = block::<BM, BN>(m, n);
-    let acc = mainloop::<T, BM, BN, BK, STAGES, THREADS>(a, b, m, n, k, at);
-    let epi = Epi::from_flags(flags, alpha, beta);
-    let out = BlockPtr::<T, BM, BN>::rows(c, m, n, at);
+    let acc = mainloop::<T, BM, BN, BK, STAGES, TH, TA, TB>(a, b, m, n, k, at);
+    let out = BlockPtr::<T, BM, BN, TH>::new(c.offset(z * sc), [m, n], [ldc, 1], at);
     // The per-element epilogue below is long code; a plain product (one
     // uniform test) skips it.
     if epi == Epi::NONE {
         store_acc(&out, &acc);
         return;
     }
-    let res = BlockPtr::<T, BM, BN>::rows(residual, m, n, at);
-    let (per_col, per_row) = (BlockPtr::<T, 1, BN>::rows(bias, 1, n, [0, at[1]]), BlockPtr::<T, BM, 1>::rows(bias, m, 1, [at[0], 0]));
+    // (Unused operands are placeholders that may be shorter than C.)
+    let residual = if epi.residual { residual.offset(z * sc) } else { residual };
+    let res = BlockPtr::<T, BM, BN, TH>::new(residual, [m, n], [ldc, 1], at);
+    let per_col = BlockPtr::<T, 1, BN, TH>::rows(bias, 1, n, [0, at[1]]);
+    let per_row = BlockPtr::<T, BM, 1, TH>::rows(bias, m, 1, [at[0], 0]);
     store_acc_with(&out, &acc, |r, col, x| {
         let bias = match epi.bias {
             Bias::None => 0.0,
@@ -292,6 +385,39 @@ pub fn gemm_nt_kernel<T: Elem>(
         epi.apply(x, bias, residual, old)
     });
 }
+
+/// One `#[kernel]` per operand layout, all with the same arguments: `a`
+/// row stride `lda`, batch strides `sa`/`sb`/`sc`, and the epilogue as
+/// `alpha`, `beta` and `Epi::flags`.
+macro_rules! gemm_layouts {
+    ($($(#[$doc:meta])* $name:ident: TA = $ta:literal, TB = $tb:literal;)*) => {$(
+        gemm_kernel! {
+        grid = [cdiv(m, BM) * cdiv(n, BN), batch],
+        $(#[$doc])*
+        pub fn $name<T: Elem>(
+            a: Ptr<T>, b: Ptr<T>, c: PtrMut<T>, bias: Ptr<T>, residual: Ptr<T>,
+            m: usize, n: usize, k: usize, batch: usize, lda: usize, ldb: usize, ldc: usize,
+            sa: usize, sb: usize, sc: usize, alpha: f32, beta: f32, flags: u32,
+        ) {
+            let _ = batch; // the grid's second dimension
+            gemm_program::<T, BM, BN, BK, STAGES, THREADS, $ta, $tb>(
+                Operand { ptr: a, ld: lda }, Operand { ptr: b, ld: ldb }, c, ldc, bias, residual,
+                [m, n, k], [sa, sb, sc], Epi::from_flags(flags, alpha, beta),
+            );
+        }
+        }
+    )*};
+}
+
+gemm_layouts! {
+    /// A `[m, k]`, B `[n, k]` (a linear layer's weight): `C = A·Bᵀ`.
+    gemm_nt_kernel: TA = false, TB = true;
+    /// A `[m, k]`, B `[k, n]`: `C = A·B`.
+    gemm_nn_kernel: TA = false, TB = false;
+    /// A stored `[k, m]`, B `[k, n]`: `C = Aᵀ·B` (a weight gradient).
+    gemm_tn_kernel: TA = true, TB = false;
+    /// A stored `[k, m]`, B `[n, k]`: `C = Aᵀ·Bᵀ`.
+    gemm_tt_kernel: TA = true, TB = true;
 }
 
 mod softcap;
@@ -320,7 +446,8 @@ mod host {
         Ok(())
     }
 
-    /// `(m, n, k)` of `c = a·bᵀ`, or an error naming what does not fit.
+    /// `(m, n, k)` of `c = a·bᵀ` for 2-D row-major `a` `[m, k]`, `b` `[n, k]`
+    /// and `c` `[m, n]`, or an error naming what does not fit.
     pub(crate) fn gemm_shape<T: Elem>(a: &Tensor<T>, b: &Tensor<T>, c: &Tensor<T>) -> Result<(usize, usize, usize)> {
         let (m, k) = matrix("a", a)?;
         let (n, kb) = matrix("b", b)?;
@@ -329,6 +456,82 @@ mod host {
         }
         expect_shape("c", c, &[m, n])?;
         Ok((m, n, k))
+    }
+
+    /// A GEMM operand: a tensor used as stored, or transposed (`w.t()`), in
+    /// the way `x @ w.T` reads in PyTorch. A 3-D tensor is a batch of
+    /// matrices; a 2-D one is shared by every matrix of a batched product.
+    #[derive(Clone, Copy)]
+    pub struct Mat<'a, T> {
+        tensor: &'a Tensor<T>,
+        transposed: bool,
+    }
+
+    impl<'a, T> From<&'a Tensor<T>> for Mat<'a, T> {
+        fn from(tensor: &'a Tensor<T>) -> Self {
+            Mat { tensor, transposed: false }
+        }
+    }
+
+    /// `t.t()`: the transpose of a (batch of) matrices, as a GEMM operand.
+    pub trait Transpose<T> {
+        fn t(&self) -> Mat<'_, T>;
+    }
+    impl<T> Transpose<T> for Tensor<T> {
+        fn t(&self) -> Mat<'_, T> {
+            Mat { tensor: self, transposed: true }
+        }
+    }
+
+    /// Everything a `gemm_*_kernel` launch takes besides the tensors.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub(crate) struct Plan {
+        pub m: usize,
+        pub n: usize,
+        pub k: usize,
+        pub batch: usize,
+        /// Row strides of A, B, C, and their batch strides (0: shared).
+        pub ld: [usize; 3],
+        pub stride: [usize; 3],
+        /// A stored `[k, m]`; B stored `[n, k]` (the kernels' `TA`, `TB`).
+        pub ta: bool,
+        pub tb: bool,
+    }
+
+    /// The [`Plan`] of `c = op(a)·op(b)`: `c` is `[m, n]` or `[batch, m, n]`,
+    /// `op(a)` `[m, k]` and `op(b)` `[k, n]`, each 2-D or with c's batch.
+    pub(crate) fn plan<T: Elem>(a: Mat<T>, b: Mat<T>, c: &Tensor<T>) -> Result<Plan> {
+        expect_shape("c", c, c.shape())?;
+        expect_shape("a", a.tensor, a.tensor.shape())?;
+        expect_shape("b", b.tensor, b.tensor.shape())?;
+        plan_shapes((a.tensor.shape(), a.transposed), (b.tensor.shape(), b.transposed), c.shape())
+    }
+
+    /// [`plan`] from the shapes as stored (and whether each operand is transposed).
+    pub(crate) fn plan_shapes((a, ta): (&[usize], bool), (b, tb): (&[usize], bool), c: &[usize]) -> Result<Plan> {
+        let (batch, m, n) = match *c {
+            [m, n] => (1, m, n),
+            [batch, m, n] => (batch, m, n),
+            _ => return Err(Error::Shape(format!("c must be [m, n] or [batch, m, n]; it has shape {c:?}"))),
+        };
+        // (rows, cols) as stored, and the batch stride (0: shared).
+        let stored = |what: &str, shape: &[usize]| match *shape {
+            [r, c] => Ok((r, c, 0)),
+            [bt, r, c] if bt == batch => Ok((r, c, r * c)),
+            _ => Err(Error::Shape(format!("{what} has shape {shape:?}: expected 2-D, or 3-D with c's batch of {batch}"))),
+        };
+        let (ar, ac, sa) = stored("a", a)?;
+        let (br, bc, sb) = stored("b", b)?;
+        let ((am, ak), (bk, bn)) = (if ta { (ac, ar) } else { (ar, ac) }, if tb { (bc, br) } else { (br, bc) });
+        if am != m || bn != n || ak != bk {
+            let t = |x: bool| if x { "ᵀ" } else { "" };
+            return Err(Error::Shape(format!(
+                "a{} is [{am}, {ak}] and b{} is [{bk}, {bn}]: c must be [{am}, {bn}] and the inner dimensions equal; c is [{m}, {n}]",
+                t(ta),
+                t(tb)
+            )));
+        }
+        Ok(Plan { m, n, k: ak, batch, ld: [ac, bc, n], stride: [sa, sb, m * n], ta, tb })
     }
 
     /// A fused epilogue for [`gemm_nt_fused`]: `act(α·a·bᵀ + bias) + residual + β·c`.
@@ -388,33 +591,68 @@ mod host {
         }
     }
 
+    /// `c = epilogue(op(a)·op(b))` on the GPU, in one kernel: `a` is
+    /// `[m, k]` or `x.t()` of a `[k, m]` tensor, `b` is `[k, n]` or `w.t()`
+    /// of an `[n, k]` weight, `c` is `[m, n]`; with a leading batch
+    /// dimension on `c` (and on `a` or `b`, else they are shared) it is a
+    /// batched product. Every dimension may be any size.
+    ///
+    /// ```ignore
+    /// gemm(&gpu, &x, w.t(), &mut y, &Epilogue::new().bias_per_column(&bias))?; // y = x·wᵀ + bias
+    /// gemm(&gpu, x.t(), &dy, &mut dw, &Epilogue::new())?;                        // dw = xᵀ·dy
+    /// ```
+    pub fn gemm<'a, T: Elem>(gpu: &Gpu, a: impl Into<Mat<'a, T>>, b: impl Into<Mat<'a, T>>, c: &mut Tensor<T>, epi: &Epilogue<T>) -> Result<()> {
+        let (a, b) = (a.into(), b.into());
+        let p = plan(a, b, c)?;
+        // Every layout shares gemm_nt's config space and tuned table.
+        let cfg = crate::tune::config(gpu.compute_capability(), "gemm_nt", gemm_nt_kernel::CONFIGS, &[p.m, p.n, p.k], || default_config(p.m * p.batch, p.n));
+        gemm_with_config(gpu, cfg, a, b, c, epi)
+    }
+
     /// `c = a·bᵀ` on the GPU: `a` `[m, k]`, `b` `[n, k]`, `c` `[m, n]`.
     pub fn gemm_nt<T: Elem>(gpu: &Gpu, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<T>) -> Result<()> {
-        gemm_nt_fused(gpu, a, b, c, &Epilogue::new())
+        gemm(gpu, a, b.t(), c, &Epilogue::new())
     }
 
     /// `c = act(α·a·bᵀ + bias) + residual + β·c` on the GPU, in one kernel.
     pub fn gemm_nt_fused<T: Elem>(gpu: &Gpu, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<T>, epi: &Epilogue<T>) -> Result<()> {
-        let (m, n, k) = gemm_shape(a, b, c)?;
-        let cfg = crate::tune::config(gpu.compute_capability(), "gemm_nt", gemm_nt_kernel::CONFIGS, &[m, n, k], || default_config(m, n));
-        gemm_nt_with_config(gpu, cfg, a, b, c, epi)
+        gemm(gpu, a, b.t(), c, epi)
     }
 
     /// `gemm_nt_fused` with config `cfg` of `gemm_nt_kernel::CONFIGS` (for tests, sweeps and the tuner).
     pub fn gemm_nt_with_config<T: Elem>(gpu: &Gpu, cfg: usize, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<T>, epi: &Epilogue<T>) -> Result<()> {
-        check_dtype::<T>("gemm_nt")?;
-        let (m, n, k) = gemm_shape(a, b, c)?;
+        gemm_with_config(gpu, cfg, a, b.t(), c, epi)
+    }
+
+    /// [`gemm`] with config `cfg` of `gemm_nt_kernel::CONFIGS`.
+    pub fn gemm_with_config<'a, T: Elem>(gpu: &Gpu, cfg: usize, a: impl Into<Mat<'a, T>>, b: impl Into<Mat<'a, T>>, c: &mut Tensor<T>, epi: &Epilogue<T>) -> Result<()> {
+        check_dtype::<T>("gemm")?;
+        let (a, b) = (a.into(), b.into());
+        let p = plan(a, b, c)?;
+        let (m, n) = (p.m, p.n);
         let bias = match epi.bias {
             Some((Bias::PerRow, t)) => expect_shape("bias", t, &[m]).map(|_| t)?,
             Some((_, t)) => expect_shape("bias", t, &[n]).map(|_| t)?,
-            None => a, // not read
+            None => a.tensor, // not read
         };
         let residual = match epi.residual {
-            Some(t) => expect_shape("residual", t, &[m, n]).map(|_| t)?,
-            None => a, // not read
+            Some(t) => expect_shape("residual", t, c.shape()).map(|_| t)?,
+            None => a.tensor, // not read
         };
         let e = epi.epi();
-        gemm_nt_kernel::launch(gpu, cfg, a, b, c, bias, residual, m, n, k, e.alpha, e.beta, e.flags())
+        let (a, b) = (a.tensor, b.tensor);
+        let ([lda, ldb, ldc], [sa, sb, sc]) = (p.ld, p.stride);
+        macro_rules! launch {
+            ($kernel:ident) => {
+                $kernel::launch(gpu, cfg, a, b, c, bias, residual, m, n, p.k, p.batch, lda, ldb, ldc, sa, sb, sc, e.alpha, e.beta, e.flags())
+            };
+        }
+        match (p.ta, p.tb) {
+            (false, true) => launch!(gemm_nt_kernel),
+            (false, false) => launch!(gemm_nn_kernel),
+            (true, false) => launch!(gemm_tn_kernel),
+            (true, true) => launch!(gemm_tt_kernel),
+        }
     }
 
     /// `a·bᵀ` in the CPU interpreter (`a` `[m, k]`, `b` `[n, k]`, row-major).
@@ -423,7 +661,7 @@ mod host {
         assert_eq!(b.len(), n * k, "gemm_nt: b holds {} elements, not {n}×{k}", b.len());
         let mut c = vec![T::default(); m * n];
         let e = Epi::NONE;
-        gemm_nt_kernel::cpu(default_config(m, n), a, b, &mut c, &[], &[], m, n, k, e.alpha, e.beta, e.flags());
+        gemm_nt_kernel::cpu(default_config(m, n), a, b, &mut c, &[], &[], m, n, k, 1, k, k, n, 0, 0, 0, e.alpha, e.beta, e.flags());
         c
     }
 }

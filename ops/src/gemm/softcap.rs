@@ -8,7 +8,7 @@ grid = [cdiv(m, BM) * cdiv(n, BN)],
 /// `C = cap·tanh(A·Bᵀ / cap)`, A `[m, k]`, B `[n, k]`.
 pub fn gemm_softcap_kernel<T: Elem>(a: Ptr<T>, b: Ptr<T>, c: PtrMut<T>, m: usize, n: usize, k: usize, cap: f32) {
     let at = block::<BM, BN>(m, n);
-    let acc = mainloop::<T, BM, BN, BK, STAGES, THREADS>(a, b, m, n, k, at);
+    let acc = mainloop_nt::<T, BM, BN, BK, STAGES, THREADS>(a, b, m, n, k, at);
     store_acc_with(&BlockPtr::<T, BM, BN>::rows(c, m, n, at), &acc, |_, _, x| cap * math::tanh(x / cap));
 }
 }

@@ -20,7 +20,7 @@ fn check<T: Elem>(m: usize, n: usize, k: usize) {
     let e = Epi::NONE;
     for cfg in 0..gemm_nt_kernel::CONFIGS.len() {
         let mut c = poisoned::<T>(m * n);
-        gemm_nt_kernel::cpu(cfg, &a, &b, &mut c, &[], &[], m, n, k, e.alpha, e.beta, e.flags());
+        gemm_nt_kernel::cpu(cfg, &a, &b, &mut c, &[], &[], m, n, k, 1, k, k, n, 0, 0, 0, e.alpha, e.beta, e.flags());
         assert_close(&c, &want, &format!("gemm_nt<{}> {m}×{n}×{k} cfg={cfg} (seed {seed})", T::NAME));
     }
 }
@@ -71,7 +71,7 @@ fn every_fused_epilogue_matches_float64() {
                 .collect();
             for cfg in [0, 2] {
                 let mut c = old.clone();
-                gemm_nt_kernel::cpu(cfg, &a, &b, &mut c, bias_data, &residual, m, n, k, e.alpha, e.beta, e.flags());
+                gemm_nt_kernel::cpu(cfg, &a, &b, &mut c, bias_data, &residual, m, n, k, 1, k, k, n, 0, 0, 0, e.alpha, e.beta, e.flags());
                 assert_close(&c, &want, &format!("gemm_nt {e:?} cfg={cfg} (seed {seed})"));
             }
         }
@@ -101,4 +101,70 @@ fn softcap_matches_float64() {
         gemm_softcap_kernel::cpu(cfg, &a, &b, &mut c, m, n, k, cap as f32);
         assert_close(&c, &want, &format!("gemm_softcap cfg={cfg} (seed {seed})"));
     }
+}
+
+/// Every operand layout, batched, with a shared (2-D) operand and a fused
+/// epilogue: each `gemm_*_kernel` in the interpreter against float64.
+#[test]
+fn every_layout_and_batch_matches_float64() {
+    let (m, n, k, batch) = (37, 45, 70, 3);
+    let (mut rng, seed) = rng();
+    // Logical A [batch, m, k] and B [n, k] per batch (B shared when `shared`).
+    let a: Vec<bf16> = normal(&mut rng, batch * m * k, 0.0, 1.0);
+    let b: Vec<bf16> = normal(&mut rng, batch * n * k, 0.0, 1.0);
+    let bias: Vec<bf16> = normal(&mut rng, n, 0.0, 1.0);
+    let e = Epi { bias: Bias::PerColumn, act: Act::Silu, ..Epi::NONE };
+    for shared in [false, true] {
+        let b_batch = if shared { 1 } else { batch };
+        let want: Vec<f64> = (0..batch)
+            .flat_map(|z| {
+                let bz = if shared { 0 } else { z };
+                let ab = reference::matmul_nt(&wide(&a[z * m * k..][..m * k]), &wide(&b[bz * n * k..][..n * k]), m, n, k);
+                ab.into_iter().enumerate().map(|(i, x)| reference::epilogue(&e, x, bias[i % n].to_f32() as f64, 0.0, 0.0)).collect::<Vec<_>>()
+            })
+            .collect();
+        for (ta, tb) in [(false, true), (false, false), (true, false), (true, true)] {
+            // Stored forms: A [k, m] when ta, B [n, k] when tb (else [k, n]).
+            let sa = if ta { transpose(&a, batch, m, k) } else { a.clone() };
+            let b = &b[..b_batch * n * k];
+            let sb = if tb { b.to_vec() } else { transpose(b, b_batch, n, k) };
+            let a_shape = if ta { [batch, k, m] } else { [batch, m, k] };
+            let b_shape: &[usize] = match (shared, tb) {
+                (true, true) => &[n, k],
+                (true, false) => &[k, n],
+                (false, true) => &[batch, n, k],
+                (false, false) => &[batch, k, n],
+            };
+            let p = plan_shapes((&a_shape, ta), (b_shape, tb), &[batch, m, n]).unwrap();
+            assert_eq!((p.ta, p.tb, p.batch, p.m, p.n, p.k), (ta, tb, batch, m, n, k));
+            for cfg in [0, 2] {
+                let mut c = poisoned::<bf16>(batch * m * n);
+                let ([lda, ldb, ldc], [s_a, s_b, s_c]) = (p.ld, p.stride);
+                macro_rules! run {
+                    ($kernel:ident) => {
+                        $kernel::cpu(cfg, &sa, &sb, &mut c, &bias, &[], m, n, k, batch, lda, ldb, ldc, s_a, s_b, s_c, e.alpha, e.beta, e.flags())
+                    };
+                }
+                match (ta, tb) {
+                    (false, true) => run!(gemm_nt_kernel),
+                    (false, false) => run!(gemm_nn_kernel),
+                    (true, false) => run!(gemm_tn_kernel),
+                    (true, true) => run!(gemm_tt_kernel),
+                }
+                assert_close(&c, &want, &format!("gemm ta={ta} tb={tb} shared b={shared} cfg={cfg} (seed {seed})"));
+            }
+        }
+    }
+}
+
+#[test]
+fn plans_name_what_does_not_fit() {
+    let err = |a: (&[usize], bool), b: (&[usize], bool), c: &[usize]| plan_shapes(a, b, c).unwrap_err().to_string();
+    assert!(err((&[4, 5], false), (&[6, 7], false), &[4, 7]).contains("inner dimensions"));
+    assert!(err((&[4, 5], false), (&[7, 5], false), &[4, 7]).contains("inner dimensions"), "b [n, k] needs .t()");
+    assert!(err((&[2, 4, 5], false), (&[5, 7], false), &[3, 4, 7]).contains("c's batch of 3"));
+    assert!(err((&[4, 5], false), (&[5, 7], false), &[2, 2, 4, 7]).contains("[batch, m, n]"));
+    // A [k, m] used transposed, B [n, k] used transposed, batched C with shared operands.
+    let p = plan_shapes((&[5, 4], true), (&[7, 5], true), &[2, 4, 7]).unwrap();
+    assert_eq!((p.m, p.n, p.k, p.batch, p.ld, p.stride), (4, 7, 5, 2, [4, 5, 7], [0, 0, 28]));
 }

@@ -60,7 +60,7 @@ mod host {
         let mut hidden = vec![T::default(); rows * d_ff];
         let e = Epi { act, ..Epi::NONE };
         let cfg = crate::gemm::default_config(rows, d_ff);
-        gemm_nt_kernel::cpu(cfg, x, w1, &mut hidden, &[], &[], rows, d_ff, d_model, e.alpha, e.beta, e.flags());
+        gemm_nt_kernel::cpu(cfg, x, w1, &mut hidden, &[], &[], rows, d_ff, d_model, 1, d_model, d_model, d_ff, 0, 0, 0, e.alpha, e.beta, e.flags());
         gemm_nt_cpu(&hidden, w2, rows, d_model, d_ff)
     }
 

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Profiles GEMM configs with Nsight Compute on the GPU machine: the details
+# page (throughputs, stall reasons) and the per-SASS-instruction stall samples.
+# Usage on the device: OUT=... bash bench/probes/ncu_gemm.sh MxNxK config-regex...
+set -uo pipefail
+OUT=${OUT:-out}; mkdir -p "$OUT"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+shape=$1; shift
+[ -f .device/bins.tgz ] && [ ! -x .device/rustile-bench ] && tar -C .device -xzf .device/bins.tgz
+for cfg in "$@"; do
+    name=$(echo "$cfg" | tr -c 'A-Za-z0-9_\n' _)
+    # --launch-skip 2: past the check run and a warm-up.
+    timeout 240 ncu --clock-control none --set full --import-source no \
+        -k "regex:${cfg}" --launch-skip 2 --launch-count 1 -f -o "$OUT/$name" \
+        .device/rustile-bench --ops "${OPS:-gemm}" --mnk "$shape" --sweep --no-torch --reps 3 > "$OUT/$name.run.log" 2>&1
+    ncu -i "$OUT/$name.ncu-rep" --page details > "$OUT/$name.details.txt" 2>&1
+    ncu -i "$OUT/$name.ncu-rep" --page source --print-source sass --csv > "$OUT/$name.sass.csv" 2>&1
+    echo "== $cfg"; grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|Issue Slots Busy|Registers Per|Achieved Occupancy" "$OUT/$name.details.txt" | head -20
+done
