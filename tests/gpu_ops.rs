@@ -172,6 +172,41 @@ fn gemm_layouts_and_batches_match_float64() {
     }
 }
 
+/// The grouped forms: ten heads (and one) of odd widths on one input, with
+/// biases and GELU, and the shared-input GEMM, against float64; then the
+/// shape checks.
+#[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
+fn grouped_gemms_match_float64() {
+    use rustile_ops::grouped_gemm;
+    let Some(gpu) = gpu_or_skip("grouped_gemms_match_float64") else { return };
+    for dims in [[1001, 512, 10, 1365, 3], [77, 40, 1, 91, 5]] {
+        let [rows, d, g, h, out] = dims;
+        let (mut rng, seed) = rng();
+        let [x, w1, b1, w2, b2] = testing::heads_inputs::<bf16>(&mut rng, dims);
+        let (dx, dw1, db1) = (up(&gpu, &x, &[rows, d]), up(&gpu, &w1, &[g, h, d]), up(&gpu, &b1, &[g, h]));
+        let (dw2, db2) = (up(&gpu, &w2, &[g, out, h]), up(&gpu, &b2, &[g, out]));
+        let mut y = poisoned::<bf16>(&gpu, &[rows, g, out]);
+        grouped_gemm::heads_mlp(&gpu, &dx, &dw1, Some(&db1), gemm::Act::GeluTanh, &dw2, Some(&db2), &mut y).unwrap();
+        let round = |v: f64| bf16::from_f32(v as f32).to_f32() as f64;
+        let want = reference::heads_mlp(&wide(&x), &wide(&w1), &wide(&b1), gemm::Act::GeluTanh, &wide(&w2), &wide(&b2), dims, round);
+        assert_close(&gpu.download(&y).unwrap(), &want, &format!("heads_mlp {dims:?} (seed {seed})"));
+
+        // The first layer alone: one GEMM against the stacked weights.
+        let mut hidden = poisoned::<bf16>(&gpu, &[rows, g, h]);
+        grouped_gemm::shared_input(&gpu, &dx, &dw1, &mut hidden, &gemm::Epilogue::new().bias_per_column(&db1)).unwrap();
+        let b1 = wide(&b1);
+        let want: Vec<f64> = reference::matmul_nt(&wide(&x), &wide(&w1), rows, g * h, d).iter().enumerate().map(|(i, v)| v + b1[i % (g * h)]).collect();
+        assert_close(&gpu.download(&hidden).unwrap(), &want, &format!("shared_input {dims:?} (seed {seed})"));
+    }
+    let (x, w, w_bad) = (gpu.alloc::<bf16>(&[8, 16]).unwrap(), gpu.alloc::<bf16>(&[3, 5, 16]).unwrap(), gpu.alloc::<bf16>(&[3, 5, 15]).unwrap());
+    let mut y = gpu.alloc::<bf16>(&[8, 3, 5]).unwrap();
+    let err = grouped_gemm::shared_input(&gpu, &x, &w_bad, &mut y, &gemm::Epilogue::new()).unwrap_err();
+    assert!(matches!(err, Error::Shape(_)), "{err}");
+    let mut y_bad = gpu.alloc::<bf16>(&[8, 15]).unwrap();
+    assert!(matches!(grouped_gemm::shared_input(&gpu, &x, &w, &mut y_bad, &gemm::Epilogue::new()), Err(Error::Shape(_))));
+}
+
 /// Every config of the dual GEMM (`silu(a·b1ᵀ) ⊙ a·b2ᵀ`) at odd shapes,
 /// plus its host API's shape checks.
 #[test]

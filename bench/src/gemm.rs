@@ -48,12 +48,12 @@ pub fn close<T: Elem>(what: &str, out: &[T], baseline: &[f64]) -> Result<String>
 }
 
 /// Rows `rows` of `a·bᵀ` in float64 (`a` `[m, k]`, `b` `[n, k]`).
-fn product_rows<T: Elem>(a: &[T], b: &[T], rows: std::ops::Range<usize>, n: usize, k: usize) -> Vec<f64> {
+pub(crate) fn product_rows<T: Elem>(a: &[T], b: &[T], rows: std::ops::Range<usize>, n: usize, k: usize) -> Vec<f64> {
     reference::matmul_nt(&wide(&a[rows.start * k..rows.end * k]), &wide(b), rows.len(), n, k)
 }
 
 /// The first and last few rows, where float64 is cheap enough at any size.
-fn sample_rows(m: usize, count: usize) -> [std::ops::Range<usize>; 2] {
+pub(crate) fn sample_rows(m: usize, count: usize) -> [std::ops::Range<usize>; 2] {
     let r = m.min(count);
     [0..r, m - r..m]
 }
@@ -68,7 +68,7 @@ pub fn cublas_swiglu<T: Elem>(gpu: &Gpu, blas: &Blas, a: &Tensor<T>, [b1, b2]: [
 
 /// Runs a baseline into `out` once, checks `got` (ours) against it element
 /// by element, and times it unless `check_only`.
-fn baseline<T: Elem>(
+pub(crate) fn baseline<T: Elem>(
     gpu: &Gpu, mcfg: &MeasureCfg, what: &str, got: &[T], out: &mut Tensor<T>, check_only: bool,
     mut run: impl FnMut(&mut Tensor<T>) -> Result<()>,
 ) -> Result<(String, Option<Stats>)> {
@@ -78,7 +78,8 @@ fn baseline<T: Elem>(
     Ok((line, stats))
 }
 
-/// A GEMM-family op at its shapes (`mlp` at `MLP_SHAPES`, the others at
+/// A GEMM-family op at its shapes (`mlp` at `MLP_SHAPES`, `grouped` at
+/// `grouped::HEADS_SHAPES`, the others at
 /// `shapes`), for the element type named `dtype`.
 pub fn bench_family(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, op: &str, dtype: &str, shapes: &[[usize; 3]], sweep: bool, check_only: bool) -> Result<Vec<Row>> {
     fn typed<T: Elem>(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, op: &str, shapes: &[[usize; 3]], sweep: bool, check_only: bool) -> Result<Vec<Row>> {
@@ -88,6 +89,8 @@ pub fn bench_family(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, op: &str,
         }
         if op == "mlp" {
             bench_mlp::<T>(gpu, mcfg, blas, check_only)
+        } else if op == "grouped" {
+            crate::grouped::bench_heads::<T>(gpu, mcfg, blas, check_only)
         } else {
             bench::<T>(gpu, mcfg, blas, op, shapes, sweep, check_only)
         }

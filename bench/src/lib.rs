@@ -7,6 +7,7 @@
 pub mod harness;
 pub mod cublas;
 pub mod gemm;
+pub mod grouped;
 pub mod ops;
 pub mod torch;
 pub mod tune;

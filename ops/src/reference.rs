@@ -68,3 +68,22 @@ pub fn epilogue(e: &crate::gemm::Epi, x: f64, bias: f64, residual: f64, old: f64
     };
     y + residual + e.beta as f64 * old
 }
+
+/// The heads MLP `y[r, g, :] = act(x·w1[g]ᵀ + b1[g])·w2[g]ᵀ + b2[g]` (`dims`
+/// = rows, d, G, h, out); `round` is applied to the hidden activations (the
+/// kernel stores them in its element type).
+#[allow(clippy::too_many_arguments)]
+pub fn heads_mlp(x: &[f64], w1: &[f64], b1: &[f64], act: crate::gemm::Act, w2: &[f64], b2: &[f64], dims: [usize; 5], round: impl Fn(f64) -> f64) -> Vec<f64> {
+    let [rows, d, g, h, out] = dims;
+    let e = crate::gemm::Epi { act, ..crate::gemm::Epi::NONE };
+    let mut y = vec![0.0; rows * g * out];
+    for head in 0..g {
+        let hid = matmul_nt(x, &w1[head * h * d..][..h * d], rows, h, d);
+        let hid: Vec<f64> = hid.iter().enumerate().map(|(i, v)| round(epilogue(&e, *v, b1[head * h + i % h], 0.0, 0.0))).collect();
+        let o = matmul_nt(&hid, &w2[head * out * h..][..out * h], rows, out, h);
+        for (i, v) in o.into_iter().enumerate() {
+            y[(i / out * g + head) * out + i % out] = v + b2[head * out + i % out];
+        }
+    }
+    y
+}

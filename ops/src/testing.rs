@@ -103,3 +103,15 @@ pub fn transpose<T: Copy>(data: &[T], batch: usize, rows: usize, cols: usize) ->
     }
     out
 }
+
+/// Random inputs of a heads MLP (`dims` = rows, d, G, h, out): `[x, w1, b1,
+/// w2, b2]`, weights scaled by 1/√fan-in so activations stay near unit size.
+pub fn heads_inputs<T: Elem>(rng: &mut StdRng, [rows, d, g, h, out]: [usize; 5]) -> [Vec<T>; 5] {
+    [
+        normal(rng, rows * d, 0.0, 1.0),
+        normal(rng, g * h * d, 0.0, 1.0 / (d as f32).sqrt()),
+        normal(rng, g * h, 0.0, 0.5),
+        normal(rng, g * out * h, 0.0, 1.0 / (h as f32).sqrt()),
+        normal(rng, g * out, 0.0, 0.5),
+    ]
+}

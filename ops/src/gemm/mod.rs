@@ -341,8 +341,8 @@ macro_rules! gemm_kernel {
 
 /// Batch `program_id(1)`'s block of `C = act(α·op(A)·op(B) + bias) +
 /// residual + β·C`: the program of every `gemm_*_kernel`. Matrix `z` of a
-/// batch starts `strides[z]` elements after the previous one (0: shared by
-/// the whole batch); the residual has C's layout, the bias is shared.
+/// batch starts `z·stride` elements in (`[sa, sb, sc, sbias]`; 0: shared by
+/// the whole batch); the residual has C's layout.
 #[inline(always)]
 pub fn gemm_program<T: Elem, const BM: usize, const BN: usize, const BK: usize, const STAGES: usize, const TH: usize, const TA: bool, const TB: bool>(
     a: Operand<T>,
@@ -352,7 +352,7 @@ pub fn gemm_program<T: Elem, const BM: usize, const BN: usize, const BK: usize, 
     bias: Ptr<T>,
     residual: Ptr<T>,
     [m, n, k]: [usize; 3],
-    [sa, sb, sc]: [usize; 3],
+    [sa, sb, sc, sbias]: [usize; 4],
     epi: Epi,
 ) where
     [(); acc_len(BM, BN, TH)]:,
@@ -371,6 +371,7 @@ pub fn gemm_program<T: Elem, const BM: usize, const BN: usize, const BK: usize, 
     }
     // (Unused operands are placeholders that may be shorter than C.)
     let residual = if epi.residual { residual.offset(z * sc) } else { residual };
+    let bias = if epi.bias != Bias::None { bias.offset(z * sbias) } else { bias };
     let res = BlockPtr::<T, BM, BN, TH>::new(residual, [m, n], [ldc, 1], at);
     let per_col = BlockPtr::<T, 1, BN, TH>::rows(bias, 1, n, [0, at[1]]);
     let per_row = BlockPtr::<T, BM, 1, TH>::rows(bias, m, 1, [at[0], 0]);
@@ -387,8 +388,8 @@ pub fn gemm_program<T: Elem, const BM: usize, const BN: usize, const BK: usize, 
 }
 
 /// One `#[kernel]` per operand layout, all with the same arguments: `a`
-/// row stride `lda`, batch strides `sa`/`sb`/`sc`, and the epilogue as
-/// `alpha`, `beta` and `Epi::flags`.
+/// row stride `lda`, batch strides `sa`/`sb`/`sc`/`sbias`, and the epilogue
+/// as `alpha`, `beta` and `Epi::flags`.
 macro_rules! gemm_layouts {
     ($($(#[$doc:meta])* $name:ident: TA = $ta:literal, TB = $tb:literal;)*) => {$(
         gemm_kernel! {
@@ -397,12 +398,12 @@ macro_rules! gemm_layouts {
         pub fn $name<T: Elem>(
             a: Ptr<T>, b: Ptr<T>, c: PtrMut<T>, bias: Ptr<T>, residual: Ptr<T>,
             m: usize, n: usize, k: usize, batch: usize, lda: usize, ldb: usize, ldc: usize,
-            sa: usize, sb: usize, sc: usize, alpha: f32, beta: f32, flags: u32,
+            sa: usize, sb: usize, sc: usize, sbias: usize, alpha: f32, beta: f32, flags: u32,
         ) {
             let _ = batch; // the grid's second dimension
             gemm_program::<T, BM, BN, BK, STAGES, THREADS, $ta, $tb>(
                 Operand { ptr: a, ld: lda }, Operand { ptr: b, ld: ldb }, c, ldc, bias, residual,
-                [m, n, k], [sa, sb, sc], Epi::from_flags(flags, alpha, beta),
+                [m, n, k], [sa, sb, sc, sbias], Epi::from_flags(flags, alpha, beta),
             );
         }
         }
@@ -483,24 +484,69 @@ mod host {
         }
     }
 
-    /// Everything a `gemm_*_kernel` launch takes besides the tensors.
+    /// Everything a `gemm_*_kernel` launch takes besides the tensors: the
+    /// operands as strided views, so that ops built on the GEMM (grouped
+    /// heads, padded hidden layers) can launch it on parts of tensors.
     #[derive(Clone, Copy, Debug, PartialEq)]
-    pub(crate) struct Plan {
+    pub struct Plan {
         pub m: usize,
         pub n: usize,
         pub k: usize,
         pub batch: usize,
-        /// Row strides of A, B, C, and their batch strides (0: shared).
+        /// Row strides of A, B and C (the residual has C's layout).
         pub ld: [usize; 3],
-        pub stride: [usize; 3],
+        /// Batch strides of A, B, C and the bias (0: shared by the batch).
+        pub stride: [usize; 4],
         /// A stored `[k, m]`; B stored `[n, k]` (the kernels' `TA`, `TB`).
         pub ta: bool,
         pub tb: bool,
     }
 
+    impl Plan {
+        /// One row-major `C = A·Bᵀ`: A `[m, k]`, B `[n, k]`, C `[m, n]`.
+        pub fn nt(m: usize, n: usize, k: usize) -> Plan {
+            Plan { m, n, k, batch: 1, ld: [k, k, n], stride: [0; 4], ta: false, tb: true }
+        }
+
+        /// Every element the plan reads or writes lies inside its tensor
+        /// (given their lengths), or an error naming the first that does not.
+        pub fn check(&self, epi: Epi, [a, b, c, bias, residual]: [usize; 5]) -> Result<()> {
+            let (m, n, k) = (self.m, self.n, self.k);
+            // (what, rows, cols, row stride, batch stride, length)
+            let a_dims = if self.ta { (k, m) } else { (m, k) };
+            let b_dims = if self.tb { (n, k) } else { (k, n) };
+            let mut views = vec![
+                ("a", a_dims.0, a_dims.1, self.ld[0], self.stride[0], a),
+                ("b", b_dims.0, b_dims.1, self.ld[1], self.stride[1], b),
+                ("c", m, n, self.ld[2], self.stride[2], c),
+            ];
+            match epi.bias {
+                Bias::PerColumn => views.push(("bias", 1, n, n, self.stride[3], bias)),
+                Bias::PerRow => views.push(("bias", 1, m, m, self.stride[3], bias)),
+                Bias::None => {}
+            }
+            if epi.residual {
+                views.push(("residual", m, n, self.ld[2], self.stride[2], residual));
+            }
+            for (what, rows, cols, ld, stride, len) in views {
+                if rows == 0 || cols == 0 || self.batch == 0 {
+                    continue;
+                }
+                let end = (self.batch - 1) * stride + (rows - 1) * ld + cols;
+                if ld < cols || end > len {
+                    return Err(Error::Shape(format!(
+                        "gemm: {what} as {} matrices of {rows}×{cols} (row stride {ld}, batch stride {stride}) needs {end} elements; it has {len}",
+                        self.batch
+                    )));
+                }
+            }
+            Ok(())
+        }
+    }
+
     /// The [`Plan`] of `c = op(a)·op(b)`: `c` is `[m, n]` or `[batch, m, n]`,
     /// `op(a)` `[m, k]` and `op(b)` `[k, n]`, each 2-D or with c's batch.
-    pub(crate) fn plan<T: Elem>(a: Mat<T>, b: Mat<T>, c: &Tensor<T>) -> Result<Plan> {
+    fn plan<T: Elem>(a: Mat<T>, b: Mat<T>, c: &Tensor<T>) -> Result<Plan> {
         expect_shape("c", c, c.shape())?;
         expect_shape("a", a.tensor, a.tensor.shape())?;
         expect_shape("b", b.tensor, b.tensor.shape())?;
@@ -531,7 +577,7 @@ mod host {
                 t(tb)
             )));
         }
-        Ok(Plan { m, n, k: ak, batch, ld: [ac, bc, n], stride: [sa, sb, m * n], ta, tb })
+        Ok(Plan { m, n, k: ak, batch, ld: [ac, bc, n], stride: [sa, sb, m * n, 0], ta, tb })
     }
 
     /// A fused epilogue for [`gemm_nt_fused`]: `act(α·a·bᵀ + bias) + residual + β·c`.
@@ -584,6 +630,10 @@ mod host {
         pub fn accumulate(self, beta: f32) -> Self {
             Epilogue { beta, ..self }
         }
+        /// The bias tensor, if any.
+        pub fn bias(&self) -> Option<&'a Tensor<T>> {
+            self.bias.map(|(_, t)| t)
+        }
         /// What the kernel is told.
         pub fn epi(&self) -> Epi {
             let bias = self.bias.map_or(Bias::None, |(kind, _)| kind);
@@ -626,25 +676,42 @@ mod host {
 
     /// [`gemm`] with config `cfg` of `gemm_nt_kernel::CONFIGS`.
     pub fn gemm_with_config<'a, T: Elem>(gpu: &Gpu, cfg: usize, a: impl Into<Mat<'a, T>>, b: impl Into<Mat<'a, T>>, c: &mut Tensor<T>, epi: &Epilogue<T>) -> Result<()> {
-        check_dtype::<T>("gemm")?;
         let (a, b) = (a.into(), b.into());
         let p = plan(a, b, c)?;
-        let (m, n) = (p.m, p.n);
-        let bias = match epi.bias {
-            Some((Bias::PerRow, t)) => expect_shape("bias", t, &[m]).map(|_| t)?,
-            Some((_, t)) => expect_shape("bias", t, &[n]).map(|_| t)?,
-            None => a.tensor, // not read
-        };
-        let residual = match epi.residual {
-            Some(t) => expect_shape("residual", t, c.shape()).map(|_| t)?,
-            None => a.tensor, // not read
-        };
+        match epi.bias {
+            Some((Bias::PerRow, t)) => expect_shape("bias", t, &[p.m])?,
+            Some((_, t)) => expect_shape("bias", t, &[p.n])?,
+            None => {}
+        }
+        if let Some(t) = epi.residual {
+            expect_shape("residual", t, c.shape())?;
+        }
+        launch_plan(gpu, Some(cfg), &p, a.tensor, b.tensor, c, epi)
+    }
+
+    /// Launches the `gemm_*_kernel` of `p`'s layout on views of whole
+    /// tensors (config `cfg`, else the tuned one), after checking that every
+    /// view lies inside its tensor.
+    pub fn launch_plan<T: Elem>(gpu: &Gpu, cfg: Option<usize>, p: &Plan, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<T>, epi: &Epilogue<T>) -> Result<()> {
+        check_dtype::<T>("gemm")?;
         let e = epi.epi();
-        let (a, b) = (a.tensor, b.tensor);
-        let ([lda, ldb, ldc], [sa, sb, sc]) = (p.ld, p.stride);
+        // Unused operands are placeholders the kernel never reads.
+        let bias = epi.bias.map_or(a, |(_, t)| t);
+        let residual = epi.residual.unwrap_or(a);
+        for (what, t) in [("a", a), ("b", b), ("bias", bias), ("residual", residual)].into_iter().chain([("c", &*c)]) {
+            if !t.is_contiguous() {
+                return Err(Error::Shape(format!("gemm: {what} must be contiguous; its strides are {:?}", t.strides())));
+            }
+        }
+        p.check(e, [a.numel(), b.numel(), c.numel(), bias.numel(), residual.numel()])?;
+        let cfg = cfg.unwrap_or_else(|| {
+            crate::tune::config(gpu.compute_capability(), "gemm_nt", gemm_nt_kernel::CONFIGS, &[p.m, p.n, p.k], || default_config(p.m * p.batch, p.n))
+        });
+        let (m, n, k, batch) = (p.m, p.n, p.k, p.batch);
+        let ([lda, ldb, ldc], [sa, sb, sc, sbias]) = (p.ld, p.stride);
         macro_rules! launch {
             ($kernel:ident) => {
-                $kernel::launch(gpu, cfg, a, b, c, bias, residual, m, n, p.k, p.batch, lda, ldb, ldc, sa, sb, sc, e.alpha, e.beta, e.flags())
+                $kernel::launch(gpu, cfg, a, b, c, bias, residual, m, n, k, batch, lda, ldb, ldc, sa, sb, sc, sbias, e.alpha, e.beta, e.flags())
             };
         }
         match (p.ta, p.tb) {
@@ -655,13 +722,35 @@ mod host {
         }
     }
 
+    /// [`launch_plan`] in the CPU interpreter, on slices (`bias` and
+    /// `residual` may be empty where `epi` does not use them).
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch_plan_cpu<T: Elem>(cfg: usize, p: &Plan, a: &[T], b: &[T], c: &mut [T], bias: &[T], residual: &[T], epi: Epi) {
+        if let Err(e) = p.check(epi, [a.len(), b.len(), c.len(), bias.len(), residual.len()]) {
+            panic!("{e}");
+        }
+        let (m, n, k, batch) = (p.m, p.n, p.k, p.batch);
+        let ([lda, ldb, ldc], [sa, sb, sc, sbias]) = (p.ld, p.stride);
+        macro_rules! run {
+            ($kernel:ident) => {
+                $kernel::cpu(cfg, a, b, c, bias, residual, m, n, k, batch, lda, ldb, ldc, sa, sb, sc, sbias, epi.alpha, epi.beta, epi.flags())
+            };
+        }
+        match (p.ta, p.tb) {
+            (false, true) => run!(gemm_nt_kernel),
+            (false, false) => run!(gemm_nn_kernel),
+            (true, false) => run!(gemm_tn_kernel),
+            (true, true) => run!(gemm_tt_kernel),
+        }
+    }
+
     /// `a·bᵀ` in the CPU interpreter (`a` `[m, k]`, `b` `[n, k]`, row-major).
     pub fn gemm_nt_cpu<T: Elem>(a: &[T], b: &[T], m: usize, n: usize, k: usize) -> Vec<T> {
         assert_eq!(a.len(), m * k, "gemm_nt: a holds {} elements, not {m}×{k}", a.len());
         assert_eq!(b.len(), n * k, "gemm_nt: b holds {} elements, not {n}×{k}", b.len());
         let mut c = vec![T::default(); m * n];
         let e = Epi::NONE;
-        gemm_nt_kernel::cpu(default_config(m, n), a, b, &mut c, &[], &[], m, n, k, 1, k, k, n, 0, 0, 0, e.alpha, e.beta, e.flags());
+        launch_plan_cpu(default_config(m, n), &Plan::nt(m, n, k), a, b, &mut c, &[], &[], e);
         c
     }
 }

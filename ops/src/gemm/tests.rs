@@ -20,7 +20,7 @@ fn check<T: Elem>(m: usize, n: usize, k: usize) {
     let e = Epi::NONE;
     for cfg in 0..gemm_nt_kernel::CONFIGS.len() {
         let mut c = poisoned::<T>(m * n);
-        gemm_nt_kernel::cpu(cfg, &a, &b, &mut c, &[], &[], m, n, k, 1, k, k, n, 0, 0, 0, e.alpha, e.beta, e.flags());
+        launch_plan_cpu(cfg, &Plan::nt(m, n, k), &a, &b, &mut c, &[], &[], e);
         assert_close(&c, &want, &format!("gemm_nt<{}> {m}×{n}×{k} cfg={cfg} (seed {seed})", T::NAME));
     }
 }
@@ -71,7 +71,7 @@ fn every_fused_epilogue_matches_float64() {
                 .collect();
             for cfg in [0, 2] {
                 let mut c = old.clone();
-                gemm_nt_kernel::cpu(cfg, &a, &b, &mut c, bias_data, &residual, m, n, k, 1, k, k, n, 0, 0, 0, e.alpha, e.beta, e.flags());
+                launch_plan_cpu(cfg, &Plan::nt(m, n, k), &a, &b, &mut c, bias_data, &residual, e);
                 assert_close(&c, &want, &format!("gemm_nt {e:?} cfg={cfg} (seed {seed})"));
             }
         }
@@ -139,18 +139,7 @@ fn every_layout_and_batch_matches_float64() {
             assert_eq!((p.ta, p.tb, p.batch, p.m, p.n, p.k), (ta, tb, batch, m, n, k));
             for cfg in [0, 2] {
                 let mut c = poisoned::<bf16>(batch * m * n);
-                let ([lda, ldb, ldc], [s_a, s_b, s_c]) = (p.ld, p.stride);
-                macro_rules! run {
-                    ($kernel:ident) => {
-                        $kernel::cpu(cfg, &sa, &sb, &mut c, &bias, &[], m, n, k, batch, lda, ldb, ldc, s_a, s_b, s_c, e.alpha, e.beta, e.flags())
-                    };
-                }
-                match (ta, tb) {
-                    (false, true) => run!(gemm_nt_kernel),
-                    (false, false) => run!(gemm_nn_kernel),
-                    (true, false) => run!(gemm_tn_kernel),
-                    (true, true) => run!(gemm_tt_kernel),
-                }
+                launch_plan_cpu(cfg, &p, &sa, &sb, &mut c, &bias, &[], e);
                 assert_close(&c, &want, &format!("gemm ta={ta} tb={tb} shared b={shared} cfg={cfg} (seed {seed})"));
             }
         }
@@ -166,5 +155,18 @@ fn plans_name_what_does_not_fit() {
     assert!(err((&[4, 5], false), (&[5, 7], false), &[2, 2, 4, 7]).contains("[batch, m, n]"));
     // A [k, m] used transposed, B [n, k] used transposed, batched C with shared operands.
     let p = plan_shapes((&[5, 4], true), (&[7, 5], true), &[2, 4, 7]).unwrap();
-    assert_eq!((p.m, p.n, p.k, p.batch, p.ld, p.stride), (4, 7, 5, 2, [4, 5, 7], [0, 0, 28]));
+    assert_eq!((p.m, p.n, p.k, p.batch, p.ld, p.stride), (4, 7, 5, 2, [4, 5, 7], [0, 0, 28, 0]));
+}
+
+#[test]
+fn plans_that_reach_past_a_tensor_are_refused() {
+    let p = Plan { m: 4, n: 3, k: 5, batch: 2, ld: [5, 5, 6], stride: [0, 15, 3, 3], ta: false, tb: true };
+    let e = Epi { bias: Bias::PerColumn, ..Epi::NONE };
+    // c: (2 − 1)·3 + (4 − 1)·6 + 3 = 24 elements; bias (2 − 1)·3 + 3 = 6.
+    assert!(p.check(e, [20, 30, 24, 6, 0]).is_ok());
+    assert!(p.check(e, [20, 30, 23, 6, 0]).unwrap_err().to_string().contains("c as 2 matrices"));
+    assert!(p.check(e, [20, 30, 24, 5, 0]).unwrap_err().to_string().contains("bias"));
+    assert!(p.check(e, [19, 30, 24, 6, 0]).unwrap_err().to_string().contains("a as 2"));
+    let narrow = Plan { ld: [4, 5, 6], ..p };
+    assert!(narrow.check(e, [100, 100, 100, 100, 0]).is_err(), "a row stride below the row length overlaps rows");
 }

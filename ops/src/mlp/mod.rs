@@ -13,7 +13,7 @@
 mod host {
     use crate::check::matrix;
     use crate::dual_gemm::{dual_gemm, dual_gemm_cpu};
-    use crate::gemm::{gemm_nt, gemm_nt_cpu, gemm_nt_fused, gemm_nt_kernel, Act, Epi, Epilogue};
+    use crate::gemm::{gemm_nt, gemm_nt_cpu, gemm_nt_fused, launch_plan_cpu, Act, Epi, Epilogue, Plan};
     use rustile::Elem;
     use rustile_host::{Error, Gpu, Result, Tensor};
 
@@ -60,7 +60,7 @@ mod host {
         let mut hidden = vec![T::default(); rows * d_ff];
         let e = Epi { act, ..Epi::NONE };
         let cfg = crate::gemm::default_config(rows, d_ff);
-        gemm_nt_kernel::cpu(cfg, x, w1, &mut hidden, &[], &[], rows, d_ff, d_model, 1, d_model, d_model, d_ff, 0, 0, 0, e.alpha, e.beta, e.flags());
+        launch_plan_cpu(cfg, &Plan::nt(rows, d_ff, d_model), x, w1, &mut hidden, &[], &[], e);
         gemm_nt_cpu(&hidden, w2, rows, d_model, d_ff)
     }
 
