@@ -148,8 +148,38 @@ fn source_files(root: &Path, dirs: &[&str]) -> Vec<(String, PathBuf)> {
     out
 }
 
+/// The code of a Rust source without what cannot change a kernel: `//`
+/// comments (docs included), indentation and blank lines. So a doc edit
+/// leaves a tuned table current, and any code edit makes it stale.
+fn code_only(text: &str) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        // Cut at the first `//` outside a string literal (`'"'` is a char,
+        // not a quote; an escaped quote does not end a string).
+        let (mut in_str, mut prev, mut cut) = (false, '\0', line.len());
+        let chars: Vec<(usize, char)> = line.char_indices().collect();
+        for (i, &(at, c)) in chars.iter().enumerate() {
+            match c {
+                '"' if prev != '\\' && !(prev == '\'' && chars.get(i + 1).is_some_and(|&(_, n)| n == '\'')) => in_str = !in_str,
+                '/' if !in_str && prev == '/' => {
+                    cut = at - 1;
+                    break;
+                }
+                _ => {}
+            }
+            prev = if prev == '\\' && c == '\\' { '\0' } else { c };
+        }
+        let code = line[..cut].trim();
+        if !code.is_empty() {
+            out.push_str(code);
+            out.push('\n');
+        }
+    }
+    out
+}
+
 /// `pub const SOURCE_HASHES`: (op, first 12 hex digits of the SHA-256 of its
-/// sources' names and contents).
+/// sources' names and code, `code_only`).
 fn source_hashes(root: &Path) -> String {
     use sha2::{Digest, Sha256};
     let mut code = String::from("/// (tuned op, hash of the sources its kernels are built from)\npub const SOURCE_HASHES: &[(&str, &str)] = &[\n");
@@ -157,7 +187,8 @@ fn source_hashes(root: &Path) -> String {
         let mut h = Sha256::new();
         for (name, path) in source_files(root, &[DSL_SOURCES, dirs].concat()) {
             h.update(name.as_bytes());
-            h.update(std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display())));
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+            h.update(code_only(&text).as_bytes());
         }
         let hex: String = h.finalize().iter().take(6).map(|b| format!("{b:02x}")).collect();
         let _ = writeln!(code, "    ({op:?}, {hex:?}),");

@@ -93,9 +93,9 @@ where
     }
 }
 
-/// One GEMM operand as the kernels see it: the matrix's base, its row
-/// stride (elements) and whether it is stored with `k` as the row index
-/// (A `[k, m]`, B `[k, n]`) rather than as the column (A `[m, k]`, B `[n, k]`).
+/// One GEMM operand as the kernels see it: the matrix's base and its row
+/// stride (elements). Whether it is stored with `k` as the row index (A
+/// `[k, m]`, B `[k, n]`) or as the column is [`mainloop`]'s `TA` / `TB`.
 #[derive(Clone, Copy)]
 pub struct Operand<T> {
     pub ptr: Ptr<T>,
