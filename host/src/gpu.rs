@@ -350,21 +350,21 @@ impl Gpu {
             None => {
                 let name = CString::new(kernel)
                     .map_err(|_| Error::Launch { kernel: kernel.into(), msg: "name contains NUL".into() })?;
-                let mut found = Err(Error::Launch {
-                    kernel: kernel.into(),
-                    msg: format!("no such kernel in the {} images of `{}` (rebuild with `cargo xtask build`?)", module.arch, module.crate_name),
-                });
+                let mut found = None;
                 for &m in &module.handles {
                     match unsafe { result::module::get_function(m, name.clone()) } {
                         Ok(handle) => {
-                            found = Ok(handle);
+                            found = Some(handle);
                             break;
                         }
                         Err(e) if e.0 == CUresult::CUDA_ERROR_NOT_FOUND => {}
                         Err(e) => return Err(Error::Launch { kernel: kernel.into(), msg: describe(e) }),
                     }
                 }
-                let handle = found?;
+                let handle = found.ok_or_else(|| Error::Launch {
+                    kernel: kernel.into(),
+                    msg: format!("no such kernel in the {} images of `{}` (rebuild with `cargo xtask build`?)", module.arch, module.crate_name),
+                })?;
                 Func { handle, smem_allowed: DEFAULT_SMEM }
             }
         };

@@ -1,0 +1,323 @@
+//! The host API of the GEMM: shapes and layouts checked into a [`Plan`],
+//! the config chosen (tuned table, else `default_config`), the launch.
+//! Host-only: editing it changes no kernel and leaves tuned tables current.
+use super::*;
+use crate::check::{expect_shape, matrix};
+use rustile_host::{Error, Gpu, Result, Tensor};
+
+pub(crate) fn check_dtype<T: Elem>(op: &str) -> Result<()> {
+    if !matches!(T::KIND, Kind::Bf16 | Kind::F16) {
+        return Err(Error::DType(format!("{op} takes bf16 or f16 operands, not {}", T::NAME)));
+    }
+    Ok(())
+}
+
+/// `(m, n, k)` of `c = a·bᵀ` for 2-D row-major `a` `[m, k]`, `b` `[n, k]`
+/// and `c` `[m, n]`, or an error naming what does not fit.
+pub(crate) fn gemm_shape<T: Elem>(a: &Tensor<T>, b: &Tensor<T>, c: &Tensor<T>) -> Result<(usize, usize, usize)> {
+    let (m, k) = matrix("a", a)?;
+    let (n, kb) = matrix("b", b)?;
+    if kb != k {
+        return Err(Error::Shape(format!("a is [{m}, {k}] and b is [{n}, {kb}]: their inner dimensions differ")));
+    }
+    expect_shape("c", c, &[m, n])?;
+    Ok((m, n, k))
+}
+
+/// A GEMM operand: a tensor used as stored, or transposed (`w.t()`), in
+/// the way `x @ w.T` reads in PyTorch. A 3-D tensor is a batch of
+/// matrices; a 2-D one is shared by every matrix of a batched product.
+#[derive(Clone, Copy)]
+pub struct Mat<'a, T> {
+    tensor: &'a Tensor<T>,
+    transposed: bool,
+}
+
+impl<'a, T> From<&'a Tensor<T>> for Mat<'a, T> {
+    fn from(tensor: &'a Tensor<T>) -> Self {
+        Mat { tensor, transposed: false }
+    }
+}
+
+/// `t.t()`: the transpose of a (batch of) matrices, as a GEMM operand.
+pub trait Transpose<T> {
+    fn t(&self) -> Mat<'_, T>;
+}
+impl<T> Transpose<T> for Tensor<T> {
+    fn t(&self) -> Mat<'_, T> {
+        Mat { tensor: self, transposed: true }
+    }
+}
+
+/// Everything a `gemm_*_kernel` launch takes besides the tensors: the
+/// operands as strided views, so that ops built on the GEMM (grouped
+/// heads, padded hidden layers) can launch it on parts of tensors.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Plan {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub batch: usize,
+    /// Row strides of A, B and C (the residual has C's layout).
+    pub ld: [usize; 3],
+    /// Batch strides of A, B, C and the bias (0: shared by the batch).
+    pub stride: [usize; 4],
+    /// A stored `[k, m]`; B stored `[n, k]` (the kernels' `TA`, `TB`).
+    pub ta: bool,
+    pub tb: bool,
+}
+
+impl Plan {
+    /// One row-major `C = A·Bᵀ`: A `[m, k]`, B `[n, k]`, C `[m, n]`.
+    pub fn nt(m: usize, n: usize, k: usize) -> Plan {
+        Plan { m, n, k, batch: 1, ld: [k, k, n], stride: [0; 4], ta: false, tb: true }
+    }
+
+    /// Every element the plan reads or writes lies inside its tensor
+    /// (given their lengths), or an error naming the first that does not.
+    pub fn check(&self, epi: Epi, [a, b, c, bias, residual]: [usize; 5]) -> Result<()> {
+        let (m, n, k) = (self.m, self.n, self.k);
+        // (what, rows, cols, row stride, batch stride, length)
+        let a_dims = if self.ta { (k, m) } else { (m, k) };
+        let b_dims = if self.tb { (n, k) } else { (k, n) };
+        let mut views = vec![
+            ("a", a_dims.0, a_dims.1, self.ld[0], self.stride[0], a),
+            ("b", b_dims.0, b_dims.1, self.ld[1], self.stride[1], b),
+            ("c", m, n, self.ld[2], self.stride[2], c),
+        ];
+        match epi.bias {
+            Bias::PerColumn => views.push(("bias", 1, n, n, self.stride[3], bias)),
+            Bias::PerRow => views.push(("bias", 1, m, m, self.stride[3], bias)),
+            Bias::None => {}
+        }
+        if epi.residual {
+            views.push(("residual", m, n, self.ld[2], self.stride[2], residual));
+        }
+        for (what, rows, cols, ld, stride, len) in views {
+            if rows == 0 || cols == 0 || self.batch == 0 {
+                continue;
+            }
+            let end = (self.batch - 1) * stride + (rows - 1) * ld + cols;
+            if ld < cols || end > len {
+                return Err(Error::Shape(format!(
+                    "gemm: {what} as {} matrices of {rows}×{cols} (row stride {ld}, batch stride {stride}) needs {end} elements; it has {len}",
+                    self.batch
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The [`Plan`] of `c = op(a)·op(b)`: `c` is `[m, n]` or `[batch, m, n]`,
+/// `op(a)` `[m, k]` and `op(b)` `[k, n]`, each 2-D or with c's batch.
+fn plan<T: Elem>(a: Mat<T>, b: Mat<T>, c: &Tensor<T>) -> Result<Plan> {
+    expect_shape("c", c, c.shape())?;
+    expect_shape("a", a.tensor, a.tensor.shape())?;
+    expect_shape("b", b.tensor, b.tensor.shape())?;
+    plan_shapes((a.tensor.shape(), a.transposed), (b.tensor.shape(), b.transposed), c.shape())
+}
+
+/// [`plan`] from the shapes as stored (and whether each operand is transposed).
+pub(crate) fn plan_shapes((a, ta): (&[usize], bool), (b, tb): (&[usize], bool), c: &[usize]) -> Result<Plan> {
+    let (batch, m, n) = match *c {
+        [m, n] => (1, m, n),
+        [batch, m, n] => (batch, m, n),
+        _ => return Err(Error::Shape(format!("c must be [m, n] or [batch, m, n]; it has shape {c:?}"))),
+    };
+    // (rows, cols) as stored, and the batch stride (0: shared).
+    let stored = |what: &str, shape: &[usize]| match *shape {
+        [r, c] => Ok((r, c, 0)),
+        [bt, r, c] if bt == batch => Ok((r, c, r * c)),
+        _ => Err(Error::Shape(format!("{what} has shape {shape:?}: expected 2-D, or 3-D with c's batch of {batch}"))),
+    };
+    let (ar, ac, sa) = stored("a", a)?;
+    let (br, bc, sb) = stored("b", b)?;
+    let ((am, ak), (bk, bn)) = (if ta { (ac, ar) } else { (ar, ac) }, if tb { (bc, br) } else { (br, bc) });
+    if am != m || bn != n || ak != bk {
+        let t = |x: bool| if x { "ᵀ" } else { "" };
+        return Err(Error::Shape(format!(
+            "a{} is [{am}, {ak}] and b{} is [{bk}, {bn}]: c must be [{am}, {bn}] and the inner dimensions equal; c is [{m}, {n}]",
+            t(ta),
+            t(tb)
+        )));
+    }
+    Ok(Plan { m, n, k: ak, batch, ld: [ac, bc, n], stride: [sa, sb, m * n, 0], ta, tb })
+}
+
+/// A fused epilogue for [`gemm_nt_fused`]: `act(α·a·bᵀ + bias) + residual + β·c`.
+///
+/// ```ignore
+/// let epi = Epilogue::new().bias_per_column(&b1).act(Act::GeluTanh).residual(&x);
+/// gemm_nt_fused(&gpu, &x, &w1, &mut y, &epi)?;
+/// ```
+#[derive(Clone, Copy)]
+pub struct Epilogue<'a, T> {
+    alpha: f32,
+    beta: f32,
+    act: Act,
+    bias: Option<(Bias, &'a Tensor<T>)>,
+    residual: Option<&'a Tensor<T>>,
+}
+
+impl<'a, T: Elem> Default for Epilogue<'a, T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<'a, T: Elem> Epilogue<'a, T> {
+    /// Plain `c = a·bᵀ`.
+    pub fn new() -> Self {
+        let e = Epi::NONE;
+        Epilogue { alpha: e.alpha, beta: e.beta, act: e.act, bias: None, residual: None }
+    }
+    /// Adds `bias[col]` to every row (`bias` is `[n]`).
+    pub fn bias_per_column(self, bias: &'a Tensor<T>) -> Self {
+        Epilogue { bias: Some((Bias::PerColumn, bias)), ..self }
+    }
+    /// Adds `bias[row]` to every column (`bias` is `[m]`).
+    pub fn bias_per_row(self, bias: &'a Tensor<T>) -> Self {
+        Epilogue { bias: Some((Bias::PerRow, bias)), ..self }
+    }
+    pub fn act(self, act: Act) -> Self {
+        Epilogue { act, ..self }
+    }
+    /// Adds `residual` (`[m, n]`) after the activation.
+    pub fn residual(self, residual: &'a Tensor<T>) -> Self {
+        Epilogue { residual: Some(residual), ..self }
+    }
+    /// Scales the product by `alpha` (before the bias).
+    pub fn scale(self, alpha: f32) -> Self {
+        Epilogue { alpha, ..self }
+    }
+    /// Adds `beta` times c's previous contents.
+    pub fn accumulate(self, beta: f32) -> Self {
+        Epilogue { beta, ..self }
+    }
+    /// The bias tensor, if any.
+    pub fn bias(&self) -> Option<&'a Tensor<T>> {
+        self.bias.map(|(_, t)| t)
+    }
+    /// What the kernel is told.
+    pub fn epi(&self) -> Epi {
+        let bias = self.bias.map_or(Bias::None, |(kind, _)| kind);
+        Epi { alpha: self.alpha, beta: self.beta, bias, act: self.act, residual: self.residual.is_some() }
+    }
+}
+
+/// `c = epilogue(op(a)·op(b))` on the GPU, in one kernel: `a` is
+/// `[m, k]` or `x.t()` of a `[k, m]` tensor, `b` is `[k, n]` or `w.t()`
+/// of an `[n, k]` weight, `c` is `[m, n]`; with a leading batch
+/// dimension on `c` (and on `a` or `b`, else they are shared) it is a
+/// batched product. Every dimension may be any size.
+///
+/// ```ignore
+/// gemm(&gpu, &x, w.t(), &mut y, &Epilogue::new().bias_per_column(&bias))?; // y = x·wᵀ + bias
+/// gemm(&gpu, x.t(), &dy, &mut dw, &Epilogue::new())?;                        // dw = xᵀ·dy
+/// ```
+pub fn gemm<'a, T: Elem>(gpu: &Gpu, a: impl Into<Mat<'a, T>>, b: impl Into<Mat<'a, T>>, c: &mut Tensor<T>, epi: &Epilogue<T>) -> Result<()> {
+    gemm_on(gpu, None, a.into(), b.into(), c, epi)
+}
+
+/// `c = a·bᵀ` on the GPU: `a` `[m, k]`, `b` `[n, k]`, `c` `[m, n]`.
+pub fn gemm_nt<T: Elem>(gpu: &Gpu, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<T>) -> Result<()> {
+    gemm(gpu, a, b.t(), c, &Epilogue::new())
+}
+
+/// `c = act(α·a·bᵀ + bias) + residual + β·c` on the GPU, in one kernel.
+pub fn gemm_nt_fused<T: Elem>(gpu: &Gpu, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<T>, epi: &Epilogue<T>) -> Result<()> {
+    gemm(gpu, a, b.t(), c, epi)
+}
+
+/// `gemm_nt_fused` with config `cfg` of `gemm_nt_kernel::CONFIGS` (for tests, sweeps and the tuner).
+pub fn gemm_nt_with_config<T: Elem>(gpu: &Gpu, cfg: usize, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<T>, epi: &Epilogue<T>) -> Result<()> {
+    gemm_with_config(gpu, cfg, a, b.t(), c, epi)
+}
+
+/// [`gemm`] with config `cfg` of `gemm_nt_kernel::CONFIGS`.
+pub fn gemm_with_config<'a, T: Elem>(gpu: &Gpu, cfg: usize, a: impl Into<Mat<'a, T>>, b: impl Into<Mat<'a, T>>, c: &mut Tensor<T>, epi: &Epilogue<T>) -> Result<()> {
+    gemm_on(gpu, Some(cfg), a.into(), b.into(), c, epi)
+}
+
+/// [`gemm`] with config `cfg`, else the tuned one: the whole tensors' shapes
+/// checked (a bias of exactly `[n]` or `[m]`, a residual of c's shape), then
+/// [`launch_plan`].
+fn gemm_on<T: Elem>(gpu: &Gpu, cfg: Option<usize>, a: Mat<T>, b: Mat<T>, c: &mut Tensor<T>, epi: &Epilogue<T>) -> Result<()> {
+    let p = plan(a, b, c)?;
+    match epi.bias {
+        Some((Bias::PerRow, t)) => expect_shape("bias", t, &[p.m])?,
+        Some((_, t)) => expect_shape("bias", t, &[p.n])?,
+        None => {}
+    }
+    if let Some(t) = epi.residual {
+        expect_shape("residual", t, c.shape())?;
+    }
+    launch_plan(gpu, cfg, &p, a.tensor, b.tensor, c, epi)
+}
+
+/// Launches the `gemm_*_kernel` of `p`'s layout on views of whole
+/// tensors (config `cfg`, else the tuned one), after checking that every
+/// view lies inside its tensor.
+pub fn launch_plan<T: Elem>(gpu: &Gpu, cfg: Option<usize>, p: &Plan, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<T>, epi: &Epilogue<T>) -> Result<()> {
+    check_dtype::<T>("gemm")?;
+    let e = epi.epi();
+    // Unused operands are placeholders the kernel never reads.
+    let bias = epi.bias.map_or(a, |(_, t)| t);
+    let residual = epi.residual.unwrap_or(a);
+    for (what, t) in [("a", a), ("b", b), ("bias", bias), ("residual", residual)].into_iter().chain([("c", &*c)]) {
+        if !t.is_contiguous() {
+            return Err(Error::Shape(format!("gemm: {what} must be contiguous; its strides are {:?}", t.strides())));
+        }
+    }
+    p.check(e, [a.numel(), b.numel(), c.numel(), bias.numel(), residual.numel()])?;
+    // Every layout shares gemm_nt's config space and tuned table.
+    let cfg = cfg.unwrap_or_else(|| {
+        crate::tune::config(gpu.compute_capability(), "gemm_nt", gemm_nt_kernel::CONFIGS, &[p.m, p.n, p.k], || default_config(p.m * p.batch, p.n))
+    });
+    let (m, n, k, batch) = (p.m, p.n, p.k, p.batch);
+    let ([lda, ldb, ldc], [sa, sb, sc, sbias]) = (p.ld, p.stride);
+    macro_rules! launch {
+        ($kernel:ident) => {
+            $kernel::launch(gpu, cfg, a, b, c, bias, residual, m, n, k, batch, lda, ldb, ldc, sa, sb, sc, sbias, e.alpha, e.beta, e.flags())
+        };
+    }
+    match (p.ta, p.tb) {
+        (false, true) => launch!(gemm_nt_kernel),
+        (false, false) => launch!(gemm_nn_kernel),
+        (true, false) => launch!(gemm_tn_kernel),
+        (true, true) => launch!(gemm_tt_kernel),
+    }
+}
+
+/// [`launch_plan`] in the CPU interpreter, on slices (`bias` and
+/// `residual` may be empty where `epi` does not use them).
+#[allow(clippy::too_many_arguments)]
+pub fn launch_plan_cpu<T: Elem>(cfg: usize, p: &Plan, a: &[T], b: &[T], c: &mut [T], bias: &[T], residual: &[T], epi: Epi) {
+    if let Err(e) = p.check(epi, [a.len(), b.len(), c.len(), bias.len(), residual.len()]) {
+        panic!("{e}");
+    }
+    let (m, n, k, batch) = (p.m, p.n, p.k, p.batch);
+    let ([lda, ldb, ldc], [sa, sb, sc, sbias]) = (p.ld, p.stride);
+    macro_rules! run {
+        ($kernel:ident) => {
+            $kernel::cpu(cfg, a, b, c, bias, residual, m, n, k, batch, lda, ldb, ldc, sa, sb, sc, sbias, epi.alpha, epi.beta, epi.flags())
+        };
+    }
+    match (p.ta, p.tb) {
+        (false, true) => run!(gemm_nt_kernel),
+        (false, false) => run!(gemm_nn_kernel),
+        (true, false) => run!(gemm_tn_kernel),
+        (true, true) => run!(gemm_tt_kernel),
+    }
+}
+
+/// `a·bᵀ` in the CPU interpreter (`a` `[m, k]`, `b` `[n, k]`, row-major).
+pub fn gemm_nt_cpu<T: Elem>(a: &[T], b: &[T], m: usize, n: usize, k: usize) -> Vec<T> {
+    assert_eq!(a.len(), m * k, "gemm_nt: a holds {} elements, not {m}×{k}", a.len());
+    assert_eq!(b.len(), n * k, "gemm_nt: b holds {} elements, not {n}×{k}", b.len());
+    let mut c = vec![T::default(); m * n];
+    let e = Epi::NONE;
+    launch_plan_cpu(default_config(m, n), &Plan::nt(m, n, k), a, b, &mut c, &[], &[], e);
+    c
+}
