@@ -115,16 +115,28 @@ fn norms_match_float64() {
     norm_case::<f32>(&gpu, 4, 5000, 1000.0, true);
 }
 
+/// Every config of every GEMM kernel that takes A `[m, k]`, B `[n, k]`
+/// on this GPU (the wgmma kernel's only on sm_90a, said when skipped).
+fn nt_configs(gpu: &Gpu) -> Vec<gemm::Config> {
+    let mut configs: Vec<gemm::Config> = (0..gemm::gemm_nt_kernel::CONFIGS.len()).map(gemm::Config::Mma).collect();
+    if gemm::gemm_wgmma_kernel::supported(gpu) {
+        configs.extend((0..gemm::gemm_wgmma_kernel::CONFIGS.len()).map(gemm::Config::Wgmma));
+    } else {
+        eprintln!("skipping the wgmma GEMM kernel: {} is not sm_90a", gpu.name());
+    }
+    configs
+}
+
 fn gemm_case<T: Elem>(gpu: &Gpu, m: usize, n: usize, k: usize) {
     let (mut rng, seed) = rng();
     let a: Vec<T> = normal(&mut rng, m * k, 0.0, 1.0);
     let b: Vec<T> = normal(&mut rng, n * k, 0.0, 1.0);
     let (da, db) = (up(gpu, &a, &[m, k]), up(gpu, &b, &[n, k]));
     let want = reference::matmul_nt(&wide(&a), &wide(&b), m, n, k);
-    for cfg in 0..gemm::gemm_nt_kernel::CONFIGS.len() {
+    for cfg in nt_configs(gpu) {
         let mut c = poisoned::<T>(gpu, &[m, n]);
         gemm::gemm_nt_with_config(gpu, cfg, &da, &db, &mut c, &gemm::Epilogue::new()).unwrap();
-        assert_close(&gpu.download(&c).unwrap(), &want, &format!("gemm_nt<{}> {m}×{n}×{k} cfg={cfg} (seed {seed})", T::NAME));
+        assert_close(&gpu.download(&c).unwrap(), &want, &format!("gemm_nt<{}> {m}×{n}×{k} {cfg:?} (seed {seed})", T::NAME));
     }
 }
 
@@ -158,13 +170,16 @@ fn gemm_layouts_and_batches_match_float64() {
             let (a_mk, a_km) = (up(&gpu, &a, &[batch, m, k]), up(&gpu, &testing::transpose(&a, batch, m, k), &[batch, k, m]));
             let b = &b[..nb * n * k];
             let (b_nk, b_kn) = (up(&gpu, b, &lead(n, k)), up(&gpu, &testing::transpose(b, nb, n, k), &lead(k, n)));
-            for cfg in 0..gemm::gemm_nt_kernel::CONFIGS.len() {
+            for cfg in nt_configs(&gpu) {
                 for (ta, tb) in [(false, true), (false, false), (true, false), (true, true)] {
+                    if matches!(cfg, gemm::Config::Wgmma(_)) && (ta, tb) != (false, true) {
+                        continue; // the wgmma kernel takes A [m, k] and B [n, k] only
+                    }
                     let mut c = poisoned::<bf16>(&gpu, &[batch, m, n]);
                     let a = if ta { a_km.t() } else { (&a_mk).into() };
                     let b = if tb { b_nk.t() } else { (&b_kn).into() };
                     gemm::gemm_with_config(&gpu, cfg, a, b, &mut c, &epi).unwrap();
-                    let what = format!("gemm ta={ta} tb={tb} {batch}×{m}×{n}×{k} shared b={shared} cfg={cfg} (seed {seed})");
+                    let what = format!("gemm ta={ta} tb={tb} {batch}×{m}×{n}×{k} shared b={shared} {cfg:?} (seed {seed})");
                     assert_close(&gpu.download(&c).unwrap(), &want, &what);
                 }
             }
@@ -281,10 +296,10 @@ fn gemm_epilogues_match_float64() {
     let e = fused.epi();
     let want: Vec<f64> =
         (0..m * n).map(|i| reference::epilogue(&e, ab[i], bias[i % n].to_f32() as f64, res[i].to_f32() as f64, old[i].to_f32() as f64)).collect();
-    for cfg in 0..gemm::gemm_nt_kernel::CONFIGS.len() {
+    for cfg in nt_configs(&gpu) {
         let mut c = up(&gpu, &old, &[m, n]);
         gemm::gemm_nt_with_config(&gpu, cfg, &da, &db, &mut c, &fused).unwrap();
-        assert_close(&gpu.download(&c).unwrap(), &want, &format!("gemm_nt {e:?} cfg={cfg} (seed {seed})"));
+        assert_close(&gpu.download(&c).unwrap(), &want, &format!("gemm_nt {e:?} {cfg:?} (seed {seed})"));
     }
     let cap = 6.0;
     let want: Vec<f64> = ab.iter().map(|x| cap * (x / cap).tanh()).collect();

@@ -154,12 +154,23 @@ fn bench<T: Elem>(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, op: &str, s
                 }
                 rows.push(row(RUSTILE, measure(gpu, mcfg, || gemm::gemm_nt(gpu, &da, &db, &mut c))?, flops, bytes));
                 rows.extend(cublas.map(|stats| row("cublas", stats, flops, bytes)));
+                let plan = gemm::Plan::nt(m, n, k);
+                if gemm::choose(gpu, &plan) != gemm::Config::Mma(gemm::mma_config(gpu, &plan)) {
+                    // The sm_80 path on this GPU too, for comparison.
+                    let mma = gemm::Config::Mma(gemm::mma_config(gpu, &plan));
+                    let stats = measure(gpu, mcfg, || gemm::gemm_nt_with_config(gpu, mma, &da, &db, &mut c, &gemm::Epilogue::new()))?;
+                    rows.push(row(&format!("{RUSTILE} mma.sync"), stats, flops, bytes));
+                }
                 let stats = measure(gpu, mcfg, || gemm::gemm_nt_fused(gpu, &da, &db, &mut c, &epi))?;
                 rows.push(row(&format!("{RUSTILE} +bias+silu+residual"), stats, flops, bytes + (n + m * n) as f64 * size));
                 if sweep {
-                    for (i, cf) in gemm::gemm_nt_kernel::CONFIGS.iter().enumerate() {
-                        let stats = measure(gpu, mcfg, || gemm::gemm_nt_with_config(gpu, i, &da, &db, &mut c, &gemm::Epilogue::new()))?;
-                        rows.push(row(&format!("{RUSTILE} cfg={}", cf.name), stats, flops, bytes));
+                    let mma = gemm::gemm_nt_kernel::CONFIGS.iter().enumerate().map(|(i, cf)| (gemm::Config::Mma(i), cf.name));
+                    let wgmma = gemm::gemm_wgmma_kernel::CONFIGS.iter().enumerate().map(|(i, cf)| (gemm::Config::Wgmma(i), cf.name));
+                    let on_this_gpu = if gemm::gemm_wgmma_kernel::supported(gpu) { wgmma.len() } else { 0 };
+                    for (cfg, name) in mma.chain(wgmma.take(on_this_gpu)) {
+                        let stats = measure(gpu, mcfg, || gemm::gemm_nt_with_config(gpu, cfg, &da, &db, &mut c, &gemm::Epilogue::new()))?;
+                        let path = if matches!(cfg, gemm::Config::Wgmma(_)) { "wgmma" } else { "mma.sync" };
+                        rows.push(row(&format!("{RUSTILE} {path} cfg={name}"), stats, flops, bytes));
                     }
                 }
             }

@@ -16,7 +16,7 @@ use crate::gemm::{close, cublas_swiglu};
 use crate::harness::{measure_each, shape_str, utc_now, MeasureCfg};
 
 /// The ops the tuner knows, and the kernel each one dispatches to.
-pub const OPS: &[(&str, &str)] = &[("gemm_nt", "gemm_nt_kernel"), ("dual_gemm", "dual_gemm_kernel")];
+pub const OPS: &[(&str, &str)] = &[("gemm_nt", "gemm_nt_kernel"), ("gemm_wgmma", "gemm_wgmma_kernel"), ("dual_gemm", "dual_gemm_kernel")];
 
 /// The representative shapes tuned for `op` (one per bucket): the bench's
 /// suites (square, LLM, skinny) plus the two GEMMs of issue 3's MLP (16k
@@ -70,7 +70,7 @@ fn pruned(gpu: &Gpu, report: Option<&Report>, kernel: &str, c: &KernelConfig, dt
 /// One op at one shape on fresh bf16 inputs, with cuBLAS's answer.
 struct Problem<'a> {
     gpu: &'a Gpu,
-    dual: bool,
+    op: &'a str,
     a: Tensor<bf16>,
     b: Tensor<bf16>,
     b2: Tensor<bf16>,
@@ -79,30 +79,30 @@ struct Problem<'a> {
 }
 
 impl<'a> Problem<'a> {
-    fn new(gpu: &'a Gpu, blas: &Blas, op: &str, [m, n, k]: [usize; 3]) -> Result<Problem<'a>> {
+    fn new(gpu: &'a Gpu, blas: &Blas, op: &'a str, [m, n, k]: [usize; 3]) -> Result<Problem<'a>> {
         let (mut rng, _) = rng();
         let mut fresh = |rows: usize, cols: usize| gpu.upload(&normal::<bf16>(&mut rng, rows * cols, 0.0, 1.0), &[rows, cols]);
         let (a, b, b2) = (fresh(m, k)?, fresh(n, k)?, fresh(n, k)?);
-        let dual = op == "dual_gemm";
         let mut want = gpu.alloc::<bf16>(&[m, n])?;
-        if dual {
+        if op == "dual_gemm" {
             let (mut gate, mut up) = (gpu.alloc::<bf16>(&[m, n])?, gpu.alloc::<bf16>(&[m, n])?);
             cublas_swiglu(gpu, blas, &a, [&b, &b2], [&mut gate, &mut up], &mut want)?;
         } else {
             blas.gemm_nt(&a, &b, &mut want)?;
         }
         let want = wide(&gpu.download(&want)?);
-        Ok(Problem { gpu, dual, a, b, b2, out: gpu.alloc::<bf16>(&[m, n])?, want })
+        Ok(Problem { gpu, op, a, b, b2, out: gpu.alloc::<bf16>(&[m, n])?, want })
     }
 
     /// Runs config `cfg` of the op's kernel once.
     fn run(&mut self, cfg: usize) -> Result<()> {
         let (gpu, c) = (self.gpu, &mut self.out);
-        if self.dual {
-            dual_gemm::dual_gemm_with_config(gpu, cfg, &self.a, &self.b, &self.b2, c)
-        } else {
-            gemm::gemm_nt_with_config(gpu, cfg, &self.a, &self.b, c, &gemm::Epilogue::new())
-        }
+        let cfg = match self.op {
+            "dual_gemm" => return dual_gemm::dual_gemm_with_config(gpu, cfg, &self.a, &self.b, &self.b2, c),
+            "gemm_wgmma" => gemm::Config::Wgmma(cfg),
+            _ => gemm::Config::Mma(cfg),
+        };
+        gemm::gemm_nt_with_config(gpu, cfg, &self.a, &self.b, c, &gemm::Epilogue::new())
     }
 
     /// Runs config `cfg` on a poisoned output and checks every element against cuBLAS.
@@ -116,7 +116,11 @@ impl<'a> Problem<'a> {
 /// Tunes `op` on this GPU: every bucket of `shapes(op, quick)`.
 pub fn tune_op(gpu: &Gpu, blas: &Blas, op: &str, quick: bool) -> Result<OpTable> {
     let (_, kernel) = *OPS.iter().find(|(o, _)| *o == op).expect("ops are checked by the caller");
-    let configs = if op == "dual_gemm" { dual_gemm::dual_gemm_kernel::CONFIGS } else { gemm::gemm_nt_kernel::CONFIGS };
+    let configs = match op {
+        "dual_gemm" => dual_gemm::dual_gemm_kernel::CONFIGS,
+        "gemm_wgmma" => gemm::gemm_wgmma_kernel::CONFIGS,
+        _ => gemm::gemm_nt_kernel::CONFIGS,
+    };
     let image = rustile_host::native_arch(gpu.compute_capability());
     let report = report(&image);
     if report.is_none() {

@@ -19,3 +19,7 @@ pub use mma::*;
 mod ptx;
 #[cfg(target_arch = "nvptx64")]
 pub use ptx::*;
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+mod wgmma;
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+pub use wgmma::*;

@@ -17,6 +17,10 @@
 //! &mut out, n)` (the same program on the CPU interpreter), plus `CONFIGS`
 //! and `DTYPES` tables for tuners and benches.
 //!
+//! `arch = sm_90a` marks a kernel that uses Hopper-only instructions
+//! (`rustile::wgmma`): its entries exist in the sm_90a build only, and
+//! `launch` refuses other GPUs with a message (`supported(gpu)` asks first).
+//!
 //! Names the macro knows: `WARPS` (threads = 32·WARPS), `SMEM` (extra dynamic
 //! shared memory in bytes) and `OCC` (programs that must fit one SM at once;
 //! the device build caps registers at 64K / (threads·OCC), like CUDA's
@@ -49,11 +53,13 @@ struct Args {
     grid: Vec<Expr>,
     dtypes: Vec<Ident>,
     cubins: Option<syn::Path>,
+    /// `Some` for kernels that only exist on sm_90a (`arch = sm_90a`).
+    sm90a: Option<Span>,
 }
 
 impl Parse for Args {
     fn parse(input: ParseStream) -> syn::Result<Self> {
-        let (mut configs, mut grid, mut dtypes, mut cubins) = (None, None, Vec::new(), None);
+        let (mut configs, mut grid, mut dtypes, mut cubins, mut sm90a) = (None, None, Vec::new(), None, None);
         while !input.is_empty() {
             let key: Ident = input.parse()?;
             input.parse::<Token![=]>()?;
@@ -91,8 +97,15 @@ impl Parse for Args {
                     dtypes = Punctuated::<Ident, Token![,]>::parse_terminated(&list)?.into_iter().collect();
                 }
                 "cubins" => cubins = Some(input.parse()?),
+                "arch" => {
+                    let arch: Ident = input.parse()?;
+                    if arch != "sm_90a" {
+                        return Err(Error::new(arch.span(), "the only arch a kernel can require is `sm_90a` (Hopper's wgmma); without `arch` it runs on sm_80 and up"));
+                    }
+                    sm90a = Some(arch.span());
+                }
                 other => {
-                    return Err(Error::new(key.span(), format!("unknown #[kernel] argument `{other}`: expected configs, grid, dtypes or cubins")))
+                    return Err(Error::new(key.span(), format!("unknown #[kernel] argument `{other}`: expected configs, grid, dtypes, arch or cubins")))
                 }
             }
             if !input.is_empty() {
@@ -107,7 +120,7 @@ impl Parse for Args {
         if grid.is_empty() || grid.len() > 3 {
             return Err(Error::new(gkey.span(), "grid has one to three dimensions"));
         }
-        Ok(Args { configs, grid, dtypes, cubins })
+        Ok(Args { configs, grid, dtypes, cubins, sm90a })
     }
 }
 
@@ -277,7 +290,20 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
                 _ => (quote!(), all_types.iter().map(|t| quote!(#t)).collect()),
             };
             let stmts = &body.stmts;
+            // An sm_90a kernel's body uses instructions the other device builds
+            // do not have; the interpreter runs it everywhere.
+            let only_sm90a = if args.sm90a.is_some() {
+                quote!(#[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_90a"))])
+            } else {
+                quote!()
+            };
+            let entry_cfg = if args.sm90a.is_some() {
+                quote!(#[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))])
+            } else {
+                quote!(#[cfg(target_arch = "nvptx64")])
+            };
             bodies.push(quote! {
+                #only_sm90a
                 // Inlined into its GPU entry; on the host it stays one function of the
                 // kernel's crate (inlining tile code across crates trips the const-generics checker).
                 #[cfg_attr(target_arch = "nvptx64", inline(always))]
@@ -290,7 +316,7 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
                 }
             });
             entries.push(quote! {
-                #[cfg(target_arch = "nvptx64")]
+                #entry_cfg
                 #[unsafe(no_mangle)]
                 pub unsafe extern "ptx-kernel" fn #entry_ident(#(#all_idents: #tys),*) {
                     #body_ident(#(#all_idents),*)
@@ -404,6 +430,20 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
         quote!(let which = 0usize;)
     };
     let n_cfg = args.configs.len();
+    let (arch_name, arch_check) = if args.sm90a.is_some() {
+        (
+            quote!("sm_90a"),
+            quote! {
+                if !supported(gpu) {
+                    let (major, minor) = gpu.compute_capability();
+                    return Err(::rustile_host::Error::Launch { kernel: #name_str.into(),
+                        msg: format!("needs an sm_90a GPU (Hopper, compute capability 9.0); this one ({}) is {}.{}", gpu.name(), major, minor) });
+                }
+            },
+        )
+    } else {
+        (quote!("sm_80"), quote!())
+    };
 
     Ok(quote! {
         #(#docs)*
@@ -417,6 +457,14 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
             /// The element types it was built for.
             pub const DTYPES: &[&str] = &[#(#dtype_tags),*];
             const ENTRIES: [&[&str]; #n_cfg] = [#(#launch_names),*];
+            /// The oldest GPU arch with this kernel's entries ("sm_80" or "sm_90a").
+            pub const ARCH: &str = #arch_name;
+
+            /// Whether `gpu` has this kernel's entries.
+            #[cfg(not(target_arch = "nvptx64"))]
+            pub fn supported(gpu: &::rustile_host::Gpu) -> bool {
+                ARCH != "sm_90a" || gpu.compute_capability() == (9, 0)
+            }
 
             #(#cfg_mods)*
 
@@ -436,6 +484,7 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
                     return Err(::rustile_host::Error::Launch { kernel: #name_str.into(), msg: format!("config {} does not exist (there are {})", cfg, CONFIGS.len()) });
                 };
                 #dtype_pick
+                #arch_check
                 let g = grid(cfg, #(#scalar_idents),*);
                 if g.contains(&0) {
                     return Ok(()); // nothing to do: an empty tensor

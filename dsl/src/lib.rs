@@ -45,6 +45,7 @@ pub mod mma;
 mod ptr;
 mod softmax;
 mod tile;
+pub mod wgmma;
 
 pub use backend::{num_programs, program_id};
 pub use elem::{bf16, f16, Elem, Kind, F8E4M3, F8E5M2};

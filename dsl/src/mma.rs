@@ -73,13 +73,14 @@ impl<const M: usize, const N: usize, const K: usize, const TH: usize> MmaShape<M
 }
 
 /// The warp tiling of an `M×N` accumulator on `TH` threads, as constants
-/// (so that every fragment loop has a literal trip count and unrolls).
+/// (so that every fragment loop has a literal trip count and unrolls):
+/// [`warp_grid`], or for `wgmma` (`WG`) a column of warps, 16 rows each.
 #[cfg(target_arch = "nvptx64")]
-struct Warps<const M: usize, const N: usize, const TH: usize>;
+struct Warps<const M: usize, const N: usize, const TH: usize, const WG: bool>;
 #[cfg(target_arch = "nvptx64")]
-impl<const M: usize, const N: usize, const TH: usize> Warps<M, N, TH> {
-    const WM: usize = warp_grid(TH / 32).0;
-    const WN: usize = warp_grid(TH / 32).1;
+impl<const M: usize, const N: usize, const TH: usize, const WG: bool> Warps<M, N, TH, WG> {
+    const WM: usize = if WG { TH / 32 } else { warp_grid(TH / 32).0 };
+    const WN: usize = if WG { 1 } else { warp_grid(TH / 32).1 };
     /// Rows and columns of one warp's piece.
     const TM: usize = M / Self::WM;
     const TN: usize = N / Self::WN;
@@ -108,7 +109,7 @@ pub const fn acc_len(m: usize, n: usize, th: usize) -> usize {
 #[derive(Clone, Copy)]
 pub struct Shared<T, const R: usize, const C: usize, const TH: usize> {
     #[cfg(target_arch = "nvptx64")]
-    base: u32,
+    pub(crate) base: u32,
     #[cfg(not(target_arch = "nvptx64"))]
     base: *mut T,
     _t: core::marker::PhantomData<T>,
@@ -233,7 +234,7 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
 
     /// Element `[row, col]` (interpreter only).
     #[cfg(not(target_arch = "nvptx64"))]
-    fn get(&self, row: usize, col: usize) -> T {
+    pub(crate) fn get(&self, row: usize, col: usize) -> T {
         unsafe { *self.base.add(row * C + col) }
     }
 }
@@ -263,16 +264,18 @@ pub fn sync() {
 
 // ---- the accumulator ---------------------------------------------------------------------
 
-/// An `M×N` block of f32 partial products (see the module docs for its layout).
+/// An `M×N` block of f32 partial products (see the module docs for its
+/// layout). `WG` marks the layout of Hopper's `wgmma` ([`crate::wgmma`]):
+/// warp `w` holds rows `16w..16w+16`, the same 16×8 fragments across them.
 #[derive(Clone, Copy)]
-pub struct Acc<const M: usize, const N: usize, const TH: usize>
+pub struct Acc<const M: usize, const N: usize, const TH: usize, const WG: bool = false>
 where
     [(); acc_len(M, N, TH)]:,
 {
     pub(crate) v: [f32; acc_len(M, N, TH)],
 }
 
-impl<const M: usize, const N: usize, const TH: usize> Acc<M, N, TH>
+impl<const M: usize, const N: usize, const TH: usize, const WG: bool> Acc<M, N, TH, WG>
 where
     [(); acc_len(M, N, TH)]:,
 {
@@ -286,7 +289,7 @@ where
     pub fn map(self, f: impl Fn(usize, usize, f32) -> f32) -> Self {
         let mut v = self.v;
         for (e, x) in v.iter_mut().enumerate() {
-            let (r, c) = acc_pos::<M, N, TH>(e);
+            let (r, c) = acc_pos::<M, N, TH, WG>(e);
             *x = f(r, c, *x);
         }
         Acc { v }
@@ -308,11 +311,11 @@ where
 
 /// Block row and column of this thread's accumulator element `e`.
 #[inline(always)]
-fn acc_pos<const M: usize, const N: usize, const TH: usize>(e: usize) -> (usize, usize) {
+fn acc_pos<const M: usize, const N: usize, const TH: usize, const WG: bool>(e: usize) -> (usize, usize) {
     #[cfg(target_arch = "nvptx64")]
     {
-        let ni_n = Warps::<M, N, TH>::NI;
-        let (row0, col0, lane) = Warps::<M, N, TH>::origin();
+        let ni_n = Warps::<M, N, TH, WG>::NI;
+        let (row0, col0, lane) = Warps::<M, N, TH, WG>::origin();
         let (frag, k) = (e / 4, e % 4);
         let (mi, ni) = (frag / ni_n, frag % ni_n);
         (row0 + mi * 16 + lane / 4 + (k / 2) * 8, col0 + ni * 8 + (lane % 4) * 2 + k % 2)
@@ -469,7 +472,7 @@ where
     let mut v = acc.v;
     #[cfg(target_arch = "nvptx64")]
     {
-        let (mi_n, ni_n) = (Warps::<M, N, TH>::MI, Warps::<M, N, TH>::NI);
+        let (mi_n, ni_n) = (Warps::<M, N, TH, false>::MI, Warps::<M, N, TH, false>::NI);
         let bf16 = T::KIND == crate::Kind::Bf16;
         for mi in 0..mi_n {
             for ni in 0..ni_n {
@@ -518,7 +521,7 @@ where
 /// Stores the accumulator, converted to `T`, into the block pointer's
 /// window; elements outside the tensor are skipped.
 #[inline(always)]
-pub fn store_acc<T: Elem, const M: usize, const N: usize, const TH: usize>(dst: &BlockPtr<T, M, N, TH>, acc: &Acc<M, N, TH>)
+pub fn store_acc<T: Elem, const M: usize, const N: usize, const TH: usize, const WG: bool>(dst: &BlockPtr<T, M, N, TH>, acc: &Acc<M, N, TH, WG>)
 where
     [(); acc_len(M, N, TH)]:,
 {
@@ -530,9 +533,9 @@ where
 /// is computed just before its store, so an `f` that reads other tensors (a
 /// bias, a residual) never holds a whole block of them in registers.
 #[inline(always)]
-pub fn store_acc_with<T: Elem, const M: usize, const N: usize, const TH: usize>(
+pub fn store_acc_with<T: Elem, const M: usize, const N: usize, const TH: usize, const WG: bool>(
     dst: &BlockPtr<T, M, N, TH>,
-    acc: &Acc<M, N, TH>,
+    acc: &Acc<M, N, TH, WG>,
     f: impl Fn(usize, usize, f32) -> f32,
 ) where
     [(); acc_len(M, N, TH)]:,
@@ -545,7 +548,7 @@ pub fn store_acc_with<T: Elem, const M: usize, const N: usize, const TH: usize>(
     #[cfg(target_arch = "nvptx64")]
     if cs == 1 && rs % 2 == 0 && (dst.base.at(0) as usize) % 4 == 0 && core::mem::size_of::<T>() == 2 {
         for e in (0..acc.v.len()).step_by(2) {
-            let (r, c) = acc_pos::<M, N, TH>(e);
+            let (r, c) = acc_pos::<M, N, TH, WG>(e);
             let (row, col) = (dst.offsets[0] + r, dst.offsets[1] + c);
             if row < dst.shape[0] && col + 1 < dst.shape[1] {
                 let pair = T::from_f32_pair(f(r, c, acc.v[e]), f(r, c + 1, acc.v[e + 1]));
@@ -557,7 +560,7 @@ pub fn store_acc_with<T: Elem, const M: usize, const N: usize, const TH: usize>(
         return;
     }
     for (e, x) in acc.v.iter().enumerate() {
-        let (r, c) = acc_pos::<M, N, TH>(e);
+        let (r, c) = acc_pos::<M, N, TH, WG>(e);
         let (row, col) = (dst.offsets[0] + r, dst.offsets[1] + c);
         if row < dst.shape[0] && col < dst.shape[1] {
             let at = row * rs + col * cs;

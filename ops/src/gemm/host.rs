@@ -145,6 +145,40 @@ pub(crate) fn plan_shapes((a, ta): (&[usize], bool), (b, tb): (&[usize], bool), 
     Ok(Plan { m, n, k: ak, batch, ld: [ac, bc, n], stride: [sa, sb, m * n, 0], ta, tb })
 }
 
+/// A GEMM kernel and one of its configs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Config {
+    /// Index into `gemm_nt_kernel::CONFIGS`, shared by the four
+    /// `gemm_{nt,nn,tn,tt}_kernel`s (`mma.sync`, sm_80 and up).
+    Mma(usize),
+    /// Index into `gemm_wgmma_kernel::CONFIGS` (Hopper, sm_90a; A `[m, k]`
+    /// and B `[n, k]` only).
+    Wgmma(usize),
+}
+
+impl From<usize> for Config {
+    fn from(cfg: usize) -> Config {
+        Config::Mma(cfg)
+    }
+}
+
+/// The config a plan runs where none is given: on Hopper the `wgmma`
+/// kernel for the layout it takes, else the `mma.sync` kernels; each from
+/// its tuned table, else its default.
+pub fn choose(gpu: &Gpu, p: &Plan) -> Config {
+    if !p.ta && p.tb && gemm_wgmma_kernel::supported(gpu) {
+        let (cc, shape) = (gpu.compute_capability(), [p.m, p.n, p.k]);
+        return Config::Wgmma(crate::tune::config(cc, "gemm_wgmma", gemm_wgmma_kernel::CONFIGS, &shape, || default_wgmma_config(p.m * p.batch, p.n)));
+    }
+    Config::Mma(mma_config(gpu, p))
+}
+
+/// The `mma.sync` config a plan runs on a GPU without `wgmma` (tuned, else
+/// the default): every layout shares gemm_nt's config space and table.
+pub fn mma_config(gpu: &Gpu, p: &Plan) -> usize {
+    crate::tune::config(gpu.compute_capability(), "gemm_nt", gemm_nt_kernel::CONFIGS, &[p.m, p.n, p.k], || default_config(p.m * p.batch, p.n))
+}
+
 /// A fused epilogue for [`gemm_nt_fused`]: `act(α·a·bᵀ + bias) + residual + β·c`.
 ///
 /// ```ignore
@@ -230,20 +264,28 @@ pub fn gemm_nt_fused<T: Elem>(gpu: &Gpu, a: &Tensor<T>, b: &Tensor<T>, c: &mut T
     gemm(gpu, a, b.t(), c, epi)
 }
 
-/// `gemm_nt_fused` with config `cfg` of `gemm_nt_kernel::CONFIGS` (for tests, sweeps and the tuner).
-pub fn gemm_nt_with_config<T: Elem>(gpu: &Gpu, cfg: usize, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<T>, epi: &Epilogue<T>) -> Result<()> {
+/// `gemm_nt_fused` with config `cfg` (a plain index is an `mma.sync`
+/// config; for tests, sweeps and the tuner).
+pub fn gemm_nt_with_config<T: Elem>(gpu: &Gpu, cfg: impl Into<Config>, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<T>, epi: &Epilogue<T>) -> Result<()> {
     gemm_with_config(gpu, cfg, a, b.t(), c, epi)
 }
 
-/// [`gemm`] with config `cfg` of `gemm_nt_kernel::CONFIGS`.
-pub fn gemm_with_config<'a, T: Elem>(gpu: &Gpu, cfg: usize, a: impl Into<Mat<'a, T>>, b: impl Into<Mat<'a, T>>, c: &mut Tensor<T>, epi: &Epilogue<T>) -> Result<()> {
-    gemm_on(gpu, Some(cfg), a.into(), b.into(), c, epi)
+/// [`gemm`] with config `cfg`.
+pub fn gemm_with_config<'a, T: Elem>(
+    gpu: &Gpu,
+    cfg: impl Into<Config>,
+    a: impl Into<Mat<'a, T>>,
+    b: impl Into<Mat<'a, T>>,
+    c: &mut Tensor<T>,
+    epi: &Epilogue<T>,
+) -> Result<()> {
+    gemm_on(gpu, Some(cfg.into()), a.into(), b.into(), c, epi)
 }
 
 /// [`gemm`] with config `cfg`, else the tuned one: the whole tensors' shapes
 /// checked (a bias of exactly `[n]` or `[m]`, a residual of c's shape), then
 /// [`launch_plan`].
-fn gemm_on<T: Elem>(gpu: &Gpu, cfg: Option<usize>, a: Mat<T>, b: Mat<T>, c: &mut Tensor<T>, epi: &Epilogue<T>) -> Result<()> {
+fn gemm_on<T: Elem>(gpu: &Gpu, cfg: Option<Config>, a: Mat<T>, b: Mat<T>, c: &mut Tensor<T>, epi: &Epilogue<T>) -> Result<()> {
     let p = plan(a, b, c)?;
     match epi.bias {
         Some((Bias::PerRow, t)) => expect_shape("bias", t, &[p.m])?,
@@ -256,10 +298,10 @@ fn gemm_on<T: Elem>(gpu: &Gpu, cfg: Option<usize>, a: Mat<T>, b: Mat<T>, c: &mut
     launch_plan(gpu, cfg, &p, a.tensor, b.tensor, c, epi)
 }
 
-/// Launches the `gemm_*_kernel` of `p`'s layout on views of whole
-/// tensors (config `cfg`, else the tuned one), after checking that every
-/// view lies inside its tensor.
-pub fn launch_plan<T: Elem>(gpu: &Gpu, cfg: Option<usize>, p: &Plan, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<T>, epi: &Epilogue<T>) -> Result<()> {
+/// Launches the GEMM kernel of `p`'s layout on views of whole tensors
+/// (config `cfg`, else [`choose`]'s), after checking that every view lies
+/// inside its tensor.
+pub fn launch_plan<T: Elem>(gpu: &Gpu, cfg: Option<Config>, p: &Plan, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<T>, epi: &Epilogue<T>) -> Result<()> {
     check_dtype::<T>("gemm")?;
     let e = epi.epi();
     // Unused operands are placeholders the kernel never reads.
@@ -271,44 +313,49 @@ pub fn launch_plan<T: Elem>(gpu: &Gpu, cfg: Option<usize>, p: &Plan, a: &Tensor<
         }
     }
     p.check(e, [a.numel(), b.numel(), c.numel(), bias.numel(), residual.numel()])?;
-    // Every layout shares gemm_nt's config space and tuned table.
-    let cfg = cfg.unwrap_or_else(|| {
-        crate::tune::config(gpu.compute_capability(), "gemm_nt", gemm_nt_kernel::CONFIGS, &[p.m, p.n, p.k], || default_config(p.m * p.batch, p.n))
-    });
+    let cfg = cfg.unwrap_or_else(|| choose(gpu, p));
     let (m, n, k, batch) = (p.m, p.n, p.k, p.batch);
     let ([lda, ldb, ldc], [sa, sb, sc, sbias]) = (p.ld, p.stride);
     macro_rules! launch {
-        ($kernel:ident) => {
-            $kernel::launch(gpu, cfg, a, b, c, bias, residual, m, n, k, batch, lda, ldb, ldc, sa, sb, sc, sbias, e.alpha, e.beta, e.flags())
+        ($kernel:ident, $cfg:expr) => {
+            $kernel::launch(gpu, $cfg, a, b, c, bias, residual, m, n, k, batch, lda, ldb, ldc, sa, sb, sc, sbias, e.alpha, e.beta, e.flags())
         };
     }
-    match (p.ta, p.tb) {
-        (false, true) => launch!(gemm_nt_kernel),
-        (false, false) => launch!(gemm_nn_kernel),
-        (true, false) => launch!(gemm_tn_kernel),
-        (true, true) => launch!(gemm_tt_kernel),
+    match (cfg, p.ta, p.tb) {
+        (Config::Wgmma(cfg), false, true) => launch!(gemm_wgmma_kernel, cfg),
+        (Config::Wgmma(_), ..) => Err(wgmma_layout()),
+        (Config::Mma(cfg), false, true) => launch!(gemm_nt_kernel, cfg),
+        (Config::Mma(cfg), false, false) => launch!(gemm_nn_kernel, cfg),
+        (Config::Mma(cfg), true, false) => launch!(gemm_tn_kernel, cfg),
+        (Config::Mma(cfg), true, true) => launch!(gemm_tt_kernel, cfg),
     }
+}
+
+fn wgmma_layout() -> Error {
+    Error::Shape("gemm: the wgmma kernel takes a as [m, k] and b as w.t() of an [n, k] weight; use an mma config for other layouts".into())
 }
 
 /// [`launch_plan`] in the CPU interpreter, on slices (`bias` and
 /// `residual` may be empty where `epi` does not use them).
 #[allow(clippy::too_many_arguments)]
-pub fn launch_plan_cpu<T: Elem>(cfg: usize, p: &Plan, a: &[T], b: &[T], c: &mut [T], bias: &[T], residual: &[T], epi: Epi) {
+pub fn launch_plan_cpu<T: Elem>(cfg: impl Into<Config>, p: &Plan, a: &[T], b: &[T], c: &mut [T], bias: &[T], residual: &[T], epi: Epi) {
     if let Err(e) = p.check(epi, [a.len(), b.len(), c.len(), bias.len(), residual.len()]) {
         panic!("{e}");
     }
     let (m, n, k, batch) = (p.m, p.n, p.k, p.batch);
     let ([lda, ldb, ldc], [sa, sb, sc, sbias]) = (p.ld, p.stride);
     macro_rules! run {
-        ($kernel:ident) => {
-            $kernel::cpu(cfg, a, b, c, bias, residual, m, n, k, batch, lda, ldb, ldc, sa, sb, sc, sbias, epi.alpha, epi.beta, epi.flags())
+        ($kernel:ident, $cfg:expr) => {
+            $kernel::cpu($cfg, a, b, c, bias, residual, m, n, k, batch, lda, ldb, ldc, sa, sb, sc, sbias, epi.alpha, epi.beta, epi.flags())
         };
     }
-    match (p.ta, p.tb) {
-        (false, true) => run!(gemm_nt_kernel),
-        (false, false) => run!(gemm_nn_kernel),
-        (true, false) => run!(gemm_tn_kernel),
-        (true, true) => run!(gemm_tt_kernel),
+    match (cfg.into(), p.ta, p.tb) {
+        (Config::Wgmma(cfg), false, true) => run!(gemm_wgmma_kernel, cfg),
+        (Config::Wgmma(_), ..) => panic!("{}", wgmma_layout()),
+        (Config::Mma(cfg), false, true) => run!(gemm_nt_kernel, cfg),
+        (Config::Mma(cfg), false, false) => run!(gemm_nn_kernel, cfg),
+        (Config::Mma(cfg), true, false) => run!(gemm_tn_kernel, cfg),
+        (Config::Mma(cfg), true, true) => run!(gemm_tt_kernel, cfg),
     }
 }
 

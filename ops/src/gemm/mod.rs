@@ -362,11 +362,32 @@ pub fn gemm_program<T: Elem, const BM: usize, const BN: usize, const BK: usize, 
     let (a, b) = (Operand { ptr: a.ptr.offset(z * sa), ..a }, Operand { ptr: b.ptr.offset(z * sb), ..b });
     let at = block::<BM, BN>(m, n);
     let acc = mainloop::<T, BM, BN, BK, STAGES, TH, TA, TB>(a, b, m, n, k, at);
+    store_epilogue(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi);
+}
+
+/// Stores batch `z`'s block of `C = act(α·acc + bias) + residual + β·C`
+/// at `at`: the fused epilogue of every GEMM kernel, for either
+/// accumulator layout (`mma.sync` or `wgmma`).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn store_epilogue<T: Elem, const BM: usize, const BN: usize, const TH: usize, const WG: bool>(
+    acc: &rustile::Acc<BM, BN, TH, WG>,
+    c: PtrMut<T>,
+    ldc: usize,
+    bias: Ptr<T>,
+    residual: Ptr<T>,
+    [m, n]: [usize; 2],
+    [z, sc, sbias]: [usize; 3],
+    at: [usize; 2],
+    epi: Epi,
+) where
+    [(); acc_len(BM, BN, TH)]:,
+{
     let out = BlockPtr::<T, BM, BN, TH>::new(c.offset(z * sc), [m, n], [ldc, 1], at);
     // The per-element epilogue below is long code; a plain product (one
     // uniform test) skips it.
     if epi == Epi::NONE {
-        store_acc(&out, &acc);
+        store_acc(&out, acc);
         return;
     }
     // (Unused operands are placeholders that may be shorter than C.)
@@ -375,7 +396,7 @@ pub fn gemm_program<T: Elem, const BM: usize, const BN: usize, const BK: usize, 
     let res = BlockPtr::<T, BM, BN, TH>::new(residual, [m, n], [ldc, 1], at);
     let per_col = BlockPtr::<T, 1, BN, TH>::rows(bias, 1, n, [0, at[1]]);
     let per_row = BlockPtr::<T, BM, 1, TH>::rows(bias, m, 1, [at[0], 0]);
-    store_acc_with(&out, &acc, |r, col, x| {
+    store_acc_with(&out, acc, |r, col, x| {
         let bias = match epi.bias {
             Bias::None => 0.0,
             Bias::PerColumn => per_col.get(0, col, 0.0),
@@ -423,6 +444,8 @@ gemm_layouts! {
 
 mod softcap;
 pub use softcap::*;
+mod wgmma;
+pub use wgmma::*;
 
 // ---- config choice and host API ----------------------------------------------------------
 
@@ -432,6 +455,20 @@ pub use softcap::*;
 #[cfg(not(target_arch = "nvptx64"))]
 pub fn default_config(m: usize, n: usize) -> usize {
     if cdiv(m, 128) * cdiv(n, 128) >= 264 { 2 } else { 0 }
+}
+
+/// The config of `gemm_wgmma_kernel` where the tuned table has none:
+/// 128×256 blocks when they fill the H100's 132 SMs, else 128×128 when
+/// those do, else 64×128.
+#[cfg(not(target_arch = "nvptx64"))]
+pub fn default_wgmma_config(m: usize, n: usize) -> usize {
+    if cdiv(m, 128) * cdiv(n, 256) >= 132 {
+        0
+    } else if cdiv(m, 128) * cdiv(n, 128) >= 132 {
+        1
+    } else {
+        3
+    }
 }
 
 #[cfg(not(target_arch = "nvptx64"))]

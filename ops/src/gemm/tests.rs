@@ -33,6 +33,28 @@ fn gemm_nt_matches_float64_at_odd_shapes() {
     }
 }
 
+/// The `wgmma` kernel's program (as the interpreter runs it) at the same
+/// odd shapes, every config, with and without a fused epilogue.
+#[test]
+fn gemm_wgmma_matches_float64_at_odd_shapes() {
+    for (m, n, k) in [(1, 1, 1), (17, 9, 5), (129, 131, 77), (200, 300, 136)] {
+        let (a, b, want, seed) = operands::<bf16>(m, n, k);
+        for cfg in 0..gemm_wgmma_kernel::CONFIGS.len() {
+            let mut c = poisoned::<bf16>(m * n);
+            launch_plan_cpu(Config::Wgmma(cfg), &Plan::nt(m, n, k), &a, &b, &mut c, &[], &[], Epi::NONE);
+            assert_close(&c, &want, &format!("gemm_wgmma {m}×{n}×{k} cfg={cfg} (seed {seed})"));
+        }
+    }
+    let (m, n, k) = (70, 45, 37);
+    let (a, b, ab, seed) = operands::<f16>(m, n, k);
+    let bias: Vec<f16> = normal(&mut rng().0, n, 0.0, 3.0);
+    let e = Epi { alpha: 0.5, beta: 0.0, bias: Bias::PerColumn, act: Act::Silu, residual: false };
+    let want: Vec<f64> = (0..m * n).map(|at| reference::epilogue(&e, ab[at], bias[at % n].to_f32() as f64, 0.0, 0.0)).collect();
+    let mut c = poisoned::<f16>(m * n);
+    launch_plan_cpu(Config::Wgmma(3), &Plan::nt(m, n, k), &a, &b, &mut c, &bias, &[], e);
+    assert_close(&c, &want, &format!("gemm_wgmma {e:?} (seed {seed})"));
+}
+
 #[test]
 fn host_wrapper_runs_the_default_config() {
     let (m, n, k) = (33, 20, 40);

@@ -1,0 +1,94 @@
+//! Hopper's warpgroup tensor-core instructions (sm_90a only): `wgmma`, its
+//! shared-memory matrix descriptors, and the fences around it.
+//!
+//! A `wgmma` is issued by the four warps of a warpgroup together and runs
+//! asynchronously: it reads both operands straight from shared memory and
+//! accumulates into registers that must not be touched until
+//! `wgmma_wait` says it finished.
+use core::arch::asm;
+
+/// `wgmma.fence`: orders this warpgroup's earlier register and shared-memory
+/// accesses before the `wgmma`s that follow (needed before the first of
+/// every batch, since the accumulators were last written by other code).
+#[inline(always)]
+pub fn wgmma_fence() {
+    unsafe { asm!("wgmma.fence.sync.aligned;", options(nostack)) };
+}
+
+/// Closes the group of `wgmma`s issued since the last commit.
+#[inline(always)]
+pub fn wgmma_commit() {
+    unsafe { asm!("wgmma.commit_group.sync.aligned;", options(nostack)) };
+}
+
+/// Waits until at most `N` committed `wgmma` groups are still running.
+#[inline(always)]
+pub fn wgmma_wait<const N: u32>() {
+    unsafe { asm!("wgmma.wait_group.sync.aligned {n};", n = const N, options(nostack)) };
+}
+
+/// `fence.proxy.async.shared::cta`: this thread's earlier writes to shared
+/// memory (stores, finished `cp.async` copies) become visible to the async
+/// proxy that `wgmma` reads through. Then a barrier, as for ordinary reads.
+#[inline(always)]
+pub fn fence_proxy_async() {
+    unsafe { asm!("fence.proxy.async.shared::cta;", options(nostack)) };
+}
+
+/// Hands back `x` as if this point had written it: code that reads the
+/// value cannot move above this point (used after `wgmma_wait` on each
+/// accumulator register, as CUTLASS's `warpgroup_fence_operand`).
+#[inline(always)]
+pub fn fence_reg(x: &mut f32) {
+    unsafe { asm!("// fence {x}", x = inout(reg32) *x, options(nostack, preserves_flags)) };
+}
+
+/// The `wgmma` descriptor of a K-major operand tile at shared address
+/// `addr`: rows of `row_bytes` (32, 64 or 128) stored with the matching
+/// hardware swizzle (16-byte chunk `c` of row `r` at chunk `c ^ f(r)`, the
+/// layout `rustile::Shared` uses), groups of 8 rows `8·row_bytes` apart.
+/// The tile must start at a multiple of `8·row_bytes`.
+#[inline(always)]
+pub fn wgmma_desc(addr: u32, row_bytes: u32) -> u64 {
+    let swizzle: u64 = match row_bytes {
+        128 => 1,
+        64 => 2,
+        _ => 3, // 32 bytes
+    };
+    let enc = |x: u32| ((x & 0x3ffff) >> 4) as u64;
+    // Leading-dimension offset (bits 16-29) is unused for swizzled K-major
+    // tiles whose k-extent per instruction fits in one row; 1 by convention.
+    enc(addr) | 1 << 16 | enc(8 * row_bytes) << 32 | swizzle << 62
+}
+
+macro_rules! wgmma_m64k16 {
+    ($(#[$doc:meta])* $name:ident, $n:literal, $ty:literal, $d0:tt $($d:tt)*) => {
+        $(#[$doc])*
+        #[inline(always)]
+        pub unsafe fn $name(d: &mut [f32; $n / 2], a: u64, b: u64) {
+            unsafe {
+                asm!(
+                    concat!("wgmma.mma_async.sync.aligned.m64n", $n, "k16.f32.", $ty, ".", $ty, " {{",
+                            "{", $d0, "}" $(, ", {", $d, "}")*, "}}, {a}, {b}, 1, 1, 1, 0, 0;"),
+                    inout(reg32) d[$d0], $(inout(reg32) d[$d],)*
+                    a = in(reg64) a, b = in(reg64) b, options(nostack));
+            }
+        }
+    };
+}
+
+wgmma_m64k16!(/// `d += A·Bᵀ` for a warpgroup: A 64×16 and B N×16, both bf16 and
+    /// K-major in shared memory (descriptors `a`, `b`), `d` the 64×N f32
+    /// accumulator (thread `t` holds rows `16·(t/32) + (t%32)/4 (+8)`,
+    /// column pairs `8j + 2·(t%4)`: the `mma.sync` m16n8 layout, N/8 times).
+    wgmma_m64n64k16_bf16, 64, "bf16", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31);
+wgmma_m64k16!(/// `wgmma_m64n64k16_bf16` for f16 operands.
+    wgmma_m64n64k16_f16, 64, "f16", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31);
+wgmma_m64k16!(/// `wgmma_m64n64k16_bf16` with N = 128.
+    wgmma_m64n128k16_bf16, 128, "bf16", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63);
+wgmma_m64k16!(/// `wgmma_m64n64k16_bf16` with N = 128, f16.
+    wgmma_m64n128k16_f16, 128, "f16", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63);
+wgmma_m64k16!(/// `wgmma_m64n64k16_bf16` with N = 256.
+    wgmma_m64n256k16_bf16, 256, "bf16", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63 64 65 66 67 68 69 70 71 72 73 74 75 76 77 78 79 80 81 82 83 84 85 86 87 88 89 90 91 92 93 94 95 96 97 98 99 100 101 102 103 104 105 106 107 108 109 110 111 112 113 114 115 116 117 118 119 120 121 122 123 124 125 126 127);
+wgmma_m64k16!(/// `wgmma_m64n64k16_bf16` with N = 256, f16.
+    wgmma_m64n256k16_f16, 256, "f16", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63 64 65 66 67 68 69 70 71 72 73 74 75 76 77 78 79 80 81 82 83 84 85 86 87 88 89 90 91 92 93 94 95 96 97 98 99 100 101 102 103 104 105 106 107 108 109 110 111 112 113 114 115 116 117 118 119 120 121 122 123 124 125 126 127);

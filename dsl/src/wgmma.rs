@@ -1,0 +1,144 @@
+//! Hopper's warpgroup matrix products (`wgmma`, sm_90a): the tensor cores
+//! read both operand tiles straight from shared memory, run asynchronously
+//! beside the program's other work, and accumulate into registers.
+//!
+//! A main loop with them reads like this (the `cp.async` ring around it is
+//! `ops::gemm::mainloop_wgmma`):
+//!
+//! ```ignore
+//! let mut acc = Acc::<BM, BN, THREADS, true>::zeros();  // the wgmma layout
+//! for kt in 0..steps {
+//!     wait_copies::<{ STAGES - 3 }>();
+//!     wgmma::fence_shared();       // copies → visible to the tensor cores
+//!     sync();
+//!     wgmma::dot_async(&sa(kt), &sb(kt), &mut acc);
+//!     fill(kt + STAGES - 2);        // overlaps the tensor cores
+//!     wgmma::wait::<1>(&mut acc);  // the step before this one is done
+//! }
+//! wgmma::wait::<0>(&mut acc);
+//! ```
+//!
+//! The program's warps form `TH/128` warpgroups; warpgroup `g` computes rows
+//! `64g..64g+64` of the `M×N` block (so `M = 64·TH/128`) against all `N`
+//! columns (64, 128 or 256). Operand tiles are K-major (`Shared<T, M, K>`,
+//! `Shared<T, N, K>`) with `K` 16, 32 or 64, which is exactly the swizzle
+//! `Shared` already stores (16-byte chunk `c` of row `r` at `c ^ f(r)`):
+//! the descriptors name the hardware's matching mode, so the tile must start
+//! at a multiple of 8 rows (`16·K` bytes).
+//!
+//! On the CPU `dot_async` multiplies at once and `wait` does nothing: the
+//! interpreter runs the same kernel source to the same result.
+use crate::mma::{acc_len, Acc, Shared};
+use crate::Elem;
+
+/// Why an `M×N` accumulator over `K`-deep operands cannot be a `wgmma`
+/// product on `TH` threads, or `None`.
+pub const fn check(m: usize, n: usize, k: usize, th: usize) -> Option<&'static str> {
+    if th % 128 != 0 || m != 64 * (th / 128) {
+        return Some("wgmma: the program is TH/128 warpgroups, 64 rows each: M must be 64·WARPS/4");
+    }
+    if !(n == 64 || n == 128 || n == 256) {
+        return Some("wgmma: N (the block's columns) must be 64, 128 or 256");
+    }
+    if !(k == 16 || k == 32 || k == 64) {
+        return Some("wgmma: K (a shared tile's columns) must be 16, 32 or 64: one swizzled row of 32, 64 or 128 bytes");
+    }
+    None
+}
+
+/// Compile-time form of [`check`].
+pub struct WgShape<const M: usize, const N: usize, const K: usize, const TH: usize>;
+impl<const M: usize, const N: usize, const K: usize, const TH: usize> WgShape<M, N, K, TH> {
+    pub const OK: () = match check(M, N, K, TH) {
+        None => (),
+        Some(msg) => panic!("{}", msg),
+    };
+}
+
+/// Shared memory that threads wrote (with `copy_from` copies, after
+/// `wait_copies`, or with `Shared::store`) becomes visible to the tensor
+/// cores' reads; `sync()` next, as for reads by other threads.
+#[inline(always)]
+pub fn fence_shared() {
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+    rustile_device::fence_proxy_async();
+}
+
+/// Starts `acc + a·bᵀ` over all `K` of the tiles on the tensor cores
+/// (one `wgmma` per 16-deep slice, committed as one group). `acc` must not
+/// be read until [`wait`] says this group finished.
+#[inline(always)]
+pub fn dot_async<T: Elem, const M: usize, const N: usize, const K: usize, const TH: usize>(
+    a: &Shared<T, M, K, TH>,
+    b: &Shared<T, N, K, TH>,
+    acc: &mut Acc<M, N, TH, true>,
+) where
+    [(); acc_len(M, N, TH)]:,
+{
+    let () = WgShape::<M, N, K, TH>::OK;
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+    {
+        use rustile_device as d;
+        let warpgroup = d::thread_idx() / 128;
+        let row_bytes = (K * 2) as u32;
+        // A descriptor's address field counts 16-byte units, and a k-slice
+        // is 32 bytes along a row: the next slice is the descriptor + 2.
+        let da = d::wgmma_desc(a.base + warpgroup * 64 * row_bytes, row_bytes);
+        let db = d::wgmma_desc(b.base, row_bytes);
+        // The hardware swizzle is a function of the address: a tile off its
+        // 8-row period would be read scrambled, so stop instead.
+        assert!((a.base | b.base) % (8 * row_bytes) == 0, "wgmma: a shared tile does not start on its swizzle period (8 rows)");
+        let bf16 = T::KIND == crate::Kind::Bf16;
+        d::wgmma_fence();
+        for ks in 0..K / 16 {
+            let (da, db) = (da + 2 * ks as u64, db + 2 * ks as u64);
+            // `acc.v` has N/2 values a thread: the cast picks the instruction's width.
+            let v = acc.v.as_mut_ptr();
+            unsafe {
+                match (N, bf16) {
+                    (64, true) => d::wgmma_m64n64k16_bf16(&mut *(v as *mut [f32; 32]), da, db),
+                    (64, false) => d::wgmma_m64n64k16_f16(&mut *(v as *mut [f32; 32]), da, db),
+                    (128, true) => d::wgmma_m64n128k16_bf16(&mut *(v as *mut [f32; 64]), da, db),
+                    (128, false) => d::wgmma_m64n128k16_f16(&mut *(v as *mut [f32; 64]), da, db),
+                    (_, true) => d::wgmma_m64n256k16_bf16(&mut *(v as *mut [f32; 128]), da, db),
+                    (_, false) => d::wgmma_m64n256k16_f16(&mut *(v as *mut [f32; 128]), da, db),
+                }
+            }
+        }
+        d::wgmma_commit();
+    }
+    #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_90a")))]
+    {
+        let _ = (a, b, acc);
+        panic!("wgmma needs sm_90a: give the kernel `arch = sm_90a`");
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    for m in 0..M {
+        for n in 0..N {
+            let mut s = acc.v[m * N + n];
+            for k in 0..K {
+                s += a.get(m, k).to_f32() * b.get(n, k).to_f32();
+            }
+            acc.v[m * N + n] = s;
+        }
+    }
+}
+
+/// Waits until at most `PENDING` of this warpgroup's [`dot_async`] groups
+/// are still running; `acc` may be read once its own group is done.
+#[inline(always)]
+pub fn wait<const PENDING: u32, const M: usize, const N: usize, const TH: usize>(acc: &mut Acc<M, N, TH, true>)
+where
+    [(); acc_len(M, N, TH)]:,
+{
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+    {
+        rustile_device::wgmma_wait::<PENDING>();
+        // Reads of the accumulators stay below the wait.
+        for x in acc.v.iter_mut() {
+            rustile_device::fence_reg(x);
+        }
+    }
+    #[cfg(not(all(target_arch = "nvptx64", target_feature = "sm_90a")))]
+    let _ = acc;
+}
