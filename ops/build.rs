@@ -41,7 +41,8 @@ const HOST_ONLY: &[&str] = &[
 /// The sources each tuned op's kernels come from, besides the DSL's: a tuned
 /// table whose hash of these differs is out of date.
 const TUNED_OPS: &[(&str, &[&str])] =
-    &[("gemm_nt", &["ops/src/gemm"]), ("gemm_wgmma", &["ops/src/gemm"]), ("dual_gemm", &["ops/src/gemm", "ops/src/dual_gemm"])];
+    &[("gemm_nt", &["ops/src/gemm"]), ("gemm_wgmma", &["ops/src/gemm"]), ("gemm_tma", &["ops/src/gemm"]),
+      ("dual_gemm", &["ops/src/gemm", "ops/src/dual_gemm"])];
 const DSL_SOURCES: &[&str] = &["dsl/src", "dsl-macros/src", "device/src"];
 
 fn main() {

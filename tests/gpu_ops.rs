@@ -121,6 +121,7 @@ fn nt_configs(gpu: &Gpu) -> Vec<gemm::Config> {
     let mut configs: Vec<gemm::Config> = (0..gemm::gemm_nt_kernel::CONFIGS.len()).map(gemm::Config::Mma).collect();
     if gemm::gemm_wgmma_kernel::supported(gpu) {
         configs.extend((0..gemm::gemm_wgmma_kernel::CONFIGS.len()).map(gemm::Config::Wgmma));
+        configs.extend((0..gemm::gemm_tma_kernel::CONFIGS.len()).map(gemm::Config::Tma));
     } else {
         eprintln!("skipping the wgmma GEMM kernel: {} is not sm_90a", gpu.name());
     }

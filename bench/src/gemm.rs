@@ -166,10 +166,15 @@ fn bench<T: Elem>(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, op: &str, s
                 if sweep {
                     let mma = gemm::gemm_nt_kernel::CONFIGS.iter().enumerate().map(|(i, cf)| (gemm::Config::Mma(i), cf.name));
                     let wgmma = gemm::gemm_wgmma_kernel::CONFIGS.iter().enumerate().map(|(i, cf)| (gemm::Config::Wgmma(i), cf.name));
-                    let on_this_gpu = if gemm::gemm_wgmma_kernel::supported(gpu) { wgmma.len() } else { 0 };
-                    for (cfg, name) in mma.chain(wgmma.take(on_this_gpu)) {
+                    let tma = gemm::gemm_tma_kernel::CONFIGS.iter().enumerate().map(|(i, cf)| (gemm::Config::Tma(i), cf.name));
+                    let hopper: Vec<_> = if gemm::gemm_wgmma_kernel::supported(gpu) { wgmma.chain(tma).collect() } else { vec![] };
+                    for (cfg, name) in mma.chain(hopper) {
                         let stats = measure(gpu, mcfg, || gemm::gemm_nt_with_config(gpu, cfg, &da, &db, &mut c, &gemm::Epilogue::new()))?;
-                        let path = if matches!(cfg, gemm::Config::Wgmma(_)) { "wgmma" } else { "mma.sync" };
+                        let path = match cfg {
+                            gemm::Config::Mma(_) => "mma.sync",
+                            gemm::Config::Wgmma(_) => "wgmma",
+                            gemm::Config::Tma(_) => "tma+wgmma",
+                        };
                         rows.push(row(&format!("{RUSTILE} {path} cfg={name}"), stats, flops, bytes));
                     }
                 }

@@ -16,7 +16,7 @@ use crate::gemm::{close, cublas_swiglu};
 use crate::harness::{measure_each, shape_str, utc_now, MeasureCfg};
 
 /// The ops the tuner knows, and the kernel each one dispatches to.
-pub const OPS: &[(&str, &str)] = &[("gemm_nt", "gemm_nt_kernel"), ("gemm_wgmma", "gemm_wgmma_kernel"), ("dual_gemm", "dual_gemm_kernel")];
+pub const OPS: &[(&str, &str)] = &[("gemm_nt", "gemm_nt_kernel"), ("gemm_wgmma", "gemm_wgmma_kernel"), ("gemm_tma", "gemm_tma_kernel"), ("dual_gemm", "dual_gemm_kernel")];
 
 /// The representative shapes tuned for `op` (one per bucket): the bench's
 /// suites (square, LLM, skinny) plus the two GEMMs of issue 3's MLP (16k
@@ -100,6 +100,7 @@ impl<'a> Problem<'a> {
         let cfg = match self.op {
             "dual_gemm" => return dual_gemm::dual_gemm_with_config(gpu, cfg, &self.a, &self.b, &self.b2, c),
             "gemm_wgmma" => gemm::Config::Wgmma(cfg),
+            "gemm_tma" => gemm::Config::Tma(cfg),
             _ => gemm::Config::Mma(cfg),
         };
         gemm::gemm_nt_with_config(gpu, cfg, &self.a, &self.b, c, &gemm::Epilogue::new())
@@ -119,6 +120,7 @@ pub fn tune_op(gpu: &Gpu, blas: &Blas, op: &str, quick: bool) -> Result<OpTable>
     let configs = match op {
         "dual_gemm" => dual_gemm::dual_gemm_kernel::CONFIGS,
         "gemm_wgmma" => gemm::gemm_wgmma_kernel::CONFIGS,
+        "gemm_tma" => gemm::gemm_tma_kernel::CONFIGS,
         _ => gemm::gemm_nt_kernel::CONFIGS,
     };
     let image = rustile_host::native_arch(gpu.compute_capability());

@@ -23,3 +23,7 @@ pub use ptx::*;
 mod wgmma;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
 pub use wgmma::*;
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+mod tma;
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+pub use tma::*;

@@ -45,6 +45,7 @@ pub mod mma;
 mod ptr;
 mod softmax;
 mod tile;
+pub mod tma;
 pub mod wgmma;
 
 pub use backend::{num_programs, program_id};

@@ -9,9 +9,11 @@ mod elem;
 mod error;
 mod gpu;
 mod param;
+mod tma;
 
 pub use cubin::{native_arch, pick_image, Cubins, Image};
 pub use elem::Elem;
 pub use error::{Error, Result};
 pub use gpu::{Event, Gpu, Tensor};
 pub use param::Param;
+pub use tma::TileMap;

@@ -44,12 +44,13 @@ fn run(args: &Args) -> Result<(), String> {
         Some(op) => return Err(format!("unknown op {op}; the tuner knows {}", OPS.iter().map(|o| o.0).collect::<Vec<_>>().join(", "))),
         None => OPS.iter().map(|o| o.0).collect(),
     };
-    // The wgmma kernel exists on sm_90a only.
+    // The wgmma kernels exist on sm_90a only.
+    let hopper_only = ["gemm_wgmma", "gemm_tma"];
     let wgmma_here = rustile_ops::gemm::gemm_wgmma_kernel::supported(&gpu);
-    if !wgmma_here && args.op.as_deref() == Some("gemm_wgmma") {
-        return Err(format!("gemm_wgmma needs an sm_90a GPU; {} is not one", gpu.name()));
+    if let Some(op) = args.op.as_deref().filter(|op| hopper_only.contains(op) && !wgmma_here) {
+        return Err(format!("{op} needs an sm_90a GPU; {} is not one", gpu.name()));
     }
-    let ops: Vec<&str> = ops.into_iter().filter(|op| *op != "gemm_wgmma" || wgmma_here).collect();
+    let ops: Vec<&str> = ops.into_iter().filter(|op| !hopper_only.contains(op) || wgmma_here).collect();
     // Every candidate is checked against cuBLAS before it is timed.
     let blas = Blas::new(&gpu)?;
     eprintln!("tuning {} on {} ({} SMs){}", ops.join(", "), gpu.name(), gpu.sm_count(), if args.quick { ", quick" } else { "" });

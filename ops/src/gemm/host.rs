@@ -3,7 +3,7 @@
 //! Host-only: editing it changes no kernel and leaves tuned tables current.
 use super::*;
 use crate::check::{expect_shape, matrix};
-use rustile_host::{Error, Gpu, Result, Tensor};
+use rustile_host::{Error, Gpu, Result, Tensor, TileMap};
 
 pub(crate) fn check_dtype<T: Elem>(op: &str) -> Result<()> {
     if !matches!(T::KIND, Kind::Bf16 | Kind::F16) {
@@ -71,6 +71,31 @@ impl Plan {
     /// One row-major `C = A·Bᵀ`: A `[m, k]`, B `[n, k]`, C `[m, n]`.
     pub fn nt(m: usize, n: usize, k: usize) -> Plan {
         Plan { m, n, k, batch: 1, ld: [k, k, n], stride: [0; 4], ta: false, tb: true }
+    }
+
+    /// Whether the copy engine can read A and B (`Config::Tma`): each row
+    /// and batch stride a multiple of 16 bytes.
+    pub fn tma_ready(&self) -> bool {
+        let [lda, ldb, _] = self.ld;
+        [lda, ldb, self.stride[0], self.stride[1]].iter().all(|s| s % 8 == 0)
+    }
+
+    /// The tensor maps of A and B for a `gemm_tma_kernel` config (device
+    /// addresses; built once per tensor and box, `rustile_host::TileMap`).
+    fn tma_maps<T: Elem>(&self, gpu: &Gpu, cfg: usize, a: &Tensor<T>, b: &Tensor<T>) -> Result<[u64; 2]> {
+        let c = &gemm_tma_kernel::CONFIGS[cfg];
+        let (bm, bn) = (c.get("BM").unwrap_or(128) as u32, c.get("BN").unwrap_or(128) as u32);
+        let map = |t: &Tensor<T>, rows: usize, ld: usize, stride: usize, box_rows: u32| {
+            let batch = if stride == 0 { 1 } else { self.batch };
+            let (ld, stride) = (2 * ld as u64, 2 * if stride == 0 { ld * rows } else { stride } as u64);
+            gpu.tensor_map(&TileMap {
+                base: t.device_ptr(),
+                dims: [self.k as u64, rows as u64, batch as u64],
+                strides: [ld, stride],
+                boxes: [64, box_rows, 1],
+            })
+        };
+        Ok([map(a, self.m, self.ld[0], self.stride[0], bm)?, map(b, self.n, self.ld[1], self.stride[1], bn)?])
     }
 
     /// Every element the plan reads or writes lies inside its tensor
@@ -154,6 +179,10 @@ pub enum Config {
     /// Index into `gemm_wgmma_kernel::CONFIGS` (Hopper, sm_90a; A `[m, k]`
     /// and B `[n, k]` only).
     Wgmma(usize),
+    /// Index into `gemm_tma_kernel::CONFIGS`: the wgmma kernel fed by the
+    /// copy engine (Hopper; A `[m, k]`, B `[n, k]`, rows and batch strides
+    /// multiples of 8 elements).
+    Tma(usize),
 }
 
 impl From<usize> for Config {
@@ -167,8 +196,11 @@ impl From<usize> for Config {
 /// its tuned table, else its default.
 pub fn choose(gpu: &Gpu, p: &Plan) -> Config {
     if !p.ta && p.tb && gemm_wgmma_kernel::supported(gpu) {
-        let (cc, shape) = (gpu.compute_capability(), [p.m, p.n, p.k]);
-        return Config::Wgmma(crate::tune::config(cc, "gemm_wgmma", gemm_wgmma_kernel::CONFIGS, &shape, || default_wgmma_config(p.m * p.batch, p.n)));
+        let (cc, shape, rows) = (gpu.compute_capability(), [p.m, p.n, p.k], p.m * p.batch);
+        if p.tma_ready() {
+            return Config::Tma(crate::tune::config(cc, "gemm_tma", gemm_tma_kernel::CONFIGS, &shape, || default_wgmma_config(rows, p.n)));
+        }
+        return Config::Wgmma(crate::tune::config(cc, "gemm_wgmma", gemm_wgmma_kernel::CONFIGS, &shape, || default_wgmma_config(rows, p.n)));
     }
     Config::Mma(mma_config(gpu, p))
 }
@@ -323,7 +355,14 @@ pub fn launch_plan<T: Elem>(gpu: &Gpu, cfg: Option<Config>, p: &Plan, a: &Tensor
     }
     match (cfg, p.ta, p.tb) {
         (Config::Wgmma(cfg), false, true) => launch!(gemm_wgmma_kernel, cfg),
-        (Config::Wgmma(_), ..) => Err(wgmma_layout()),
+        (Config::Tma(cfg), false, true) if p.tma_ready() => {
+            let [map_a, map_b] = p.tma_maps(gpu, cfg, a, b)?;
+            gemm_tma_kernel::launch(
+                gpu, cfg, a, b, c, bias, residual, m, n, k, batch, lda, ldb, ldc, sa, sb, sc, sbias, e.alpha, e.beta, e.flags(), map_a, map_b,
+            )
+        }
+        (Config::Tma(_), false, true) => Err(Error::Shape(format!("gemm: the TMA kernel needs row and batch strides that are multiples of 8 elements; these are {:?} and {:?}", p.ld, p.stride))),
+        (Config::Wgmma(_) | Config::Tma(_), ..) => Err(wgmma_layout()),
         (Config::Mma(cfg), false, true) => launch!(gemm_nt_kernel, cfg),
         (Config::Mma(cfg), false, false) => launch!(gemm_nn_kernel, cfg),
         (Config::Mma(cfg), true, false) => launch!(gemm_tn_kernel, cfg),
@@ -332,7 +371,7 @@ pub fn launch_plan<T: Elem>(gpu: &Gpu, cfg: Option<Config>, p: &Plan, a: &Tensor
 }
 
 fn wgmma_layout() -> Error {
-    Error::Shape("gemm: the wgmma kernel takes a as [m, k] and b as w.t() of an [n, k] weight; use an mma config for other layouts".into())
+    Error::Shape("gemm: the wgmma and TMA kernels take a as [m, k] and b as w.t() of an [n, k] weight; use an mma config for other layouts".into())
 }
 
 /// [`launch_plan`] in the CPU interpreter, on slices (`bias` and
@@ -351,7 +390,10 @@ pub fn launch_plan_cpu<T: Elem>(cfg: impl Into<Config>, p: &Plan, a: &[T], b: &[
     }
     match (cfg.into(), p.ta, p.tb) {
         (Config::Wgmma(cfg), false, true) => run!(gemm_wgmma_kernel, cfg),
-        (Config::Wgmma(_), ..) => panic!("{}", wgmma_layout()),
+        (Config::Tma(cfg), false, true) => {
+            gemm_tma_kernel::cpu(cfg, a, b, c, bias, residual, m, n, k, batch, lda, ldb, ldc, sa, sb, sc, sbias, epi.alpha, epi.beta, epi.flags(), 0, 0)
+        }
+        (Config::Wgmma(_) | Config::Tma(_), ..) => panic!("{}", wgmma_layout()),
         (Config::Mma(cfg), false, true) => run!(gemm_nt_kernel, cfg),
         (Config::Mma(cfg), false, false) => run!(gemm_nn_kernel, cfg),
         (Config::Mma(cfg), true, false) => run!(gemm_tn_kernel, cfg),

@@ -33,16 +33,18 @@ fn gemm_nt_matches_float64_at_odd_shapes() {
     }
 }
 
-/// The `wgmma` kernel's program (as the interpreter runs it) at the same
-/// odd shapes, every config, with and without a fused epilogue.
+/// The `wgmma` kernels' programs (copies by `cp.async` and by TMA, as the
+/// interpreter runs them) at the same odd shapes, every config, with and
+/// without a fused epilogue.
 #[test]
 fn gemm_wgmma_matches_float64_at_odd_shapes() {
     for (m, n, k) in [(1, 1, 1), (17, 9, 5), (129, 131, 77), (200, 300, 136)] {
         let (a, b, want, seed) = operands::<bf16>(m, n, k);
-        for cfg in 0..gemm_wgmma_kernel::CONFIGS.len() {
+        let wgmma = (0..gemm_wgmma_kernel::CONFIGS.len()).map(Config::Wgmma);
+        for cfg in wgmma.chain((0..gemm_tma_kernel::CONFIGS.len()).map(Config::Tma)) {
             let mut c = poisoned::<bf16>(m * n);
-            launch_plan_cpu(Config::Wgmma(cfg), &Plan::nt(m, n, k), &a, &b, &mut c, &[], &[], Epi::NONE);
-            assert_close(&c, &want, &format!("gemm_wgmma {m}×{n}×{k} cfg={cfg} (seed {seed})"));
+            launch_plan_cpu(cfg, &Plan::nt(m, n, k), &a, &b, &mut c, &[], &[], Epi::NONE);
+            assert_close(&c, &want, &format!("gemm {m}×{n}×{k} {cfg:?} (seed {seed})"));
         }
     }
     let (m, n, k) = (70, 45, 37);

@@ -5,6 +5,7 @@
 use super::{block, store_epilogue, Epi, Operand};
 use rustile::mma::acc_len;
 use rustile::prelude::*;
+use rustile::tma::{self, Barrier};
 use rustile::wgmma;
 
 /// `A·Bᵀ` for the `BM×BN` block of C at `at` (A `[m, k]`, B `[n, k]`, rows
@@ -106,5 +107,114 @@ pub fn gemm_wgmma_kernel<T: Elem>(
     let at = block::<BM, BN>(m, n);
     let (a, b) = (Operand { ptr: a.offset(z * sa), ld: lda }, Operand { ptr: b.offset(z * sb), ld: ldb });
     let acc = mainloop_wgmma::<T, BM, BN, BK, STAGES, THREADS>(a, b, m, n, k, at);
+    store_epilogue(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, Epi::from_flags(flags, alpha, beta));
+}
+
+// ---- with the copy engine --------------------------------------------------------------
+
+/// [`mainloop_wgmma`] with the tiles brought in by the copy engine (TMA):
+/// `maps` are the device addresses of A's and B's tensor maps (boxes of
+/// `BM×64` and `BN×64`, `z` the matrix of each in its batch), so the K
+/// edge and the block edges are zero-filled by the hardware and no thread
+/// computes a copy address.
+///
+/// Each of the `STAGES` stages has two barriers: `full` completes when its
+/// tiles have landed, `empty` when every thread has seen the `wgmma`s that
+/// read it finish. K-step `kt` waits for `full`, starts its `wgmma`s, waits
+/// until only they run, releases the stage of step `kt − 1`, and (one
+/// thread) refills that stage with step `kt − 1 + STAGES` once `empty` says
+/// every warpgroup released it. No barrier of the whole program, and
+/// `STAGES − 1` steps of copies in flight. Needs `pad(TH) +
+/// STAGES·((BM + BN)·BK·2 + 16)` bytes of `SMEM`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn mainloop_tma<T: Elem, const BM: usize, const BN: usize, const BK: usize, const STAGES: usize, const TH: usize>(
+    maps: [u64; 2],
+    a: Operand<T>,
+    b: Operand<T>,
+    m: usize,
+    n: usize,
+    k: usize,
+    z: [usize; 2],
+    at: [usize; 2],
+) -> rustile::Acc<BM, BN, TH, true>
+where
+    [(); acc_len(BM, BN, TH)]:,
+{
+    let bytes = (BM + BN) * BK * 2;
+    let stage = #[inline(always)]
+    |s: usize| {
+        let at = pad(TH) + s * bytes;
+        (Shared::<T, BM, BK, TH>::at(at), Shared::<T, BN, BK, TH>::at(at + BM * BK * 2))
+    };
+    let barriers = pad(TH) + STAGES * bytes;
+    let full = |s: usize| Barrier::at::<TH>(barriers + 8 * s);
+    let empty = |s: usize| Barrier::at::<TH>(barriers + 8 * (STAGES + s));
+    for s in 0..STAGES {
+        full(s).init(1);
+        empty(s).init(TH as u32);
+    }
+    tma::fence_init();
+    sync();
+    let steps = cdiv(k, BK);
+    let fill = #[inline(always)]
+    |kt: usize, s: usize| {
+        let (sa, sb) = stage(s);
+        full(s).expect(bytes);
+        sa.load_tma(maps[0], &BlockPtr::new(a.ptr, [m, k], [a.ld, 1], [at[0], kt * BK]), z[0], &full(s));
+        sb.load_tma(maps[1], &BlockPtr::new(b.ptr, [n, k], [b.ld, 1], [at[1], kt * BK]), z[1], &full(s));
+    };
+    for kt in 0..STAGES.min(steps) {
+        fill(kt, kt);
+    }
+    let mut acc = rustile::Acc::<BM, BN, TH, true>::zeros();
+    for kt in 0..steps {
+        // Stage kt % STAGES, in its (kt / STAGES)-th use: the barrier's phase parity.
+        let (s, use_) = (kt % STAGES, kt / STAGES);
+        full(s).wait(use_ % 2);
+        let (sa, sb) = stage(s);
+        wgmma::dot_async(&sa, &sb, &mut acc);
+        wgmma::wait::<1, BM, BN, TH>(&mut acc);
+        if kt > 0 {
+            let (p, use_) = ((kt - 1) % STAGES, (kt - 1) / STAGES);
+            empty(p).arrive();
+            if kt - 1 + STAGES < steps {
+                empty(p).wait_leader(use_ % 2);
+                fill(kt - 1 + STAGES, p);
+            }
+        }
+    }
+    wgmma::wait::<0, BM, BN, TH>(&mut acc);
+    acc
+}
+
+// `SMEM = pad(32·WARPS) + STAGES·((BM + BN)·BK·2 + 16)`.
+#[kernel(
+    configs = [
+        (BM = 128, BN = 256, BK = 64, WARPS = 8, STAGES = 4, SMEM = 196672),
+        (BM = 128, BN = 128, BK = 64, WARPS = 8, STAGES = 6, SMEM = 196704),
+        (BM = 64, BN = 256, BK = 64, WARPS = 4, STAGES = 5, SMEM = 205392),
+        (BM = 64, BN = 128, BK = 64, WARPS = 4, STAGES = 6, SMEM = 148064),
+    ],
+    grid = [cdiv(m, BM) * cdiv(n, BN), batch],
+    dtypes = [bf16, f16],
+    arch = sm_90a,
+)]
+/// [`gemm_wgmma_kernel`] with TMA copies: `map_a`, `map_b` are the device
+/// addresses of A's and B's tensor maps (`[batch or 1, m, k]`, `[batch or 1,
+/// n, k]`, boxes of `BM×64` and `BN×64`); a batch stride of 0 (shared
+/// operand) reads matrix 0 of its map.
+pub fn gemm_tma_kernel<T: Elem>(
+    a: Ptr<T>, b: Ptr<T>, c: PtrMut<T>, bias: Ptr<T>, residual: Ptr<T>,
+    m: usize, n: usize, k: usize, batch: usize, lda: usize, ldb: usize, ldc: usize,
+    sa: usize, sb: usize, sc: usize, sbias: usize, alpha: f32, beta: f32, flags: u32, map_a: u64, map_b: u64,
+) {
+    let _ = batch; // the grid's second dimension
+    let z = program_id(1);
+    let at = block::<BM, BN>(m, n);
+    // The CPU interpreter copies through the block pointers (the maps are the GPU's view of the same).
+    let (a, b) = (Operand { ptr: a.offset(z * sa), ld: lda }, Operand { ptr: b.offset(z * sb), ld: ldb });
+    let zs = [if sa == 0 { 0 } else { z }, if sb == 0 { 0 } else { z }];
+    let acc = mainloop_tma::<T, BM, BN, BK, STAGES, THREADS>([map_a, map_b], a, b, m, n, k, zs, at);
     store_epilogue(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, Epi::from_flags(flags, alpha, beta));
 }

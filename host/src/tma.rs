@@ -1,0 +1,82 @@
+//! Tensor maps for Hopper's TMA copies (`rustile::tma`): the driver encodes
+//! one (`cuTensorMapEncodeTiled`), it is uploaded to device memory once, and
+//! kernels take its address. A map is a pure function of what it describes,
+//! so the cache is keyed by that description: a later call on the same
+//! tensor (or on one allocated at the same address with the same shape)
+//! costs a hash lookup, not an upload.
+use cudarc::driver::sys::{self, CUresult};
+
+use crate::{Error, Gpu, Result, Tensor};
+
+/// A 16-bit tensor of up to three dimensions, as TMA copies boxes of it:
+/// dimensions innermost first, row strides in bytes (multiples of 16), the
+/// box in elements (its innermost extent 64, one 128-byte swizzled row).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TileMap {
+    /// Device address of element (0, 0, 0) (16-byte aligned).
+    pub base: u64,
+    pub dims: [u64; 3],
+    /// Bytes between consecutive indices of dimensions 1 and 2.
+    pub strides: [u64; 2],
+    pub boxes: [u32; 3],
+}
+
+impl TileMap {
+    /// Why TMA cannot copy this tensor, or `None`.
+    pub fn unsupported(&self) -> Option<String> {
+        if self.base % 16 != 0 {
+            return Some(format!("its base address {:#x} is not 16-byte aligned", self.base));
+        }
+        if let Some(s) = self.strides.iter().find(|s| **s % 16 != 0 || **s >= 1 << 40) {
+            return Some(format!("a row stride of {s} bytes is not a multiple of 16 below 2^40"));
+        }
+        if self.boxes[0] != 64 || self.boxes.iter().any(|b| *b == 0 || *b > 256) {
+            return Some(format!("the box {:?} is not 64 wide and at most 256 in each dimension", self.boxes));
+        }
+        if self.dims.iter().any(|d| *d == 0 || *d >= 1 << 32) {
+            return Some(format!("the dimensions {:?} are not all in 1..2^32", self.dims));
+        }
+        None
+    }
+}
+
+impl Gpu {
+    /// The device address of the tensor map for `m` (128-byte swizzle,
+    /// zero fill outside the tensor), encoded and uploaded on first use.
+    pub fn tensor_map(&self, m: &TileMap) -> Result<u64> {
+        if let Some(why) = m.unsupported() {
+            return Err(Error::Shape(format!("TMA cannot copy this tensor: {why}")));
+        }
+        let mut maps = self.tensor_maps.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = maps.get(m) {
+            return Ok(t.device_ptr());
+        }
+        let mut map = sys::CUtensorMap { opaque: [0; 16] };
+        let elem_strides = [1u32; 3];
+        let r = unsafe {
+            sys::cuTensorMapEncodeTiled(
+                &mut map,
+                sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT16,
+                3,
+                m.base as *mut std::ffi::c_void,
+                m.dims.as_ptr(),
+                m.strides.as_ptr(),
+                m.boxes.as_ptr(),
+                elem_strides.as_ptr(),
+                sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+                sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+                sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+            )
+        };
+        if r != CUresult::CUDA_SUCCESS {
+            return Err(Error::Shape(format!("cuTensorMapEncodeTiled refused {m:?}: {r:?}")));
+        }
+        // 128 bytes as 32 f32 words: a device buffer like any other tensor.
+        let words: Vec<f32> = map.opaque.iter().flat_map(|w| [f32::from_bits(*w as u32), f32::from_bits((*w >> 32) as u32)]).collect();
+        let t: Tensor<f32> = self.upload(&words, &[32])?;
+        let at = t.device_ptr();
+        maps.insert(*m, t);
+        Ok(at)
+    }
+}
