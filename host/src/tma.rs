@@ -80,3 +80,25 @@ impl Gpu {
         Ok(at)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::TileMap;
+
+    #[test]
+    fn maps_the_copy_engine_cannot_use_are_named() {
+        let ok = TileMap { base: 0x1000, dims: [520, 777, 1], strides: [1040, 1040 * 777], boxes: [64, 128, 1] };
+        assert_eq!(ok.unsupported(), None);
+        let cases = [
+            (TileMap { base: 0x1008, ..ok }, "16-byte aligned"),
+            (TileMap { strides: [1030, 1030 * 777], ..ok }, "multiple of 16"),
+            (TileMap { boxes: [32, 128, 1], ..ok }, "64 wide"),
+            (TileMap { boxes: [64, 512, 1], ..ok }, "at most 256"),
+            (TileMap { dims: [520, 0, 1], ..ok }, "dimensions"),
+        ];
+        for (m, why) in cases {
+            let got = m.unsupported().unwrap_or_else(|| panic!("{m:?} was accepted"));
+            assert!(got.contains(why), "{m:?}: {got:?} should say {why:?}");
+        }
+    }
+}
