@@ -13,9 +13,9 @@
 //!     sync();
 //!     wgmma::dot_async(&sa(kt), &sb(kt), &mut acc);
 //!     fill(kt + STAGES - 2);        // overlaps the tensor cores
-//!     wgmma::wait::<1>(&mut acc);  // the step before this one is done
+//!     wgmma::wait::<1, BM, BN, TH>(&mut acc); // the step before this one is done
 //! }
-//! wgmma::wait::<0>(&mut acc);
+//! wgmma::wait::<0, BM, BN, TH>(&mut acc);
 //! ```
 //!
 //! The program's warps form `TH/128` warpgroups; warpgroup `g` computes rows
