@@ -155,9 +155,9 @@ fn bench<T: Elem>(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, op: &str, s
                 rows.push(row(RUSTILE, measure(gpu, mcfg, || gemm::gemm_nt(gpu, &da, &db, &mut c))?, flops, bytes));
                 rows.extend(cublas.map(|stats| row("cublas", stats, flops, bytes)));
                 let plan = gemm::Plan::nt(m, n, k);
-                if gemm::choose(gpu, &plan) != gemm::Config::Mma(gemm::mma_config(gpu, &plan)) {
+                let mma = gemm::Config::Mma(gemm::mma_config(gpu, &plan));
+                if gemm::choose(gpu, &plan) != mma {
                     // The sm_80 path on this GPU too, for comparison.
-                    let mma = gemm::Config::Mma(gemm::mma_config(gpu, &plan));
                     let stats = measure(gpu, mcfg, || gemm::gemm_nt_with_config(gpu, mma, &da, &db, &mut c, &gemm::Epilogue::new()))?;
                     rows.push(row(&format!("{RUSTILE} mma.sync"), stats, flops, bytes));
                 }
