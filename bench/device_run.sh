@@ -2,7 +2,7 @@
 # One call on the GPU machine (no Rust there): the GPU tests, the GEMM family's
 # check against cuBLAS, optionally the autotuner, then the bench. Binaries are
 # built here and carried in .device/ (bench/RESULTS.md says how).
-# Usage on the device: [TESTS=0] [TUNE=1] bash bench/device_run.sh [bench args...];
+# Usage on the device: [TESTS=0] [TUNE=1] [BENCH=0] bash bench/device_run.sh [bench args...];
 # logs and the tuned table go to $OUT (or ./out).
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -27,8 +27,10 @@ fi
 if [ "${TUNE:-0}" = 1 ]; then
     echo "==> rustile-tune --arch sm90 (what cargo xtask autotune runs)"
     cp tuned/sm90.toml "$OUT/sm90.toml" 2>/dev/null
-    timeout 300 .device/rustile-tune --arch sm90 --out "$OUT/sm90.toml" 2>&1 | tee "$OUT/tune.log" || status=1
+    timeout ${TUNE_S:-300} .device/rustile-tune --arch sm90 --out "$OUT/sm90.toml" 2>&1 | tee "$OUT/tune.log" || status=1
 fi
-echo "==> bench"
-PYTHONUNBUFFERED=1 timeout 420 .device/rustile-bench --json "$OUT/results.json" "$@" 2>&1 | tee "$OUT/bench.log" || status=1
+if [ "${BENCH:-1}" = 1 ]; then
+    echo "==> bench"
+    PYTHONUNBUFFERED=1 timeout 420 .device/rustile-bench --json "$OUT/results.json" "$@" 2>&1 | tee "$OUT/bench.log" || status=1
+fi
 exit $status

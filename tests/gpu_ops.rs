@@ -248,17 +248,25 @@ fn grouped_gemms_match_float64() {
 #[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
 fn dual_gemm_matches_float64() {
     let Some(gpu) = gpu_or_skip("dual_gemm_matches_float64") else { return };
-    for (m, n, k) in [(1, 1, 1), (70, 33, 48), (300, 517, 264), (777, 1030, 520)] {
+    for (m, n, k) in [(1, 1, 1), (70, 33, 48), (300, 517, 264), (777, 1030, 520), (129, 200, 75)] {
         let (mut rng, seed) = rng();
         let a: Vec<bf16> = normal(&mut rng, m * k, 0.0, 1.0);
         let b1: Vec<bf16> = normal(&mut rng, n * k, 0.0, 1.0);
         let b2: Vec<bf16> = normal(&mut rng, n * k, 0.0, 1.0);
         let (da, db1, db2) = (up(&gpu, &a, &[m, k]), up(&gpu, &b1, &[n, k]), up(&gpu, &b2, &[n, k]));
         let want = reference::swiglu(&reference::matmul_nt(&wide(&a), &wide(&b1), m, n, k), &reference::matmul_nt(&wide(&a), &wide(&b2), m, n, k));
-        for cfg in 0..dual_gemm::dual_gemm_kernel::CONFIGS.len() {
+        let mma = (0..dual_gemm::dual_gemm_kernel::CONFIGS.len()).map(gemm::Config::Mma);
+        let tma = (0..dual_gemm::dual_gemm_tma_kernel::CONFIGS.len()).map(gemm::Config::Tma);
+        let hopper = dual_gemm::dual_gemm_tma_kernel::supported(&gpu);
+        for cfg in mma.chain(tma.filter(|_| hopper)) {
             let mut c = poisoned::<bf16>(&gpu, &[m, n]);
-            dual_gemm::dual_gemm_with_config(&gpu, cfg, &da, &db1, &db2, &mut c).unwrap();
-            assert_close(&gpu.download(&c).unwrap(), &want, &format!("dual_gemm {m}×{n}×{k} cfg={cfg} (seed {seed})"));
+            let run = dual_gemm::dual_gemm_with_config(&gpu, cfg, &da, &db1, &db2, &mut c);
+            if matches!(cfg, gemm::Config::Tma(_)) && k % 8 != 0 {
+                assert!(matches!(run, Err(Error::Shape(_))), "dual_gemm {m}×{n}×{k} {cfg:?}: the TMA kernel must refuse k % 8 != 0");
+                continue;
+            }
+            run.unwrap();
+            assert_close(&gpu.download(&c).unwrap(), &want, &format!("dual_gemm {m}×{n}×{k} {cfg:?} (seed {seed})"));
         }
         let mut c = poisoned::<bf16>(&gpu, &[m, n]);
         dual_gemm::dual_gemm(&gpu, &da, &db1, &db2, &mut c).unwrap();

@@ -31,6 +31,7 @@ fn expected_entries(arch: &str) -> Vec<String> {
     if arch == "sm_90a" {
         add("gemm_wgmma_kernel", gemm::gemm_wgmma_kernel::CONFIGS, gemm::gemm_wgmma_kernel::DTYPES);
         add("gemm_tma_kernel", gemm::gemm_tma_kernel::CONFIGS, gemm::gemm_tma_kernel::DTYPES);
+        add("dual_gemm_tma_kernel", dual_gemm::dual_gemm_tma_kernel::CONFIGS, dual_gemm::dual_gemm_tma_kernel::DTYPES);
     }
     names
 }
@@ -47,7 +48,7 @@ fn every_kernel_assembles_without_spills() {
         let kernels = report["kernels"].as_array().expect("resources.json has a `kernels` list");
         // `arch = sm_90a` kernels are left out of the other builds.
         if arch != "sm_90a" {
-            let hopper = kernels.iter().find(|k| k["name"].as_str().is_some_and(|n| n.starts_with("gemm_wgmma_kernel") || n.starts_with("gemm_tma_kernel")));
+            let hopper = kernels.iter().find(|k| k["name"].as_str().is_some_and(|n| n.starts_with("gemm_wgmma_kernel") || n.starts_with("gemm_tma_kernel") || n.starts_with("dual_gemm_tma_kernel")));
             assert!(hopper.is_none(), "{arch}: holds {}, which is sm_90a only", hopper.unwrap()["name"]);
         }
         for name in expected_entries(arch) {

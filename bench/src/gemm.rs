@@ -202,14 +202,23 @@ fn bench<T: Elem>(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, op: &str, s
                     continue;
                 }
                 rows.push(row(RUSTILE, measure(gpu, mcfg, || dual_gemm::dual_gemm(gpu, &da, &db, &db2, &mut c))?, flops, bytes));
+                let hopper = dual_gemm::dual_gemm_tma_kernel::supported(gpu);
+                if hopper {
+                    // The sm_80 kernel on this GPU too, for comparison.
+                    let mma = dual_gemm::choose_mma(gpu, m, n, k);
+                    let stats = measure(gpu, mcfg, || dual_gemm::dual_gemm_with_config(gpu, mma, &da, &db, &db2, &mut c))?;
+                    rows.push(row(&format!("{RUSTILE} mma.sync"), stats, flops, bytes));
+                }
                 if let Some(stats) = two {
                     // Its bytes include the two [m, n] intermediates written and read back.
                     rows.push(row("cublas×2+swiglu", stats, flops, bytes + 4.0 * (m * n) as f64 * size));
                 }
                 if sweep {
-                    for (i, cf) in dual_gemm::dual_gemm_kernel::CONFIGS.iter().enumerate() {
-                        let stats = measure(gpu, mcfg, || dual_gemm::dual_gemm_with_config(gpu, i, &da, &db, &db2, &mut c))?;
-                        rows.push(row(&format!("{RUSTILE} cfg={}", cf.name), stats, flops, bytes));
+                    let mma = dual_gemm::dual_gemm_kernel::CONFIGS.iter().enumerate().map(|(i, cf)| (gemm::Config::Mma(i), "mma.sync", cf.name));
+                    let tma = dual_gemm::dual_gemm_tma_kernel::CONFIGS.iter().enumerate().map(|(i, cf)| (gemm::Config::Tma(i), "tma+wgmma", cf.name));
+                    for (cfg, path, name) in mma.chain(tma.filter(|_| hopper)) {
+                        let stats = measure(gpu, mcfg, || dual_gemm::dual_gemm_with_config(gpu, cfg, &da, &db, &db2, &mut c))?;
+                        rows.push(row(&format!("{RUSTILE} {path} cfg={name}"), stats, flops, bytes));
                     }
                 }
             }

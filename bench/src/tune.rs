@@ -16,7 +16,7 @@ use crate::gemm::{close, cublas_swiglu};
 use crate::harness::{measure_each, shape_str, utc_now, MeasureCfg};
 
 /// The ops the tuner knows, and the kernel each one dispatches to.
-pub const OPS: &[(&str, &str)] = &[("gemm_nt", "gemm_nt_kernel"), ("gemm_wgmma", "gemm_wgmma_kernel"), ("gemm_tma", "gemm_tma_kernel"), ("dual_gemm", "dual_gemm_kernel")];
+pub const OPS: &[(&str, &str)] = &[("gemm_nt", "gemm_nt_kernel"), ("gemm_wgmma", "gemm_wgmma_kernel"), ("gemm_tma", "gemm_tma_kernel"), ("dual_gemm", "dual_gemm_kernel"), ("dual_gemm_tma", "dual_gemm_tma_kernel")];
 
 /// The representative shapes tuned for `op` (one per bucket): the bench's
 /// suites (square, LLM, skinny) plus the two GEMMs of issue 3's MLP (16k
@@ -24,7 +24,7 @@ pub const OPS: &[(&str, &str)] = &[("gemm_nt", "gemm_nt_kernel"), ("gemm_wgmma",
 /// ones. Candidates run in bf16; the winners serve f16 too.
 pub fn shapes(op: &str, quick: bool) -> Vec<[usize; 3]> {
     if quick {
-        return if op == "dual_gemm" { vec![[8192, 11008, 4096], [8192, 4096, 4096]] } else { vec![[4096; 3], [8192; 3]] };
+        return if op.starts_with("dual_gemm") { vec![[8192, 11008, 4096], [8192, 4096, 4096]] } else { vec![[4096; 3], [8192; 3]] };
     }
     let mut shapes: Vec<[usize; 3]> = crate::gemm::SUITES.iter().flat_map(|(_, s)| s.iter().copied()).collect();
     shapes.extend([[512, 512, 512], [16384, 1365, 512], [16384, 512, 1365]]);
@@ -84,7 +84,7 @@ impl<'a> Problem<'a> {
         let mut fresh = |rows: usize, cols: usize| gpu.upload(&normal::<bf16>(&mut rng, rows * cols, 0.0, 1.0), &[rows, cols]);
         let (a, b, b2) = (fresh(m, k)?, fresh(n, k)?, fresh(n, k)?);
         let mut want = gpu.alloc::<bf16>(&[m, n])?;
-        if op == "dual_gemm" {
+        if op.starts_with("dual_gemm") {
             let (mut gate, mut up) = (gpu.alloc::<bf16>(&[m, n])?, gpu.alloc::<bf16>(&[m, n])?);
             cublas_swiglu(gpu, blas, &a, [&b, &b2], [&mut gate, &mut up], &mut want)?;
         } else {
@@ -99,6 +99,7 @@ impl<'a> Problem<'a> {
         let (gpu, c) = (self.gpu, &mut self.out);
         let cfg = match self.op {
             "dual_gemm" => return dual_gemm::dual_gemm_with_config(gpu, cfg, &self.a, &self.b, &self.b2, c),
+            "dual_gemm_tma" => return dual_gemm::dual_gemm_with_config(gpu, gemm::Config::Tma(cfg), &self.a, &self.b, &self.b2, c),
             "gemm_wgmma" => gemm::Config::Wgmma(cfg),
             "gemm_tma" => gemm::Config::Tma(cfg),
             _ => gemm::Config::Mma(cfg),
@@ -119,6 +120,7 @@ pub fn tune_op(gpu: &Gpu, blas: &Blas, op: &str, quick: bool) -> Result<OpTable>
     let (_, kernel) = *OPS.iter().find(|(o, _)| *o == op).expect("ops are checked by the caller");
     let configs = match op {
         "dual_gemm" => dual_gemm::dual_gemm_kernel::CONFIGS,
+        "dual_gemm_tma" => dual_gemm::dual_gemm_tma_kernel::CONFIGS,
         "gemm_wgmma" => gemm::gemm_wgmma_kernel::CONFIGS,
         "gemm_tma" => gemm::gemm_tma_kernel::CONFIGS,
         _ => gemm::gemm_nt_kernel::CONFIGS,

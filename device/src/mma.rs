@@ -20,6 +20,26 @@ pub unsafe fn st_shared_v4(addr: u32, x: [u32; 4]) {
     }
 }
 
+/// Writes 8 bytes at shared address `addr` (8-aligned).
+#[inline(always)]
+pub unsafe fn st_shared_v2(addr: u32, x: [u32; 2]) {
+    unsafe {
+        asm!("st.shared.v2.b32 [{a}], {{{x0}, {x1}}};", a = in(reg32) addr, x0 = in(reg32) x[0], x1 = in(reg32) x[1],
+             options(nostack));
+    }
+}
+
+/// Reads 16 bytes at shared address `addr` (16-aligned).
+#[inline(always)]
+pub unsafe fn ld_shared_v4(addr: u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    unsafe {
+        asm!("ld.shared.v4.b32 {{{x0}, {x1}, {x2}, {x3}}}, [{a}];", a = in(reg32) addr,
+             x0 = out(reg32) a, x1 = out(reg32) b, x2 = out(reg32) c, x3 = out(reg32) d, options(nostack));
+    }
+    [a, b, c, d]
+}
+
 /// Starts copying 16 bytes from global `src` to shared `dst` without
 /// registers (`cp.async.cg`): the first `bytes` come from `src`, the rest
 /// are zero; `bytes = 0` reads nothing. `src` must be 16-aligned.

@@ -570,6 +570,86 @@ pub fn store_acc_with<T: Elem, const M: usize, const N: usize, const TH: usize, 
     }
 }
 
+/// [`store_acc_with`] through shared memory, a chunk (8 columns) at a time:
+/// the accumulator goes to an `M×N` f32 scratch at `scratch` (a byte offset
+/// of the program's shared memory, as for [`Shared::at`]; `4·M·N` bytes,
+/// free at the call, e.g. a finished main loop's stages), then each thread
+/// takes whole chunks of consecutive columns, `f(row, col, values)` turns
+/// one into output values (`col` the chunk's first column, a multiple of
+/// 8), and it leaves in one 16-byte store.
+///
+/// Whichever layout the accumulator has, the stores of a warp then cover
+/// whole rows (coalesced), and an `f` that reads other tensors does so a
+/// chunk at a time ([`BlockPtr::get_chunk`]). Both barriers are inside;
+/// call `sync()` after it before the scratch is written again. `N` is a
+/// multiple of 32.
+#[inline(always)]
+pub fn store_acc_staged<T: Elem, const M: usize, const N: usize, const TH: usize, const WG: bool>(
+    dst: &BlockPtr<T, M, N, TH>,
+    acc: &Acc<M, N, TH, WG>,
+    scratch: usize,
+    f: impl Fn(usize, usize, [f32; V]) -> [f32; V],
+) where
+    [(); acc_len(M, N, TH)]:,
+{
+    let () = Staged::<M, N, TH>::OK;
+    // Whoever used the scratch last (the main loop's tensor cores) is done.
+    sync();
+    #[cfg(target_arch = "nvptx64")]
+    let base = rustile_device::smem_addr(rustile_device::dyn_smem::<u8>()) + (TH * 4 + scratch) as u32;
+    #[cfg(not(target_arch = "nvptx64"))]
+    let base = be::smem_at(TH * 4 + scratch, M * N * 4) as *mut f32;
+    // Neighbouring columns (2i, 2i+1) are neighbours in every layout: one 8-byte store.
+    for e in (0..acc.v.len()).step_by(2) {
+        let (r, c) = acc_pos::<M, N, TH, WG>(e);
+        #[cfg(target_arch = "nvptx64")]
+        unsafe {
+            rustile_device::st_shared_v2(base + (4 * staged_at(r, c, N)) as u32, [acc.v[e].to_bits(), acc.v[e + 1].to_bits()])
+        };
+        #[cfg(not(target_arch = "nvptx64"))]
+        unsafe {
+            (*base.add(staged_at(r, c, N)), *base.add(staged_at(r, c + 1, N))) = (acc.v[e], acc.v[e + 1]);
+        }
+    }
+    sync();
+    let read = |r: usize, c: usize| -> [f32; 4] {
+        #[cfg(target_arch = "nvptx64")]
+        return unsafe { rustile_device::ld_shared_v4(base + (4 * staged_at(r, c, N)) as u32) }.map(f32::from_bits);
+        #[cfg(not(target_arch = "nvptx64"))]
+        return core::array::from_fn(|i| unsafe { *base.add(staged_at(r, c + i, N)) });
+    };
+    #[cfg(target_arch = "nvptx64")]
+    let (first, step) = (rustile_device::thread_idx() as usize, TH);
+    #[cfg(not(target_arch = "nvptx64"))]
+    let (first, step) = (0, 1);
+    for chunk in (first..M * N / V).step_by(step) {
+        let (r, c) = (chunk / (N / V), chunk % (N / V) * V);
+        let (lo, hi) = (read(r, c), read(r, c + 4));
+        dst.put_chunk(r, c, f(r, c, [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]]));
+    }
+}
+
+/// Float index of `[r, c]` in `store_acc_staged`'s `M×N` scratch. Row `r`'s
+/// chunks are permuted by `r % 4` and a chunk's two 16-byte halves swapped
+/// in every other group of four chunks, so that neither the accumulator's
+/// 8-byte writes (4 rows × 32 bytes a half-warp) nor the 16-byte chunk
+/// reads (8 consecutive chunks a quarter-warp) meet in a bank.
+#[inline(always)]
+const fn staged_at(r: usize, c: usize, n: usize) -> usize {
+    let chunk = (c / V) ^ (r % 4);
+    let half = ((c / 4) % 2) ^ ((chunk / 4) % 2);
+    r * n + chunk * V + half * 4 + c % 4
+}
+
+/// Compile-time check of `store_acc_staged`'s shape.
+struct Staged<const M: usize, const N: usize, const TH: usize>;
+impl<const M: usize, const N: usize, const TH: usize> Staged<M, N, TH> {
+    const OK: () = assert!(
+        N % 32 == 0 && (M * N / V) % TH == 0,
+        "store_acc_staged: N must be a multiple of 32, and the block's 8-column chunks a multiple of the thread count"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::swizzled;
@@ -577,6 +657,25 @@ mod tests {
     /// `dot` on the GPU finds every ldmatrix row from the k-step-0 offset by
     /// one XOR and one add; this is the identity it relies on, for every row
     /// a 16-row piece can start at and every tile width `Shared` allows.
+    /// The staged epilogue's scratch layout is a permutation of each row,
+    /// and keeps 4-column halves contiguous (the 16-byte reads).
+    #[test]
+    fn staged_scratch_permutes_each_row() {
+        for n in [32, 64, 128, 256] {
+            for r in 0..16 {
+                let mut seen = vec![false; n];
+                for c in 0..n {
+                    let at = super::staged_at(r, c, n);
+                    assert!(at / n == r && !seen[at % n], "n {n}, [{r}, {c}] → {at}");
+                    seen[at % n] = true;
+                    if c % 4 != 0 {
+                        assert_eq!(at, super::staged_at(r, c - 1, n) + 1, "n {n}, [{r}, {c}]: half not contiguous");
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn ldmatrix_offsets_follow_the_swizzle() {
         for k in [16, 32, 64, 128, 256] {

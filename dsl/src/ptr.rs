@@ -4,6 +4,8 @@
 //! interpreter it also carries its buffer's length and whether it may be
 //! written, so that a block pointer whose shape claims more than the data, or
 //! a store through an input, stops with a message instead of corrupting memory.
+use crate::backend as be;
+use crate::layout::V;
 use crate::Elem;
 use core::marker::PhantomData;
 
@@ -205,6 +207,33 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> BlockPtr<T, R, C,
         let at = row * self.strides[0] + col * self.strides[1];
         self.base.check("BlockPtr::get", at, 1, 1, false);
         unsafe { (*self.base.at(at)).to_f32() }
+    }
+
+    /// The 8 elements `[r, c..c+8]` of the window as f32, `fill` where they
+    /// fall outside the tensor: one vector load where the chunk is whole
+    /// and 16-byte aligned (for epilogues that work a chunk at a time).
+    #[inline(always)]
+    pub fn get_chunk(&self, r: usize, c: usize, fill: f32) -> [f32; V] {
+        let (row, col) = (self.offsets[0] + r, self.offsets[1] + c);
+        let valid = if row < self.shape[0] { self.valid_cols(col).min(V) } else { 0 };
+        let at = row * self.strides[0] + col * self.strides[1];
+        self.base.check("BlockPtr::get_chunk", at, self.strides[1], valid, false);
+        unsafe { be::read_chunk(self.base.at(at), self.strides[1], valid, T::from_f32(fill)) }.map(|x| x.to_f32())
+    }
+
+    /// Stores `x` (converted to `T`) at `[r, c..c+8]` of the window, the
+    /// elements inside the tensor only.
+    #[inline(always)]
+    pub(crate) fn put_chunk(&self, r: usize, c: usize, x: [f32; V]) {
+        let (row, col) = (self.offsets[0] + r, self.offsets[1] + c);
+        let valid = if row < self.shape[0] { self.valid_cols(col).min(V) } else { 0 };
+        let at = row * self.strides[0] + col * self.strides[1];
+        self.base.check("store_acc_staged", at, self.strides[1], valid, true);
+        let mut out = [T::default(); V];
+        for i in 0..V / 2 {
+            [out[2 * i], out[2 * i + 1]] = T::from_f32_pair(x[2 * i], x[2 * i + 1]);
+        }
+        unsafe { be::write_chunk(self.base.at(at), self.strides[1], valid, out) }
     }
 
     /// Whether the whole window lies inside the tensor, with rows contiguous

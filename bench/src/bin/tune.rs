@@ -45,7 +45,7 @@ fn run(args: &Args) -> Result<(), String> {
         None => OPS.iter().map(|o| o.0).collect(),
     };
     // The wgmma kernels exist on sm_90a only.
-    let hopper_only = ["gemm_wgmma", "gemm_tma"];
+    let hopper_only = ["gemm_wgmma", "gemm_tma", "dual_gemm_tma"];
     let wgmma_here = rustile_ops::gemm::gemm_wgmma_kernel::supported(&gpu);
     if let Some(op) = args.op.as_deref().filter(|op| hopper_only.contains(op) && !wgmma_here) {
         return Err(format!("{op} needs an sm_90a GPU; {} is not one", gpu.name()));
@@ -54,12 +54,12 @@ fn run(args: &Args) -> Result<(), String> {
     // Every candidate is checked against cuBLAS before it is timed.
     let blas = Blas::new(&gpu)?;
     eprintln!("tuning {} on {} ({} SMs){}", ops.join(", "), gpu.name(), gpu.sm_count(), if args.quick { ", quick" } else { "" });
-    let mut tables = vec![];
-    for op in ops {
-        tables.push(tune_op(&gpu, &blas, op, args.quick).map_err(|e| format!("tuning {op}: {e}"))?);
-    }
     let out = args.out.clone().unwrap_or_else(|| PathBuf::from(format!("tuned/{}.toml", args.arch)));
-    merge_and_write(&out, &args.arch, tables).map_err(|e| format!("writing {}: {e}", out.display()))?;
-    eprintln!("wrote {}", out.display());
+    // Each op's table is written as soon as it is done: a run cut short keeps what it finished.
+    for op in ops {
+        let table = tune_op(&gpu, &blas, op, args.quick).map_err(|e| format!("tuning {op}: {e}"))?;
+        merge_and_write(&out, &args.arch, vec![table]).map_err(|e| format!("writing {}: {e}", out.display()))?;
+        eprintln!("wrote {op} into {}", out.display());
+    }
     Ok(())
 }

@@ -2,10 +2,12 @@
 //! `[M, K]`, B₁ and B₂ `[N, K]` (the gate and up projections' weights) and
 //! C `[M, N]`; bf16 or f16, f32 accumulation, any M, N, K.
 //!
-//! One kernel: each program streams its A tiles once against both weights
-//! ([`mainloop2`](crate::gemm::mainloop2)), keeps both accumulators on
-//! chip, and writes only C. Two GEMMs and an activation would write and
-//! re-read two `[M, N]` intermediates.
+//! One kernel: each program streams its A tiles once against both weights,
+//! keeps both accumulators on chip, and writes only C. Two GEMMs and an
+//! activation would write and re-read two `[M, N]` intermediates. On
+//! Hopper the kernel is `wgmma` fed by the copy engine
+//! ([`mainloop_tma`](crate::gemm::mainloop_tma) with two B operands);
+//! elsewhere `mma.sync` ([`mainloop2`](crate::gemm::mainloop2)).
 use crate::gemm::{block, mainloop2};
 use rustile::prelude::*;
 
@@ -28,6 +30,33 @@ pub fn dual_gemm_kernel<T: Elem>(a: Ptr<T>, b1: Ptr<T>, b2: Ptr<T>, c: PtrMut<T>
     store_acc(&BlockPtr::rows(c, m, n, at), &gate.zip(up, |g, u| math::silu(g) * u));
 }
 
+// `SMEM = pad(32·WARPS) + STAGES·((BM + 2·BN)·BK·2 + 16)`: a stage holds
+// A's tile and both weights'.
+#[kernel(
+    configs = [
+        (BM = 128, BN = 128, BK = 64, WARPS = 8, STAGES = 4, SMEM = 196672),
+        (BM = 128, BN = 64, BK = 64, WARPS = 8, STAGES = 6, SMEM = 196704),
+        (BM = 64, BN = 128, BK = 64, WARPS = 4, STAGES = 5, SMEM = 205392),
+        (BM = 64, BN = 64, BK = 64, WARPS = 4, STAGES = 6, SMEM = 148064),
+    ],
+    grid = [cdiv(m, BM) * cdiv(n, BN)],
+    dtypes = [bf16, f16],
+    arch = sm_90a,
+)]
+/// [`dual_gemm_kernel`] on Hopper: `wgmma` with TMA copies. `map_a`,
+/// `map_b1`, `map_b2` are the device addresses of the operands' tensor
+/// maps (boxes of `BM×64`, `BN×64`); rows of `k` elements, `k` a multiple of 8.
+pub fn dual_gemm_tma_kernel<T: Elem>(
+    a: Ptr<T>, b1: Ptr<T>, b2: Ptr<T>, c: PtrMut<T>, m: usize, n: usize, k: usize, map_a: u64, map_b1: u64, map_b2: u64,
+) {
+    use crate::gemm::{mainloop_tma, pad, Mapped, Operand};
+    let at = block::<BM, BN>(m, n);
+    let op = |ptr: Ptr<T>, map: u64| Mapped { map, z: 0, op: Operand { ptr, ld: k } };
+    let [gate, up] = mainloop_tma::<T, BM, BN, BK, STAGES, THREADS, 2>(op(a, map_a), [op(b1, map_b1), op(b2, map_b2)], [m, n, k], at);
+    let h = gate.zip(up, |g, u| math::silu(g) * u);
+    store_acc_staged(&BlockPtr::rows(c, m, n, at), &h, pad(THREADS), |_, _, x: [f32; 8]| x);
+}
+
 // ---- config choice and host API ----------------------------------------------------------
 
 /// The config `dual_gemm` runs where the tuned table has no entry: 128×128
@@ -36,6 +65,20 @@ pub fn dual_gemm_kernel<T: Elem>(a: Ptr<T>, b1: Ptr<T>, b2: Ptr<T>, c: PtrMut<T>
 #[cfg(not(target_arch = "nvptx64"))]
 pub fn default_config(m: usize, n: usize) -> usize {
     if cdiv(m, 128) * cdiv(n, 128) >= 264 { 3 } else { 0 }
+}
+
+/// The config `dual_gemm` runs on Hopper where the tuned table has no
+/// entry: the largest blocks (128×128 of each product) that still give
+/// every SM one, else 128×64, else 64×64.
+#[cfg(not(target_arch = "nvptx64"))]
+pub fn default_tma_config(m: usize, n: usize) -> usize {
+    if cdiv(m, 128) * cdiv(n, 128) >= 132 {
+        0
+    } else if cdiv(m, 128) * cdiv(n, 64) >= 132 {
+        1
+    } else {
+        3
+    }
 }
 
 #[cfg(not(target_arch = "nvptx64"))]

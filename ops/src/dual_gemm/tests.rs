@@ -15,6 +15,11 @@ fn check<T: Elem>(m: usize, n: usize, k: usize) {
         dual_gemm_kernel::cpu(cfg, &a, &b1, &b2, &mut c, m, n, k);
         assert_close(&c, &want, &format!("dual_gemm<{}> {m}×{n}×{k} cfg={cfg} (seed {seed})", T::NAME));
     }
+    for cfg in 0..dual_gemm_tma_kernel::CONFIGS.len() {
+        let mut c = poisoned::<T>(m * n);
+        dual_gemm_tma_kernel::cpu(cfg, &a, &b1, &b2, &mut c, m, n, k, 0, 0, 0);
+        assert_close(&c, &want, &format!("dual_gemm_tma<{}> {m}×{n}×{k} cfg={cfg} (seed {seed})", T::NAME));
+    }
 }
 
 #[test]

@@ -84,16 +84,10 @@ impl Plan {
     /// addresses; built once per tensor and box, `rustile_host::TileMap`).
     fn tma_maps<T: Elem>(&self, gpu: &Gpu, cfg: usize, a: &Tensor<T>, b: &Tensor<T>) -> Result<[u64; 2]> {
         let c = &gemm_tma_kernel::CONFIGS[cfg];
-        let (bm, bn) = (c.get("BM").unwrap_or(128) as u32, c.get("BN").unwrap_or(128) as u32);
-        let map = |t: &Tensor<T>, rows: usize, ld: usize, stride: usize, box_rows: u32| {
+        let (bm, bn) = (c.get("BM").unwrap_or(128), c.get("BN").unwrap_or(128));
+        let map = |t: &Tensor<T>, rows: usize, ld: usize, stride: usize, box_rows: usize| {
             let batch = if stride == 0 { 1 } else { self.batch };
-            let (ld, stride) = (2 * ld as u64, 2 * if stride == 0 { ld * rows } else { stride } as u64);
-            gpu.tensor_map(&TileMap {
-                base: t.device_ptr(),
-                dims: [self.k as u64, rows as u64, batch as u64],
-                strides: [ld, stride],
-                boxes: [64, box_rows, 1],
-            })
+            tma_map(gpu, t, [self.k, rows, batch], [ld, if stride == 0 { ld * rows } else { stride }], box_rows)
         };
         Ok([map(a, self.m, self.ld[0], self.stride[0], bm)?, map(b, self.n, self.ld[1], self.stride[1], bn)?])
     }
@@ -132,6 +126,19 @@ impl Plan {
         }
         Ok(())
     }
+}
+
+/// The tensor map (device address) of `batch` matrices of `rows×k` in
+/// `t`, rows `ld` and matrices `stride` elements apart, read in boxes of
+/// `box_rows×64` by the Hopper kernels' copy engine.
+pub(crate) fn tma_map<T: Elem>(gpu: &Gpu, t: &Tensor<T>, [k, rows, batch]: [usize; 3], [ld, stride]: [usize; 2], box_rows: usize) -> Result<u64> {
+    let bytes = core::mem::size_of::<T>() as u64;
+    gpu.tensor_map(&TileMap {
+        base: t.device_ptr(),
+        dims: [k as u64, rows as u64, batch as u64],
+        strides: [bytes * ld as u64, bytes * stride as u64],
+        boxes: [64, box_rows as u32, 1],
+    })
 }
 
 /// The [`Plan`] of `c = op(a)·op(b)`: `c` is `[m, n]` or `[batch, m, n]`,

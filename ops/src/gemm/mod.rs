@@ -365,13 +365,13 @@ pub fn gemm_program<T: Elem, const BM: usize, const BN: usize, const BK: usize, 
     store_epilogue(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi);
 }
 
-/// Stores batch `z`'s block of `C = act(α·acc + bias) + residual + β·C`
-/// at `at`: the fused epilogue of every GEMM kernel, for either
-/// accumulator layout (`mma.sync` or `wgmma`).
+/// Batch `z`'s windows of what a fused epilogue touches, for the block at
+/// `at`: C (also `β·C`'s source), the residual, and the bias per column and
+/// per row. (Unused operands are placeholders that may be shorter than C;
+/// they are not offset.)
+#[allow(clippy::type_complexity)]
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-pub fn store_epilogue<T: Elem, const BM: usize, const BN: usize, const TH: usize, const WG: bool>(
-    acc: &rustile::Acc<BM, BN, TH, WG>,
+fn epilogue_windows<T: Elem, const BM: usize, const BN: usize, const TH: usize>(
     c: PtrMut<T>,
     ldc: usize,
     bias: Ptr<T>,
@@ -380,22 +380,42 @@ pub fn store_epilogue<T: Elem, const BM: usize, const BN: usize, const TH: usize
     [z, sc, sbias]: [usize; 3],
     at: [usize; 2],
     epi: Epi,
+) -> (BlockPtr<T, BM, BN, TH>, BlockPtr<T, BM, BN, TH>, BlockPtr<T, 1, BN, TH>, BlockPtr<T, BM, 1, TH>) {
+    let residual = if epi.residual { residual.offset(z * sc) } else { residual };
+    let bias = if epi.bias != Bias::None { bias.offset(z * sbias) } else { bias };
+    (
+        BlockPtr::new(c.offset(z * sc), [m, n], [ldc, 1], at),
+        BlockPtr::new(residual, [m, n], [ldc, 1], at),
+        BlockPtr::rows(bias, 1, n, [0, at[1]]),
+        BlockPtr::rows(bias, m, 1, [at[0], 0]),
+    )
+}
+
+/// Stores batch `z`'s block of `C = act(α·acc + bias) + residual + β·C`
+/// at `at`, element by element from the registers: the fused epilogue of
+/// the `mma.sync` kernels (whose stages are too small to stage the block).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn store_epilogue<T: Elem, const BM: usize, const BN: usize, const TH: usize, const WG: bool>(
+    acc: &rustile::Acc<BM, BN, TH, WG>,
+    c: PtrMut<T>,
+    ldc: usize,
+    bias: Ptr<T>,
+    residual: Ptr<T>,
+    mn: [usize; 2],
+    batch: [usize; 3],
+    at: [usize; 2],
+    epi: Epi,
 ) where
     [(); acc_len(BM, BN, TH)]:,
 {
-    let out = BlockPtr::<T, BM, BN, TH>::new(c.offset(z * sc), [m, n], [ldc, 1], at);
+    let (out, res, per_col, per_row) = epilogue_windows::<T, BM, BN, TH>(c, ldc, bias, residual, mn, batch, at, epi);
     // The per-element epilogue below is long code; a plain product (one
     // uniform test) skips it.
     if epi == Epi::NONE {
         store_acc(&out, acc);
         return;
     }
-    // (Unused operands are placeholders that may be shorter than C.)
-    let residual = if epi.residual { residual.offset(z * sc) } else { residual };
-    let bias = if epi.bias != Bias::None { bias.offset(z * sbias) } else { bias };
-    let res = BlockPtr::<T, BM, BN, TH>::new(residual, [m, n], [ldc, 1], at);
-    let per_col = BlockPtr::<T, 1, BN, TH>::rows(bias, 1, n, [0, at[1]]);
-    let per_row = BlockPtr::<T, BM, 1, TH>::rows(bias, m, 1, [at[0], 0]);
     store_acc_with(&out, acc, |r, col, x| {
         let bias = match epi.bias {
             Bias::None => 0.0,
@@ -405,6 +425,44 @@ pub fn store_epilogue<T: Elem, const BM: usize, const BN: usize, const TH: usize
         let residual = if epi.residual { res.get(r, col, 0.0) } else { 0.0 };
         let old = if epi.beta != 0.0 { out.get(r, col, 0.0) } else { 0.0 };
         epi.apply(x, bias, residual, old)
+    });
+}
+
+/// [`store_epilogue`] through `4·BM·BN` bytes of shared memory at
+/// `scratch` (`store_acc_staged`): each thread finishes whole 8-column
+/// chunks, reading the residual, bias and old C a chunk (16 bytes) at a
+/// time, and every warp's stores cover whole rows. The Hopper kernels'
+/// epilogue, where a finished main loop's stages hold the block.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn store_epilogue_staged<T: Elem, const BM: usize, const BN: usize, const TH: usize, const WG: bool>(
+    acc: &rustile::Acc<BM, BN, TH, WG>,
+    c: PtrMut<T>,
+    ldc: usize,
+    bias: Ptr<T>,
+    residual: Ptr<T>,
+    mn: [usize; 2],
+    batch: [usize; 3],
+    at: [usize; 2],
+    epi: Epi,
+    scratch: usize,
+) where
+    [(); acc_len(BM, BN, TH)]:,
+{
+    let (out, res, per_col, per_row) = epilogue_windows::<T, BM, BN, TH>(c, ldc, bias, residual, mn, batch, at, epi);
+    let plain = epi == Epi::NONE;
+    store_acc_staged(&out, acc, scratch, |r, col, x: [f32; 8]| {
+        if plain {
+            return x;
+        }
+        let bias = match epi.bias {
+            Bias::None => [0.0; 8],
+            Bias::PerColumn => per_col.get_chunk(0, col, 0.0),
+            Bias::PerRow => [per_row.get(r, 0, 0.0); 8],
+        };
+        let residual = if epi.residual { res.get_chunk(r, col, 0.0) } else { [0.0; 8] };
+        let old = if epi.beta != 0.0 { out.get_chunk(r, col, 0.0) } else { [0.0; 8] };
+        core::array::from_fn(|i| epi.apply(x[i], bias[i], residual[i], old[i]))
     });
 }
 

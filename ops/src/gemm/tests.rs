@@ -93,10 +93,11 @@ fn every_fused_epilogue_matches_float64() {
                     reference::epilogue(&e, ab[at], bv, rv, old[at].to_f32() as f64)
                 })
                 .collect();
-            for cfg in [0, 2] {
+            // mma.sync's per-element epilogue, and the Hopper kernels' staged one.
+            for cfg in [Config::Mma(0), Config::Mma(2), Config::Wgmma(3), Config::Tma(0)] {
                 let mut c = old.clone();
                 launch_plan_cpu(cfg, &Plan::nt(m, n, k), &a, &b, &mut c, bias_data, &residual, e);
-                assert_close(&c, &want, &format!("gemm_nt {e:?} cfg={cfg} (seed {seed})"));
+                assert_close(&c, &want, &format!("gemm {e:?} {cfg:?} (seed {seed})"));
             }
         }
     }
@@ -161,10 +162,11 @@ fn every_layout_and_batch_matches_float64() {
             };
             let p = plan_shapes((&a_shape, ta), (b_shape, tb), &[batch, m, n]).unwrap();
             assert_eq!((p.ta, p.tb, p.batch, p.m, p.n, p.k), (ta, tb, batch, m, n, k));
-            for cfg in [0, 2] {
+            let hopper = if !ta && tb { vec![Config::Wgmma(0), Config::Tma(1)] } else { vec![] };
+            for cfg in [Config::Mma(0), Config::Mma(2)].into_iter().chain(hopper) {
                 let mut c = poisoned::<bf16>(batch * m * n);
                 launch_plan_cpu(cfg, &p, &sa, &sb, &mut c, &bias, &[], e);
-                assert_close(&c, &want, &format!("gemm ta={ta} tb={tb} shared b={shared} cfg={cfg} (seed {seed})"));
+                assert_close(&c, &want, &format!("gemm ta={ta} tb={tb} shared b={shared} {cfg:?} (seed {seed})"));
             }
         }
     }

@@ -2,7 +2,7 @@
 //! operands, epilogues and batching as [`gemm_nt_kernel`](super::gemm_nt_kernel),
 //! with the tensor cores reading both tiles straight from shared memory and
 //! running beside the copies (see `rustile::wgmma`).
-use super::{block, store_epilogue, Epi, Operand};
+use super::Operand;
 use rustile::mma::acc_len;
 use rustile::prelude::*;
 use rustile::tma::{self, Barrier};
@@ -104,49 +104,54 @@ pub fn gemm_wgmma_kernel<T: Elem>(
 ) {
     let _ = batch; // the grid's second dimension
     let z = program_id(1);
-    let at = block::<BM, BN>(m, n);
+    let at = crate::gemm::block::<BM, BN>(m, n);
     let (a, b) = (Operand { ptr: a.offset(z * sa), ld: lda }, Operand { ptr: b.offset(z * sb), ld: ldb });
     let acc = mainloop_wgmma::<T, BM, BN, BK, STAGES, THREADS>(a, b, m, n, k, at);
-    store_epilogue(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, Epi::from_flags(flags, alpha, beta));
+    let epi = crate::gemm::Epi::from_flags(flags, alpha, beta);
+    crate::gemm::store_epilogue_staged(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi, pad(THREADS));
 }
 
 // ---- with the copy engine --------------------------------------------------------------
 
-/// [`mainloop_wgmma`] with the tiles brought in by the copy engine (TMA):
-/// `maps` are the device addresses of A's and B's tensor maps (boxes of
-/// `BM×64` and `BN×64`, `z` the matrix of each in its batch), so the K
-/// edge and the block edges are zero-filled by the hardware and no thread
-/// computes a copy address.
+/// An operand the copy engine (TMA) reads: the device address of its
+/// tensor map (boxes of `rows×64`), which matrix `z` of the map's batch,
+/// and the same matrix as a pointer (what the CPU interpreter copies from).
+#[derive(Clone, Copy)]
+pub struct Mapped<T> {
+    pub map: u64,
+    pub z: usize,
+    pub op: Operand<T>,
+}
+
+/// [`mainloop_wgmma`] with the tiles brought in by the copy engine, for
+/// `A·Bᵢᵀ` against `NB` B operands at once (the dual GEMM's gate and up
+/// weights share each A tile): A `[m, k]`, each Bᵢ `[n, k]`. The K edge and
+/// the block edges are zero-filled by the hardware, and no thread computes
+/// a copy address.
 ///
-/// Each of the `STAGES` stages has two barriers: `full` completes when its
-/// tiles have landed, `empty` when every thread has seen the `wgmma`s that
-/// read it finish. K-step `kt` waits for `full`, starts its `wgmma`s, waits
-/// until only they run, releases the stage of step `kt − 1`, and (one
-/// thread) refills that stage with step `kt − 1 + STAGES` once `empty` says
-/// every warpgroup released it. No barrier of the whole program, and
-/// `STAGES − 1` steps of copies in flight. Needs `pad(TH) +
-/// STAGES·((BM + BN)·BK·2 + 16)` bytes of `SMEM`.
+/// Each of the `STAGES` stages (A's tile, then each Bᵢ's) has two
+/// barriers: `full` completes when its tiles have landed, `empty` when
+/// every thread has seen the `wgmma`s that read it finish. K-step `kt`
+/// waits for `full`, starts its `wgmma`s, waits until only they run,
+/// releases the stage of step `kt − 1`, and (one thread) refills that stage
+/// with step `kt − 1 + STAGES` once `empty` says every warpgroup released
+/// it. No barrier of the whole program, and `STAGES − 1` steps of copies in
+/// flight. Needs `pad(TH) + STAGES·((BM + NB·BN)·BK·2 + 16)` bytes of `SMEM`.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-pub fn mainloop_tma<T: Elem, const BM: usize, const BN: usize, const BK: usize, const STAGES: usize, const TH: usize>(
-    maps: [u64; 2],
-    a: Operand<T>,
-    b: Operand<T>,
-    m: usize,
-    n: usize,
-    k: usize,
-    z: [usize; 2],
+pub fn mainloop_tma<T: Elem, const BM: usize, const BN: usize, const BK: usize, const STAGES: usize, const TH: usize, const NB: usize>(
+    a: Mapped<T>,
+    b: [Mapped<T>; NB],
+    [m, n, k]: [usize; 3],
     at: [usize; 2],
-) -> rustile::Acc<BM, BN, TH, true>
+) -> [rustile::Acc<BM, BN, TH, true>; NB]
 where
     [(); acc_len(BM, BN, TH)]:,
 {
-    let bytes = (BM + BN) * BK * 2;
-    let stage = #[inline(always)]
-    |s: usize| {
-        let at = pad(TH) + s * bytes;
-        (Shared::<T, BM, BK, TH>::at(at), Shared::<T, BN, BK, TH>::at(at + BM * BK * 2))
-    };
+    let bytes = (BM + NB * BN) * BK * 2;
+    let tile_a = #[inline(always)]
+    |s: usize| Shared::<T, BM, BK, TH>::at(pad(TH) + s * bytes);
+    let tile_b = #[inline(always)]
+    |s: usize, i: usize| Shared::<T, BN, BK, TH>::at(pad(TH) + s * bytes + (BM + i * BN) * BK * 2);
     let barriers = pad(TH) + STAGES * bytes;
     let full = |s: usize| Barrier::at::<TH>(barriers + 8 * s);
     let empty = |s: usize| Barrier::at::<TH>(barriers + 8 * (STAGES + s));
@@ -159,22 +164,27 @@ where
     let steps = cdiv(k, BK);
     let fill = #[inline(always)]
     |kt: usize, s: usize| {
-        let (sa, sb) = stage(s);
         full(s).expect(bytes);
-        sa.load_tma(maps[0], &BlockPtr::new(a.ptr, [m, k], [a.ld, 1], [at[0], kt * BK]), z[0], &full(s));
-        sb.load_tma(maps[1], &BlockPtr::new(b.ptr, [n, k], [b.ld, 1], [at[1], kt * BK]), z[1], &full(s));
+        tile_a(s).load_tma(a.map, &BlockPtr::new(a.op.ptr, [m, k], [a.op.ld, 1], [at[0], kt * BK]), a.z, &full(s));
+        for (i, b) in b.iter().enumerate() {
+            tile_b(s, i).load_tma(b.map, &BlockPtr::new(b.op.ptr, [n, k], [b.op.ld, 1], [at[1], kt * BK]), b.z, &full(s));
+        }
     };
     for kt in 0..STAGES.min(steps) {
         fill(kt, kt);
     }
-    let mut acc = rustile::Acc::<BM, BN, TH, true>::zeros();
+    let mut acc = [rustile::Acc::<BM, BN, TH, true>::zeros(); NB];
     for kt in 0..steps {
         // Stage kt % STAGES, in its (kt / STAGES)-th use: the barrier's phase parity.
         let (s, use_) = (kt % STAGES, kt / STAGES);
         full(s).wait(use_ % 2);
-        let (sa, sb) = stage(s);
-        wgmma::dot_async(&sa, &sb, &mut acc);
-        wgmma::wait::<1, BM, BN, TH>(&mut acc);
+        for (i, acc) in acc.iter_mut().enumerate() {
+            wgmma::dot_async(&tile_a(s), &tile_b(s, i), acc);
+        }
+        // Each `dot_async` is one group: this step's NB may still run.
+        for acc in acc.iter_mut() {
+            if NB == 1 { wgmma::wait::<1, BM, BN, TH>(acc) } else { wgmma::wait::<2, BM, BN, TH>(acc) }
+        }
         if kt > 0 {
             let (p, use_) = ((kt - 1) % STAGES, (kt - 1) / STAGES);
             empty(p).arrive();
@@ -184,7 +194,9 @@ where
             }
         }
     }
-    wgmma::wait::<0, BM, BN, TH>(&mut acc);
+    for acc in acc.iter_mut() {
+        wgmma::wait::<0, BM, BN, TH>(acc);
+    }
     acc
 }
 
@@ -211,10 +223,11 @@ pub fn gemm_tma_kernel<T: Elem>(
 ) {
     let _ = batch; // the grid's second dimension
     let z = program_id(1);
-    let at = block::<BM, BN>(m, n);
-    // The CPU interpreter copies through the block pointers (the maps are the GPU's view of the same).
-    let (a, b) = (Operand { ptr: a.offset(z * sa), ld: lda }, Operand { ptr: b.offset(z * sb), ld: ldb });
-    let zs = [if sa == 0 { 0 } else { z }, if sb == 0 { 0 } else { z }];
-    let acc = mainloop_tma::<T, BM, BN, BK, STAGES, THREADS>([map_a, map_b], a, b, m, n, k, zs, at);
-    store_epilogue(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, Epi::from_flags(flags, alpha, beta));
+    let at = crate::gemm::block::<BM, BN>(m, n);
+    // A batch stride of 0 is matrix 0 of a one-matrix map.
+    let a = Mapped { map: map_a, z: if sa == 0 { 0 } else { z }, op: Operand { ptr: a.offset(z * sa), ld: lda } };
+    let b = Mapped { map: map_b, z: if sb == 0 { 0 } else { z }, op: Operand { ptr: b.offset(z * sb), ld: ldb } };
+    let [acc] = mainloop_tma::<T, BM, BN, BK, STAGES, THREADS, 1>(a, [b], [m, n, k], at);
+    let epi = crate::gemm::Epi::from_flags(flags, alpha, beta);
+    crate::gemm::store_epilogue_staged(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi, pad(THREADS));
 }
