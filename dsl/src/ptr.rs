@@ -218,7 +218,12 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> BlockPtr<T, R, C,
         let valid = if row < self.shape[0] { self.valid_cols(col).min(V) } else { 0 };
         let at = row * self.strides[0] + col * self.strides[1];
         self.base.check("BlockPtr::get_chunk", at, self.strides[1], valid, false);
-        unsafe { be::read_chunk(self.base.at(at), self.strides[1], valid, T::from_f32(fill)) }.map(|x| x.to_f32())
+        let x = unsafe { be::read_chunk(self.base.at(at), self.strides[1], valid, T::from_f32(fill)) };
+        let mut out = [0.0; V];
+        for i in 0..V {
+            out[i] = x[i].to_f32();
+        }
+        out
     }
 
     /// Stores `x` (converted to `T`) at `[r, c..c+8]` of the window, the

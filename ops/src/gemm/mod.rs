@@ -451,7 +451,9 @@ pub fn store_epilogue_staged<T: Elem, const BM: usize, const BN: usize, const TH
 {
     let (out, res, per_col, per_row) = epilogue_windows::<T, BM, BN, TH>(c, ldc, bias, residual, mn, batch, at, epi);
     let plain = epi == Epi::NONE;
-    store_acc_staged(&out, acc, scratch, |r, col, x: [f32; 8]| {
+    // Inlined into the store loop: as a call, its captures went through local memory.
+    let finish = #[inline(always)]
+    |r: usize, col: usize, x: [f32; 8]| {
         if plain {
             return x;
         }
@@ -462,8 +464,13 @@ pub fn store_epilogue_staged<T: Elem, const BM: usize, const BN: usize, const TH
         };
         let residual = if epi.residual { res.get_chunk(r, col, 0.0) } else { [0.0; 8] };
         let old = if epi.beta != 0.0 { out.get_chunk(r, col, 0.0) } else { [0.0; 8] };
-        core::array::from_fn(|i| epi.apply(x[i], bias[i], residual[i], old[i]))
-    });
+        let mut y = x;
+        for i in 0..8 {
+            y[i] = epi.apply(x[i], bias[i], residual[i], old[i]);
+        }
+        y
+    };
+    store_acc_staged(&out, acc, scratch, finish);
 }
 
 /// One `#[kernel]` per operand layout, all with the same arguments: `a`
