@@ -579,16 +579,35 @@ pub fn store_acc_with<T: Elem, const M: usize, const N: usize, const TH: usize, 
 /// 8), and it leaves in one 16-byte store.
 ///
 /// Whichever layout the accumulator has, the stores of a warp then cover
-/// whole rows (coalesced), and an `f` that reads other tensors does so a
-/// chunk at a time ([`BlockPtr::get_chunk`]). Both barriers are inside;
-/// call `sync()` after it before the scratch is written again. `N` is a
-/// multiple of 32.
+/// whole rows (coalesced). Both barriers are inside; call `sync()` after it
+/// before the scratch is written again. `N` is a multiple of 32. Mark `f`
+/// `#[inline(always)]` if it is long: called out of line, its captures go
+/// through local memory.
 #[inline(always)]
 pub fn store_acc_staged<T: Elem, const M: usize, const N: usize, const TH: usize, const WG: bool>(
     dst: &BlockPtr<T, M, N, TH>,
     acc: &Acc<M, N, TH, WG>,
     scratch: usize,
     f: impl Fn(usize, usize, [f32; V]) -> [f32; V],
+) where
+    [(); acc_len(M, N, TH)]:,
+{
+    store_acc_staged_with(dst, acc, scratch, |_, _| (), |r, c, x, ()| f(r, c, x));
+}
+
+/// [`store_acc_staged`] for an epilogue that reads other tensors: `fetch(row,
+/// col)` issues a chunk's loads and returns them in flight (e.g.
+/// [`BlockPtr::fetch_chunk`]s), `finish(row, col, values, fetched)` waits
+/// for them and computes the output. Each thread fetches four chunks before
+/// it finishes the first, so their loads overlap instead of each waiting
+/// behind the previous chunk's store.
+#[inline(always)]
+pub fn store_acc_staged_with<T: Elem, const M: usize, const N: usize, const TH: usize, const WG: bool, L: Copy>(
+    dst: &BlockPtr<T, M, N, TH>,
+    acc: &Acc<M, N, TH, WG>,
+    scratch: usize,
+    fetch: impl Fn(usize, usize) -> L,
+    finish: impl Fn(usize, usize, [f32; V], L) -> [f32; V],
 ) where
     [(); acc_len(M, N, TH)]:,
 {
@@ -622,10 +641,26 @@ pub fn store_acc_staged<T: Elem, const M: usize, const N: usize, const TH: usize
     let (first, step) = (rustile_device::thread_idx() as usize, TH);
     #[cfg(not(target_arch = "nvptx64"))]
     let (first, step) = (0, 1);
-    for chunk in (first..M * N / V).step_by(step) {
-        let (r, c) = (chunk / (N / V), chunk % (N / V) * V);
-        let (lo, hi) = (read(r, c), read(r, c + 4));
-        dst.put_chunk(r, c, f(r, c, [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]]));
+    let total = M * N / V;
+    // (row, first column) of chunk `i`; past the end, the last chunk (fetched, never stored).
+    let pos = |i: usize| {
+        let i = i.min(total - 1);
+        (i / (N / V), i % (N / V) * V)
+    };
+    let mut chunk = first;
+    while chunk < total {
+        let ids = [chunk, chunk + step, chunk + 2 * step, chunk + 3 * step];
+        let (p0, p1, p2, p3) = (pos(ids[0]), pos(ids[1]), pos(ids[2]), pos(ids[3]));
+        let fetched = [fetch(p0.0, p0.1), fetch(p1.0, p1.1), fetch(p2.0, p2.1), fetch(p3.0, p3.1)];
+        for j in 0..4 {
+            if ids[j] < total {
+                let (r, c) = pos(ids[j]);
+                let (lo, hi) = (read(r, c), read(r, c + 4));
+                let x = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
+                dst.put_chunk(r, c, finish(r, c, x, fetched[j]));
+            }
+        }
+        chunk += 4 * step;
     }
 }
 

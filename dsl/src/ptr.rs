@@ -226,6 +226,23 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> BlockPtr<T, R, C,
         out
     }
 
+    /// Issues the load of `get_chunk(r, c, 0.0)` and hands back the chunk
+    /// still in flight: a thread can start every chunk it needs before it
+    /// waits for the first ([`Fetched::get`]).
+    #[inline(always)]
+    pub fn fetch_chunk(&self, r: usize, c: usize) -> Fetched<T> {
+        let (row, col) = (self.offsets[0] + r, self.offsets[1] + c);
+        let valid = if row < self.shape[0] { self.valid_cols(col).min(V) } else { 0 };
+        let at = row * self.strides[0] + col * self.strides[1];
+        self.base.check("BlockPtr::fetch_chunk", at, self.strides[1], valid, false);
+        let p = self.base.at(at) as *const T;
+        #[cfg(target_arch = "nvptx64")]
+        let words = unsafe { be::fetch_chunk(p, self.strides[1], valid, T::default()) };
+        #[cfg(not(target_arch = "nvptx64"))]
+        let words = unsafe { be::read_chunk(p, self.strides[1], valid, T::default()) };
+        Fetched { words, _t: PhantomData }
+    }
+
     /// Stores `x` (converted to `T`) at `[r, c..c+8]` of the window, the
     /// elements inside the tensor only.
     #[inline(always)]
@@ -261,5 +278,41 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> BlockPtr<T, R, C,
     #[inline(always)]
     pub(crate) fn valid_cols(&self, col: usize) -> usize {
         if col >= self.shape[1] { 0 } else { self.shape[1] - col }
+    }
+}
+
+/// A chunk of 8 elements whose load was issued by [`BlockPtr::fetch_chunk`]
+/// (zeros outside the tensor), kept packed until [`Fetched::get`].
+#[derive(Clone, Copy)]
+pub struct Fetched<T> {
+    #[cfg(target_arch = "nvptx64")]
+    words: be::Chunk,
+    #[cfg(not(target_arch = "nvptx64"))]
+    words: [T; V],
+    _t: PhantomData<T>,
+}
+
+impl<T: Elem> Fetched<T> {
+    /// A chunk of zeros, for an operand an epilogue does not use.
+    #[inline(always)]
+    pub fn zeros() -> Self {
+        #[cfg(target_arch = "nvptx64")]
+        return Fetched { words: [0; 8], _t: PhantomData };
+        #[cfg(not(target_arch = "nvptx64"))]
+        return Fetched { words: [T::default(); V], _t: PhantomData };
+    }
+
+    /// The 8 values as f32 (here the thread waits for the load).
+    #[inline(always)]
+    pub fn get(self) -> [f32; V] {
+        #[cfg(target_arch = "nvptx64")]
+        let x: [T; V] = be::unpack(be::settle::<T>(self.words));
+        #[cfg(not(target_arch = "nvptx64"))]
+        let x = self.words;
+        let mut out = [0.0; V];
+        for i in 0..V {
+            out[i] = x[i].to_f32();
+        }
+        out
     }
 }

@@ -27,7 +27,8 @@ use rustile::prelude::*;
 pub fn dual_gemm_kernel<T: Elem>(a: Ptr<T>, b1: Ptr<T>, b2: Ptr<T>, c: PtrMut<T>, m: usize, n: usize, k: usize) {
     let at = block::<BM, BN>(m, n);
     let (gate, up) = mainloop2::<T, BM, BN, BK, STAGES, THREADS>(a, [b1, b2], m, n, k, at);
-    store_acc(&BlockPtr::rows(c, m, n, at), &gate.zip(up, |g, u| math::silu(g) * u));
+    // Staged in the stages (from byte 0; `SMEM ≥ 4·BM·BN` in every config).
+    store_acc_staged(&BlockPtr::rows(c, m, n, at), &gate.zip(up, |g, u| math::silu(g) * u), 0, |_, _, x: [f32; 8]| x);
 }
 
 // `SMEM = pad(32·WARPS) + STAGES·((BM + 2·BN)·BK·2 + 16)`: a stage holds

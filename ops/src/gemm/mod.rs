@@ -12,6 +12,7 @@
 //! residual and `β·C`; `softcap` shows a custom one.
 use rustile::mma::acc_len;
 use rustile::prelude::*;
+use rustile::Fetched;
 
 // ---- the K loop --------------------------------------------------------------------------
 
@@ -362,38 +363,18 @@ pub fn gemm_program<T: Elem, const BM: usize, const BN: usize, const BK: usize, 
     let (a, b) = (Operand { ptr: a.ptr.offset(z * sa), ..a }, Operand { ptr: b.ptr.offset(z * sb), ..b });
     let at = block::<BM, BN>(m, n);
     let acc = mainloop::<T, BM, BN, BK, STAGES, TH, TA, TB>(a, b, m, n, k, at);
-    store_epilogue(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi);
-}
-
-/// Batch `z`'s windows of what a fused epilogue touches, for the block at
-/// `at`: C (also `β·C`'s source), the residual, and the bias per column and
-/// per row. (Unused operands are placeholders that may be shorter than C;
-/// they are not offset.)
-#[allow(clippy::type_complexity)]
-#[inline(always)]
-fn epilogue_windows<T: Elem, const BM: usize, const BN: usize, const TH: usize>(
-    c: PtrMut<T>,
-    ldc: usize,
-    bias: Ptr<T>,
-    residual: Ptr<T>,
-    [m, n]: [usize; 2],
-    [z, sc, sbias]: [usize; 3],
-    at: [usize; 2],
-    epi: Epi,
-) -> (BlockPtr<T, BM, BN, TH>, BlockPtr<T, BM, BN, TH>, BlockPtr<T, 1, BN, TH>, BlockPtr<T, BM, 1, TH>) {
-    let residual = if epi.residual { residual.offset(z * sc) } else { residual };
-    let bias = if epi.bias != Bias::None { bias.offset(z * sbias) } else { bias };
-    (
-        BlockPtr::new(c.offset(z * sc), [m, n], [ldc, 1], at),
-        BlockPtr::new(residual, [m, n], [ldc, 1], at),
-        BlockPtr::rows(bias, 1, n, [0, at[1]]),
-        BlockPtr::rows(bias, m, 1, [at[0], 0]),
-    )
+    // The stages (from byte 0) hold the staged block: `SMEM ≥ 4·BM·BN` in every config.
+    store_epilogue(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi, 0);
 }
 
 /// Stores batch `z`'s block of `C = act(α·acc + bias) + residual + β·C`
-/// at `at`, element by element from the registers: the fused epilogue of
-/// the `mma.sync` kernels (whose stages are too small to stage the block).
+/// at `at`, through `4·BM·BN` bytes of shared memory at `scratch` (the
+/// finished main loop's stages; [`store_acc_staged_with`]): each thread
+/// finishes whole 8-column chunks, with the residual, bias and old C of
+/// four chunks in flight at once, and every warp's stores cover whole rows.
+/// The fused epilogue of every GEMM kernel, for either accumulator layout
+/// (`mma.sync` or `wgmma`). Unused operands are placeholders that may be
+/// shorter than C; they are never read.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub fn store_epilogue<T: Elem, const BM: usize, const BN: usize, const TH: usize, const WG: bool>(
@@ -402,75 +383,46 @@ pub fn store_epilogue<T: Elem, const BM: usize, const BN: usize, const TH: usize
     ldc: usize,
     bias: Ptr<T>,
     residual: Ptr<T>,
-    mn: [usize; 2],
-    batch: [usize; 3],
-    at: [usize; 2],
-    epi: Epi,
-) where
-    [(); acc_len(BM, BN, TH)]:,
-{
-    let (out, res, per_col, per_row) = epilogue_windows::<T, BM, BN, TH>(c, ldc, bias, residual, mn, batch, at, epi);
-    // The per-element epilogue below is long code; a plain product (one
-    // uniform test) skips it.
-    if epi == Epi::NONE {
-        store_acc(&out, acc);
-        return;
-    }
-    store_acc_with(&out, acc, |r, col, x| {
-        let bias = match epi.bias {
-            Bias::None => 0.0,
-            Bias::PerColumn => per_col.get(0, col, 0.0),
-            Bias::PerRow => per_row.get(r, 0, 0.0),
-        };
-        let residual = if epi.residual { res.get(r, col, 0.0) } else { 0.0 };
-        let old = if epi.beta != 0.0 { out.get(r, col, 0.0) } else { 0.0 };
-        epi.apply(x, bias, residual, old)
-    });
-}
-
-/// [`store_epilogue`] through `4·BM·BN` bytes of shared memory at
-/// `scratch` (`store_acc_staged`): each thread finishes whole 8-column
-/// chunks, reading the residual, bias and old C a chunk (16 bytes) at a
-/// time, and every warp's stores cover whole rows. The Hopper kernels'
-/// epilogue, where a finished main loop's stages hold the block.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-pub fn store_epilogue_staged<T: Elem, const BM: usize, const BN: usize, const TH: usize, const WG: bool>(
-    acc: &rustile::Acc<BM, BN, TH, WG>,
-    c: PtrMut<T>,
-    ldc: usize,
-    bias: Ptr<T>,
-    residual: Ptr<T>,
-    mn: [usize; 2],
-    batch: [usize; 3],
+    [m, n]: [usize; 2],
+    [z, sc, sbias]: [usize; 3],
     at: [usize; 2],
     epi: Epi,
     scratch: usize,
 ) where
     [(); acc_len(BM, BN, TH)]:,
 {
-    let (out, res, per_col, per_row) = epilogue_windows::<T, BM, BN, TH>(c, ldc, bias, residual, mn, batch, at, epi);
+    let out = BlockPtr::<T, BM, BN, TH>::new(c.offset(z * sc), [m, n], [ldc, 1], at);
+    let residual = if epi.residual { residual.offset(z * sc) } else { residual };
+    let bias = if epi.bias != Bias::None { bias.offset(z * sbias) } else { bias };
+    let res = BlockPtr::<T, BM, BN, TH>::new(residual, [m, n], [ldc, 1], at);
+    // A bias per row is read as the row's chunk of the [1, m] vector (its first value).
+    let bias = match epi.bias {
+        Bias::PerRow => BlockPtr::<T, 1, BN, TH>::rows(bias, 1, m, [0, at[0]]),
+        _ => BlockPtr::<T, 1, BN, TH>::rows(bias, 1, n, [0, at[1]]),
+    };
+    let (per_row, with_bias) = (epi.bias == Bias::PerRow, epi.bias != Bias::None);
+    // Inlined into the store loop: as calls, their captures went through local memory.
+    let fetch = #[inline(always)]
+    |r: usize, col: usize| {
+        let b = if !with_bias { Fetched::zeros() } else if per_row { bias.fetch_chunk(0, r) } else { bias.fetch_chunk(0, col) };
+        let res = if epi.residual { res.fetch_chunk(r, col) } else { Fetched::zeros() };
+        let old = if epi.beta != 0.0 { out.fetch_chunk(r, col) } else { Fetched::zeros() };
+        (b, res, old)
+    };
     let plain = epi == Epi::NONE;
-    // Inlined into the store loop: as a call, its captures went through local memory.
     let finish = #[inline(always)]
-    |r: usize, col: usize, x: [f32; 8]| {
+    |_: usize, _: usize, x: [f32; 8], (b, res, old): (Fetched<T>, Fetched<T>, Fetched<T>)| {
         if plain {
             return x;
         }
-        let bias = match epi.bias {
-            Bias::None => [0.0; 8],
-            Bias::PerColumn => per_col.get_chunk(0, col, 0.0),
-            Bias::PerRow => [per_row.get(r, 0, 0.0); 8],
-        };
-        let residual = if epi.residual { res.get_chunk(r, col, 0.0) } else { [0.0; 8] };
-        let old = if epi.beta != 0.0 { out.get_chunk(r, col, 0.0) } else { [0.0; 8] };
+        let (b, res, old) = (b.get(), res.get(), old.get());
         let mut y = x;
         for i in 0..8 {
-            y[i] = epi.apply(x[i], bias[i], residual[i], old[i]);
+            y[i] = epi.apply(x[i], if per_row { b[0] } else { b[i] }, res[i], old[i]);
         }
         y
     };
-    store_acc_staged(&out, acc, scratch, finish);
+    store_acc_staged_with(&out, acc, scratch, fetch, finish);
 }
 
 /// One `#[kernel]` per operand layout, all with the same arguments: `a`

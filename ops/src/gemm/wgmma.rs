@@ -108,7 +108,7 @@ pub fn gemm_wgmma_kernel<T: Elem>(
     let (a, b) = (Operand { ptr: a.offset(z * sa), ld: lda }, Operand { ptr: b.offset(z * sb), ld: ldb });
     let acc = mainloop_wgmma::<T, BM, BN, BK, STAGES, THREADS>(a, b, m, n, k, at);
     let epi = crate::gemm::Epi::from_flags(flags, alpha, beta);
-    crate::gemm::store_epilogue_staged(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi, pad(THREADS));
+    crate::gemm::store_epilogue(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi, pad(THREADS));
 }
 
 // ---- with the copy engine --------------------------------------------------------------
@@ -229,5 +229,5 @@ pub fn gemm_tma_kernel<T: Elem>(
     let b = Mapped { map: map_b, z: if sb == 0 { 0 } else { z }, op: Operand { ptr: b.offset(z * sb), ld: ldb } };
     let [acc] = mainloop_tma::<T, BM, BN, BK, STAGES, THREADS, 1>(a, [b], [m, n, k], at);
     let epi = crate::gemm::Epi::from_flags(flags, alpha, beta);
-    crate::gemm::store_epilogue_staged(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi, pad(THREADS));
+    crate::gemm::store_epilogue(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi, pad(THREADS));
 }
