@@ -7,9 +7,10 @@
 //!
 //! The K loop is [`mainloop`]: a GEMM variant is a `#[kernel]` that calls it
 //! and stores the accumulator through its own epilogue (`store_acc_with`
-//! takes any closure of `(row, col, value)`). [`gemm_nt_kernel`] is the one with the
-//! standard fused epilogues ([`Epi`]): `α·acc + bias`, an activation, a
-//! residual and `β·C`; `softcap` shows a custom one.
+//! takes any closure of `(row, col, value)`; `store_acc_staged` one of a row
+//! chunk, through shared memory). [`gemm_nt_kernel`] is the one with the
+//! standard fused epilogues ([`Epi`], [`store_epilogue`]): `α·acc + bias`, an
+//! activation, a residual and `β·C`; `softcap` shows a custom one.
 use rustile::mma::acc_len;
 use rustile::prelude::*;
 use rustile::Fetched;
