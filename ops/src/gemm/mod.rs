@@ -9,7 +9,8 @@
 //! and stores the accumulator through its own epilogue (`store_acc_with`
 //! takes any closure of `(row, col, value)`; `store_acc_staged` one of a row
 //! chunk, through shared memory). [`gemm_nt_kernel`] is the one with the
-//! standard fused epilogues ([`Epi`], [`store_epilogue`]): `α·acc + bias`, an
+//! standard fused epilogues ([`Epi`], [`store_epilogue_direct`]; the Hopper
+//! kernels' [`store_epilogue`]): `α·acc + bias`, an
 //! activation, a residual and `β·C`; `softcap` shows a custom one.
 use rustile::mma::acc_len;
 use rustile::prelude::*;
@@ -364,8 +365,49 @@ pub fn gemm_program<T: Elem, const BM: usize, const BN: usize, const BK: usize, 
     let (a, b) = (Operand { ptr: a.ptr.offset(z * sa), ..a }, Operand { ptr: b.ptr.offset(z * sb), ..b });
     let at = block::<BM, BN>(m, n);
     let acc = mainloop::<T, BM, BN, BK, STAGES, TH, TA, TB>(a, b, m, n, k, at);
-    // The stages (from byte 0) hold the staged block: `SMEM ≥ 4·BM·BN` in every config.
-    store_epilogue(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi, 0);
+    store_epilogue_direct(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi);
+}
+
+/// [`store_epilogue`] straight from the registers, element by element: the
+/// `mma.sync` kernels' epilogue (staged, their widest blocks in the
+/// transposed layouts spilled at the 255-register cap).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn store_epilogue_direct<T: Elem, const BM: usize, const BN: usize, const TH: usize>(
+    acc: &rustile::Acc<BM, BN, TH>,
+    c: PtrMut<T>,
+    ldc: usize,
+    bias: Ptr<T>,
+    residual: Ptr<T>,
+    [m, n]: [usize; 2],
+    [z, sc, sbias]: [usize; 3],
+    at: [usize; 2],
+    epi: Epi,
+) where
+    [(); acc_len(BM, BN, TH)]:,
+{
+    let out = BlockPtr::<T, BM, BN, TH>::new(c.offset(z * sc), [m, n], [ldc, 1], at);
+    // The per-element epilogue below is long code; a plain product (one
+    // uniform test) skips it.
+    if epi == Epi::NONE {
+        store_acc(&out, acc);
+        return;
+    }
+    let residual = if epi.residual { residual.offset(z * sc) } else { residual };
+    let bias = if epi.bias != Bias::None { bias.offset(z * sbias) } else { bias };
+    let res = BlockPtr::<T, BM, BN, TH>::new(residual, [m, n], [ldc, 1], at);
+    let per_col = BlockPtr::<T, 1, BN, TH>::rows(bias, 1, n, [0, at[1]]);
+    let per_row = BlockPtr::<T, BM, 1, TH>::rows(bias, m, 1, [at[0], 0]);
+    store_acc_with(&out, acc, |r, col, x| {
+        let bias = match epi.bias {
+            Bias::None => 0.0,
+            Bias::PerColumn => per_col.get(0, col, 0.0),
+            Bias::PerRow => per_row.get(r, 0, 0.0),
+        };
+        let residual = if epi.residual { res.get(r, col, 0.0) } else { 0.0 };
+        let old = if epi.beta != 0.0 { out.get(r, col, 0.0) } else { 0.0 };
+        epi.apply(x, bias, residual, old)
+    });
 }
 
 /// Stores batch `z`'s block of `C = act(α·acc + bias) + residual + β·C`
@@ -373,9 +415,9 @@ pub fn gemm_program<T: Elem, const BM: usize, const BN: usize, const BK: usize, 
 /// finished main loop's stages; [`store_acc_staged_with`]): each thread
 /// finishes whole 8-column chunks, with the residual, bias and old C of
 /// four chunks in flight at once, and every warp's stores cover whole rows.
-/// The fused epilogue of every GEMM kernel, for either accumulator layout
-/// (`mma.sync` or `wgmma`). Unused operands are placeholders that may be
-/// shorter than C; they are never read.
+/// The fused epilogue of the Hopper kernels (either accumulator layout
+/// works). Unused operands are placeholders that may be shorter than C;
+/// they are never read.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub fn store_epilogue<T: Elem, const BM: usize, const BN: usize, const TH: usize, const WG: bool>(
