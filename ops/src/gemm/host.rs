@@ -83,8 +83,7 @@ impl Plan {
     /// The tensor maps of A and B for a `gemm_tma_kernel` config (device
     /// addresses; built once per tensor and box, `rustile_host::TileMap`).
     fn tma_maps<T: Elem>(&self, gpu: &Gpu, cfg: usize, a: &Tensor<T>, b: &Tensor<T>) -> Result<[u64; 2]> {
-        let c = &gemm_tma_kernel::CONFIGS[cfg];
-        let (bm, bn) = (c.get("BM").unwrap_or(128), c.get("BN").unwrap_or(128));
+        let [bm, bn] = tma_boxes("gemm_tma_kernel", gemm_tma_kernel::CONFIGS, cfg)?;
         let map = |t: &Tensor<T>, rows: usize, ld: usize, stride: usize, box_rows: usize| {
             let batch = if stride == 0 { 1 } else { self.batch };
             tma_map(gpu, t, [self.k, rows, batch], [ld, if stride == 0 { ld * rows } else { stride }], box_rows)
@@ -126,6 +125,13 @@ impl Plan {
         }
         Ok(())
     }
+}
+
+/// The box heights (`[BM, BN]`) of config `cfg` of a TMA kernel, or the
+/// launcher's error for a config that does not exist (before any map is built).
+pub(crate) fn tma_boxes(kernel: &str, configs: &[rustile::KernelConfig], cfg: usize) -> Result<[usize; 2]> {
+    let c = configs.get(cfg).ok_or_else(|| Error::Launch { kernel: kernel.into(), msg: format!("config {cfg} does not exist (there are {})", configs.len()) })?;
+    Ok(["BM", "BN"].map(|p| c.get(p).expect("every TMA kernel config names BM and BN")))
 }
 
 /// The tensor map (device address) of `batch` matrices of `rows×k` in
@@ -416,4 +422,19 @@ pub fn gemm_nt_cpu<T: Elem>(a: &[T], b: &[T], m: usize, n: usize, k: usize) -> V
     let e = Epi::NONE;
     launch_plan_cpu(default_config(m, n), &Plan::nt(m, n, k), a, b, &mut c, &[], &[], e);
     c
+}
+
+#[cfg(test)]
+mod host_tests {
+    use super::*;
+
+    #[test]
+    fn tma_boxes_name_a_missing_config() {
+        assert_eq!(tma_boxes("gemm_tma_kernel", gemm_tma_kernel::CONFIGS, 0).unwrap(), [128, 256]);
+        let n = gemm_tma_kernel::CONFIGS.len();
+        match tma_boxes("gemm_tma_kernel", gemm_tma_kernel::CONFIGS, n) {
+            Err(Error::Launch { kernel, msg }) => assert!(kernel == "gemm_tma_kernel" && msg.contains("does not exist"), "{msg}"),
+            other => panic!("config {n} of {n}: {other:?}"),
+        }
+    }
 }
