@@ -30,6 +30,7 @@ const KERNEL_SOURCES: &[&str] = &["dsl/src", "dsl-macros/src", "device/src", "op
 const HOST_ONLY: &[&str] = &[
     "ops/src/check.rs",
     "ops/src/dual_gemm/host.rs",
+    "ops/src/gemm_fp8/host.rs",
     "ops/src/gemm/host.rs",
     "ops/src/grouped_gemm/mod.rs",
     "ops/src/grouped_gemm/tests.rs",
@@ -42,7 +43,8 @@ const HOST_ONLY: &[&str] = &[
 /// table whose hash of these differs is out of date.
 const TUNED_OPS: &[(&str, &[&str])] =
     &[("gemm_nt", &["ops/src/gemm"]), ("gemm_wgmma", &["ops/src/gemm"]), ("gemm_tma", &["ops/src/gemm"]),
-      ("dual_gemm", &["ops/src/gemm", "ops/src/dual_gemm"]), ("dual_gemm_tma", &["ops/src/gemm", "ops/src/dual_gemm"])];
+      ("dual_gemm", &["ops/src/gemm", "ops/src/dual_gemm"]), ("dual_gemm_tma", &["ops/src/gemm", "ops/src/dual_gemm"]),
+      ("gemm_fp8", &["ops/src/gemm", "ops/src/gemm_fp8"])];
 const DSL_SOURCES: &[&str] = &["dsl/src", "dsl-macros/src", "device/src"];
 
 fn main() {

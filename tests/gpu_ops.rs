@@ -4,7 +4,7 @@
 use rustile::{bf16, f16, Elem};
 use rustile_host::{Error, Gpu, Tensor};
 use rustile_ops::testing::{assert_close, mean_err, normal, rel_err, rng, tolerance, wide};
-use rustile_ops::{dual_gemm, gemm, mlp, norm, reference, softmax, testing, vector};
+use rustile_ops::{dual_gemm, gemm, gemm_fp8, mlp, norm, reference, softmax, testing, vector};
 use rustile_tests::gpu_or_skip;
 
 fn up<T: Elem>(gpu: &Gpu, x: &[T], shape: &[usize]) -> Tensor<T> {
@@ -275,6 +275,58 @@ fn dual_gemm_matches_float64() {
     let (a, b) = (gpu.alloc::<bf16>(&[8, 16]).unwrap(), gpu.alloc::<bf16>(&[4, 16]).unwrap());
     let (other, mut c) = (gpu.alloc::<bf16>(&[5, 16]).unwrap(), gpu.alloc::<bf16>(&[8, 4]).unwrap());
     assert!(matches!(dual_gemm::dual_gemm(&gpu, &a, &b, &other, &mut c), Err(Error::Shape(_))));
+}
+
+fn fp8_case<T: Elem>(gpu: &Gpu, [m, n, k]: [usize; 3]) {
+    use gemm_fp8::Scale;
+    let (mut rng, seed) = rng();
+    let (a, b): (Vec<T>, Vec<T>) = (normal(&mut rng, m * k, 0.0, 2.0), normal(&mut rng, n * k, 0.0, 2.0));
+    let (sa, sb): (Vec<f32>, Vec<f32>) = (normal(&mut rng, m, 1.0, 0.5), vec![0.37]);
+    let bias: Vec<bf16> = normal(&mut rng, n, 0.0, 3.0);
+    let (da, db, dsa, dsb, dbias) = (up(gpu, &a, &[m, k]), up(gpu, &b, &[n, k]), up(gpu, &sa, &[m]), up(gpu, &sb, &[1]), up(gpu, &bias, &[n]));
+    let ab = reference::matmul_nt(&wide(&a), &wide(&b), m, n, k);
+    let e = gemm::Epi { alpha: 0.5, beta: 0.0, bias: gemm::Bias::PerColumn, act: gemm::Act::Silu, residual: false };
+    let want: Vec<f64> = (0..m * n).map(|i| reference::epilogue(&e, ab[i] * sa[i / n] as f64 * 0.37, bias[i % n].to_f32() as f64, 0.0, 0.0)).collect();
+    let epi = gemm::Epilogue::new().scale(0.5).bias_per_column(&dbias).act(gemm::Act::Silu);
+    for cfg in 0..gemm_fp8::gemm_fp8_kernel::CONFIGS.len() {
+        let mut c = poisoned::<bf16>(gpu, &[m, n]);
+        gemm_fp8::gemm_fp8_with_config(gpu, cfg, &da, &db, &mut c, Scale::Rows(&dsa), Scale::Tensor(&dsb), &epi).unwrap();
+        assert_close(&gpu.download(&c).unwrap(), &want, &format!("gemm_fp8<{}> {m}×{n}×{k} cfg={cfg} (seed {seed})", T::NAME));
+    }
+    // The plain product, per-column scales of b, through the tuned dispatch.
+    let sbn: Vec<f32> = normal(&mut rng, n, 1.0, 0.5);
+    let dsbn = up(gpu, &sbn, &[n]);
+    let want: Vec<f64> = (0..m * n).map(|i| ab[i] * sbn[i % n] as f64).collect();
+    let mut c = poisoned::<bf16>(gpu, &[m, n]);
+    gemm_fp8::gemm_fp8(gpu, &da, &db, &mut c, Scale::None, Scale::Rows(&dsbn), &gemm::Epilogue::new()).unwrap();
+    assert_close(&gpu.download(&c).unwrap(), &want, &format!("gemm_fp8<{}> {m}×{n}×{k} default (seed {seed})", T::NAME));
+}
+
+/// Every config of the FP8 GEMM, both formats, at odd M and N, with the
+/// scales and a fused epilogue; and what it refuses.
+#[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
+fn gemm_fp8_matches_float64() {
+    let Some(gpu) = gpu_or_skip("gemm_fp8_matches_float64") else { return };
+    if !gemm_fp8::gemm_fp8_kernel::supported(&gpu) {
+        eprintln!("SKIPPED gemm_fp8_matches_float64: the FP8 GEMM needs Hopper (sm_90a); this GPU is {}", gpu.name());
+        return;
+    }
+    for shape in [[1, 1, 16], [70, 33, 48], [300, 517, 272], [777, 1030, 528]] {
+        fp8_case::<rustile::F8E4M3>(&gpu, shape);
+        fp8_case::<rustile::F8E5M2>(&gpu, shape);
+    }
+    let (a, b) = (gpu.alloc::<rustile::F8E4M3>(&[8, 40]).unwrap(), gpu.alloc::<rustile::F8E4M3>(&[4, 40]).unwrap());
+    let mut c = gpu.alloc::<bf16>(&[8, 4]).unwrap();
+    let none = gemm_fp8::Scale::None;
+    let err = gemm_fp8::gemm_fp8(&gpu, &a, &b, &mut c, none, none, &gemm::Epilogue::new()).unwrap_err();
+    assert!(matches!(&err, Error::Shape(msg) if msg.contains("multiple of 16")), "k = 40: {err}");
+    let (a16, b16) = (gpu.alloc::<bf16>(&[8, 48]).unwrap(), gpu.alloc::<bf16>(&[4, 48]).unwrap());
+    assert!(matches!(gemm_fp8::gemm_fp8(&gpu, &a16, &b16, &mut c, none, none, &gemm::Epilogue::new()), Err(Error::DType(_))));
+    let (a, b) = (gpu.alloc::<rustile::F8E4M3>(&[8, 48]).unwrap(), gpu.alloc::<rustile::F8E4M3>(&[4, 48]).unwrap());
+    let short = gpu.alloc::<f32>(&[3]).unwrap();
+    let err = gemm_fp8::gemm_fp8(&gpu, &a, &b, &mut c, gemm_fp8::Scale::Rows(&short), none, &gemm::Epilogue::new()).unwrap_err();
+    assert!(matches!(&err, Error::Shape(msg) if msg.contains("a's scale")), "a scale of 3 rows for 8: {err}");
 }
 
 /// The MLP blocks at d_model 512 / d_ff 1365 (the hidden rows are not

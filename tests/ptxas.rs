@@ -4,7 +4,7 @@
 //! recorded in each report's `spill_allowed`). `cargo xtask test` builds
 //! these before running the tests; the reports come from `cargo xtask build`
 //! (target/cubins/<arch>/resources.json).
-use rustile_ops::{dual_gemm, gemm, norm, softmax, vector};
+use rustile_ops::{dual_gemm, gemm, gemm_fp8, norm, softmax, vector};
 use std::path::PathBuf;
 
 /// The entries `arch`'s build must hold (sm_90a-only kernels on sm_90a only).
@@ -32,6 +32,7 @@ fn expected_entries(arch: &str) -> Vec<String> {
         add("gemm_wgmma_kernel", gemm::gemm_wgmma_kernel::CONFIGS, gemm::gemm_wgmma_kernel::DTYPES);
         add("gemm_tma_kernel", gemm::gemm_tma_kernel::CONFIGS, gemm::gemm_tma_kernel::DTYPES);
         add("dual_gemm_tma_kernel", dual_gemm::dual_gemm_tma_kernel::CONFIGS, dual_gemm::dual_gemm_tma_kernel::DTYPES);
+        add("gemm_fp8_kernel", gemm_fp8::gemm_fp8_kernel::CONFIGS, gemm_fp8::gemm_fp8_kernel::DTYPES);
     }
     names
 }
@@ -48,7 +49,7 @@ fn every_kernel_assembles_without_spills() {
         let kernels = report["kernels"].as_array().expect("resources.json has a `kernels` list");
         // `arch = sm_90a` kernels are left out of the other builds.
         if arch != "sm_90a" {
-            let hopper = kernels.iter().find(|k| k["name"].as_str().is_some_and(|n| n.starts_with("gemm_wgmma_kernel") || n.starts_with("gemm_tma_kernel") || n.starts_with("dual_gemm_tma_kernel")));
+            let hopper = kernels.iter().find(|k| k["name"].as_str().is_some_and(|n| ["gemm_wgmma_kernel", "gemm_tma_kernel", "dual_gemm_tma_kernel", "gemm_fp8_kernel"].iter().any(|h| n.starts_with(h))));
             assert!(hopper.is_none(), "{arch}: holds {}, which is sm_90a only", hopper.unwrap()["name"]);
         }
         for name in expected_entries(arch) {

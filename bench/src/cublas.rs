@@ -1,7 +1,14 @@
 //! cuBLAS through cudarc: the GEMM family's baseline, on the same stream as
-//! our kernels, in the same process.
+//! our kernels, in the same process. cuBLASLt (`BlasLt`) is the FP8 GEMM's.
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex};
+
 use cudarc::cublas::{result, sys, CudaBlas};
-use rustile::{Elem, Kind};
+use cudarc::cublaslt::{result as lt, sys as ltsys};
+use cudarc::driver::CudaStream;
+use rustile::{bf16, Elem, Kind};
 use rustile_host::{Error, Gpu, Result, Tensor};
 
 pub struct Blas(CudaBlas);
@@ -61,5 +68,300 @@ impl Blas {
             )
         }
         .map_err(|e| Error::Launch { kernel: "cublasGemmEx".into(), msg: format!("{e:?}") })
+    }
+}
+
+/// cuBLASLt scratch: NVIDIA's advice for Hopper, where the fastest FP8
+/// algorithms split K and need it.
+const LT_WORKSPACE_BYTES: usize = 32 << 20;
+
+/// cuBLASLt, for the FP8 GEMM baseline: cuBLAS's `cublasGemmEx` has no FP8
+/// with per-tensor scales.
+pub struct BlasLt {
+    handle: ltsys::cublasLtHandle_t,
+    /// f32 only because a tensor needs an `Elem`; cuBLASLt sees bytes.
+    workspace: Tensor<f32>,
+    /// The stream the workspace belongs to: another one could race on it.
+    stream: Arc<CudaStream>,
+    /// One plan per shape and operand types, so that timing loops run the
+    /// algorithm heuristic once, not per call.
+    plans: Mutex<HashMap<PlanKey, Plan>>,
+}
+
+// SAFETY: a cuBLASLt handle may be used from any thread, and the descriptors
+// in `plans` are only touched with its lock held.
+unsafe impl Send for BlasLt {}
+unsafe impl Sync for BlasLt {}
+
+/// `[m, n, k]`, then cuBLASLt's types for our `a` and our `b`.
+type PlanKey = ([usize; 3], ltsys::cudaDataType, ltsys::cudaDataType);
+
+impl BlasLt {
+    /// cuBLASLt with a workspace on `gpu`, or why it cannot be used.
+    pub fn new(gpu: &Gpu) -> std::result::Result<BlasLt, String> {
+        // cudarc panics on first use of a library it cannot load; ask first.
+        if !unsafe { ltsys::is_culib_present() } {
+            return Err("libcublasLt was not found (put its folder, e.g. /usr/local/cuda/lib64, on LD_LIBRARY_PATH)".into());
+        }
+        let stream = gpu.cuda_stream().clone();
+        stream.context().bind_to_thread().map_err(|e| format!("making the context current: {e:?}"))?;
+        let workspace = gpu.alloc::<f32>(&[LT_WORKSPACE_BYTES / 4]).map_err(|e| format!("the cuBLASLt workspace: {e}"))?;
+        let handle = lt::create_handle().map_err(|e| format!("cublasLtCreate failed: {:?}", e.0))?;
+        Ok(BlasLt { handle, workspace, stream, plans: Mutex::default() })
+    }
+
+    /// `c = scale_a[0]·scale_b[0]·a·bᵀ` with FP8 `a` `[m, k]`, `b` `[n, k]`
+    /// and bf16 `c` `[m, n]`, all row-major; f32 accumulation with
+    /// cuBLASLt's default (not "fast") FP8 accumulation. The scales are
+    /// one-element device tensors, read by the GPU when the GEMM runs.
+    pub fn gemm_fp8_nt<T: Elem>(&self, gpu: &Gpu, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<bf16>, scale_a: &Tensor<f32>, scale_b: &Tensor<f32>) -> Result<()> {
+        let [a_type, b_type] = fp8_types([(T::KIND, T::NAME), (T::KIND, T::NAME)])?;
+        let [m, n, k] = fp8_nt_dims(a.shape(), b.shape(), c.shape(), scale_a.shape(), scale_b.shape())?;
+        if !Arc::ptr_eq(gpu.cuda_stream(), &self.stream) {
+            return Err(Error::Invalid("this BlasLt was made for another Gpu (its workspace lives on that one's stream)".into()));
+        }
+        if m == 0 || n == 0 {
+            return Ok(());
+        }
+        if k == 0 {
+            return gpu.fill_bytes(c, 0); // an empty sum; bf16 zero is all-zero bits
+        }
+        self.stream.context().bind_to_thread().map_err(|e| Error::Cuda(format!("making the context current: {e:?}")))?;
+
+        // The lock is held until the GEMM is queued: the scale pointers live
+        // in the shared descriptor.
+        let mut plans = self.plans.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let plan = match plans.entry(([m, n, k], a_type, b_type)) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(Plan::new([m, n, k], a_type, b_type).map_err(failed("creating descriptors"))?),
+        };
+        // cuBLASLt's A is our b, its B our a (see Plan::new).
+        unsafe {
+            set_desc(plan.desc, ltsys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_b.device_ptr())
+                .and_then(|()| set_desc(plan.desc, ltsys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_a.device_ptr()))
+                .map_err(failed("setting the scale pointers"))?;
+        }
+        let algo = match plan.algo {
+            Some(algo) => algo,
+            None => {
+                let algo = self.pick_algo(plan).map_err(failed("cublasLtMatmulAlgoGetHeuristic (cuBLASLt FP8 needs sm_89 or newer)"))?;
+                plan.algo = Some(algo);
+                algo
+            }
+        };
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        // cuBLASLt's A, B and D layouts: its A is our b, its B our a.
+        let [lt_a, lt_b, lt_d] = plan.layouts;
+        unsafe {
+            lt::matmul(
+                self.handle,
+                plan.desc,
+                (&alpha as *const f32).cast(),
+                (&beta as *const f32).cast(),
+                b.device_ptr() as *const c_void,
+                lt_a,
+                a.device_ptr() as *const c_void,
+                lt_b,
+                // beta = 0: C is not read, but must be a valid bf16 matrix.
+                c.device_ptr() as *const c_void,
+                lt_d,
+                c.device_ptr() as *mut c_void,
+                lt_d,
+                &algo,
+                self.workspace.device_ptr() as *mut c_void,
+                self.workspace.bytes(),
+                self.stream.cu_stream().cast(),
+            )
+        }
+        .map_err(failed("cublasLtMatmul"))
+    }
+
+    /// cuBLASLt's first choice for `plan` within our workspace.
+    fn pick_algo(&self, plan: &Plan) -> std::result::Result<ltsys::cublasLtMatmulAlgo_t, lt::CublasError> {
+        let pref = lt::create_matmul_pref()?;
+        let max_bytes = self.workspace.bytes() as u64;
+        let [lt_a, lt_b, lt_d] = plan.layouts;
+        let found = unsafe {
+            lt::set_matmul_pref_attribute(
+                pref,
+                ltsys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                (&max_bytes as *const u64).cast(),
+                std::mem::size_of::<u64>(),
+            )
+            .and_then(|()| lt::get_matmul_algo_heuristic(self.handle, plan.desc, lt_a, lt_b, lt_d, lt_d, pref))
+        };
+        let _ = unsafe { lt::destroy_matmul_pref(pref) };
+        Ok(found?.algo)
+    }
+}
+
+impl Drop for BlasLt {
+    fn drop(&mut self) {
+        // A failure here has nowhere to go; the plans and workspace go after.
+        let _ = unsafe { lt::destroy_handle(self.handle) };
+    }
+}
+
+/// The descriptors of one GEMM shape, destroyed with it, and the algorithm
+/// once picked.
+struct Plan {
+    desc: ltsys::cublasLtMatmulDesc_t,
+    /// cuBLASLt's A, B and D (C is D's twin).
+    layouts: [ltsys::cublasLtMatrixLayout_t; 3],
+    algo: Option<ltsys::cublasLtMatmulAlgo_t>,
+}
+
+impl Plan {
+    /// Column-major cuBLASLt sees row-major C[m, n] as Cᵀ[n, m] = B·Aᵀ: its
+    /// A is our b, column-major [k, n] used transposed; its B is our a,
+    /// column-major [k, m] as is. That is the "TN" form FP8 requires.
+    fn new([m, n, k]: [usize; 3], a_type: ltsys::cudaDataType, b_type: ltsys::cudaDataType) -> std::result::Result<Plan, lt::CublasError> {
+        use ltsys::cublasLtMatmulDescAttributes_t::{CUBLASLT_MATMUL_DESC_FAST_ACCUM, CUBLASLT_MATMUL_DESC_TRANSA, CUBLASLT_MATMUL_DESC_TRANSB};
+        // Built up in place, so that an error drops (destroys) what exists.
+        let mut plan = Plan { desc: std::ptr::null_mut(), layouts: [std::ptr::null_mut(); 3], algo: None };
+        plan.desc = lt::create_matmul_desc(ltsys::cublasComputeType_t::CUBLAS_COMPUTE_32F, ltsys::cudaDataType::CUDA_R_32F)?;
+        let (op_t, op_n) = (sys::cublasOperation_t::CUBLAS_OP_T as i32, sys::cublasOperation_t::CUBLAS_OP_N as i32);
+        unsafe {
+            set_desc(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t)?;
+            set_desc(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n)?;
+            // Our kernel keeps its sums in the tensor cores' FP8 accumulator
+            // for the whole K loop (no periodic promotion to a separate f32
+            // sum): cuBLASLt's fast-accumulation mode is the same arithmetic.
+            set_desc(plan.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &1i8)?;
+        }
+        let (m, n, k) = (m as u64, n as u64, k as u64);
+        plan.layouts[0] = lt::create_matrix_layout(b_type, k, n, k as i64)?;
+        plan.layouts[1] = lt::create_matrix_layout(a_type, k, m, k as i64)?;
+        plan.layouts[2] = lt::create_matrix_layout(ltsys::cudaDataType::CUDA_R_16BF, n, m, n as i64)?;
+        Ok(plan)
+    }
+}
+
+impl Drop for Plan {
+    fn drop(&mut self) {
+        unsafe {
+            for &layout in self.layouts.iter().filter(|l| !l.is_null()) {
+                let _ = lt::destroy_matrix_layout(layout);
+            }
+            if !self.desc.is_null() {
+                let _ = lt::destroy_matmul_desc(self.desc);
+            }
+        }
+    }
+}
+
+/// A cuBLASLt status as our error: which step of the GEMM failed, and how.
+fn failed(step: &'static str) -> impl Fn(lt::CublasError) -> Error {
+    move |e| Error::Launch { kernel: "cublasLtMatmul".into(), msg: format!("{step}: {:?}", e.0) }
+}
+
+/// `cublasLtMatmulDescSetAttribute` with `value`'s own size.
+///
+/// # Safety
+/// `desc` must be live, and `V` the type cuBLASLt documents for `attr`.
+unsafe fn set_desc<V>(desc: ltsys::cublasLtMatmulDesc_t, attr: ltsys::cublasLtMatmulDescAttributes_t, value: &V) -> std::result::Result<(), lt::CublasError> {
+    lt::set_matmul_desc_attribute(desc, attr, (value as *const V).cast(), std::mem::size_of::<V>())
+}
+
+/// cuBLASLt's types for the FP8 operands (our a, our b), each given as
+/// (kind, name): e4m3 or e5m2, but not both e5m2, which cuBLASLt has no
+/// kernel for (e5m2 is a gradient format, paired with e4m3).
+fn fp8_types(operands: [(Kind, &str); 2]) -> Result<[ltsys::cudaDataType; 2]> {
+    let one = |(kind, name): (Kind, &str)| match kind {
+        Kind::E4M3 => Ok(ltsys::cudaDataType::CUDA_R_8F_E4M3),
+        Kind::E5M2 => Ok(ltsys::cudaDataType::CUDA_R_8F_E5M2),
+        _ => Err(Error::DType(format!("cuBLASLt FP8 baseline: e4m3 or e5m2, not {name}"))),
+    };
+    let types = [one(operands[0])?, one(operands[1])?];
+    if types == [ltsys::cudaDataType::CUDA_R_8F_E5M2; 2] {
+        return Err(Error::DType("cuBLASLt has no e5m2 × e5m2 GEMM: one operand must be e4m3".into()));
+    }
+    Ok(types)
+}
+
+/// `[m, n, k]` of `c[m, n] = a[m, k]·b[n, k]ᵀ`, if the shapes agree and suit
+/// cuBLASLt's FP8 GEMM: its leading dimensions must be 16-byte multiples
+/// (k one-byte elements for a and b, n bf16 ones for c).
+fn fp8_nt_dims(a: &[usize], b: &[usize], c: &[usize], scale_a: &[usize], scale_b: &[usize]) -> Result<[usize; 3]> {
+    let shape = |msg: String| Err(Error::Shape(format!("cuBLASLt FP8 GEMM: {msg}")));
+    let &[m, k] = a else { return shape(format!("a must be [m, k], not {a:?}")) };
+    let n = match *b {
+        [n, kb] if kb == k => n,
+        _ => return shape(format!("b must be [n, k] with k = {k} (a is {a:?}), not {b:?}")),
+    };
+    if c != [m, n] {
+        return shape(format!("c must be [m, n] = [{m}, {n}], not {c:?}"));
+    }
+    if k % 16 != 0 {
+        return shape(format!("k = {k} must be a multiple of 16 (16-byte aligned rows of a and b)"));
+    }
+    if n % 8 != 0 {
+        return shape(format!("n = {n} must be a multiple of 8 (16-byte aligned rows of the bf16 c)"));
+    }
+    for (name, s) in [("scale_a", scale_a), ("scale_b", scale_b)] {
+        if s.iter().product::<usize>() != 1 {
+            return shape(format!("{name} must hold one f32, not shape {s:?}"));
+        }
+    }
+    Ok([m, n, k])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ltsys::cudaDataType::{CUDA_R_8F_E4M3, CUDA_R_8F_E5M2};
+
+    fn shape_error(r: Result<[usize; 3]>) -> String {
+        match r {
+            Err(Error::Shape(msg)) => msg,
+            other => panic!("expected a shape error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn fp8_types_map_and_refuse() {
+        let (e4, e5) = ((Kind::E4M3, "e4m3"), (Kind::E5M2, "e5m2"));
+        assert_eq!(fp8_types([e4, e4]).unwrap(), [CUDA_R_8F_E4M3, CUDA_R_8F_E4M3]);
+        assert_eq!(fp8_types([e4, e5]).unwrap(), [CUDA_R_8F_E4M3, CUDA_R_8F_E5M2]);
+        assert_eq!(fp8_types([e5, e4]).unwrap(), [CUDA_R_8F_E5M2, CUDA_R_8F_E4M3]);
+        match fp8_types([e5, e5]) {
+            Err(Error::DType(msg)) => assert!(msg.contains("e5m2 × e5m2"), "{msg}"),
+            other => panic!("e5m2 × e5m2 should be refused, got {other:?}"),
+        }
+        for (kind, name) in [(Kind::Bf16, "bf16"), (Kind::F16, "f16"), (Kind::F32, "f32")] {
+            match fp8_types([(kind, name), e4]) {
+                Err(Error::DType(msg)) => assert!(msg.contains(name), "{msg}"),
+                other => panic!("{name} should be refused, got {other:?}"),
+            }
+        }
+        // The real element types carry the kinds the mapping expects.
+        assert_eq!(fp8_types([(rustile::F8E4M3::KIND, "e4m3"); 2]).unwrap(), [CUDA_R_8F_E4M3; 2]);
+        assert!(fp8_types([(rustile::F8E5M2::KIND, "e5m2"), (rustile::F8E4M3::KIND, "e4m3")]).is_ok());
+        assert!(matches!(fp8_types([(bf16::KIND, bf16::NAME); 2]), Err(Error::DType(_))));
+    }
+
+    #[test]
+    fn fp8_nt_dims_checks_shapes() {
+        let one: &[usize] = &[1];
+        assert_eq!(fp8_nt_dims(&[128, 64], &[256, 64], &[128, 256], one, one).unwrap(), [128, 256, 64]);
+        // Any one-element shape is a scale; m needs no alignment.
+        assert_eq!(fp8_nt_dims(&[3, 32], &[8, 32], &[3, 8], &[], &[1, 1]).unwrap(), [3, 8, 32]);
+
+        let msg = shape_error(fp8_nt_dims(&[128, 64, 1], &[256, 64], &[128, 256], one, one));
+        assert!(msg.contains("a must be [m, k]"), "{msg}");
+        let msg = shape_error(fp8_nt_dims(&[128, 64], &[256, 48], &[128, 256], one, one));
+        assert!(msg.contains("b must be [n, k] with k = 64"), "{msg}");
+        let msg = shape_error(fp8_nt_dims(&[128, 64], &[256], &[128, 256], one, one));
+        assert!(msg.contains("b must be"), "{msg}");
+        let msg = shape_error(fp8_nt_dims(&[128, 64], &[256, 64], &[256, 128], one, one));
+        assert!(msg.contains("c must be [m, n] = [128, 256]"), "{msg}");
+        let msg = shape_error(fp8_nt_dims(&[128, 40], &[256, 40], &[128, 256], one, one));
+        assert!(msg.contains("k = 40 must be a multiple of 16"), "{msg}");
+        let msg = shape_error(fp8_nt_dims(&[128, 64], &[100, 64], &[128, 100], one, one));
+        assert!(msg.contains("n = 100 must be a multiple of 8"), "{msg}");
+        let msg = shape_error(fp8_nt_dims(&[128, 64], &[256, 64], &[128, 256], &[2], one));
+        assert!(msg.contains("scale_a must hold one f32"), "{msg}");
+        let msg = shape_error(fp8_nt_dims(&[128, 64], &[256, 64], &[128, 256], one, &[0]));
+        assert!(msg.contains("scale_b must hold one f32"), "{msg}");
     }
 }

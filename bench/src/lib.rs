@@ -6,6 +6,7 @@
 #[allow(dead_code)]
 pub mod harness;
 pub mod cublas;
+pub mod fp8;
 pub mod gemm;
 pub mod grouped;
 pub mod ops;

@@ -8,20 +8,20 @@ use std::path::PathBuf;
 use clap::Parser;
 use rustile_host::{Error, Gpu};
 
-use rustile_bench::cublas::Blas;
+use rustile_bench::cublas::{Blas, BlasLt};
 use rustile_bench::harness::{self, MeasureCfg, Report};
-use rustile_bench::{gemm, ops, torch, Sizes};
+use rustile_bench::{fp8, gemm, ops, torch, Sizes};
 
 /// The ops this bench knows, in table order.
-const OPS: &[&str] = &["add", "swiglu", "softmax", "layernorm", "rmsnorm", "gemm", "dual_gemm", "mlp", "grouped"];
-/// The ops measured against cuBLAS (in this process) rather than PyTorch.
-const GEMM_OPS: &[&str] = &["gemm", "dual_gemm", "mlp", "grouped"];
+const OPS: &[&str] = &["add", "swiglu", "softmax", "layernorm", "rmsnorm", "gemm", "dual_gemm", "mlp", "grouped", "gemm_fp8"];
+/// The ops measured against cuBLAS / cuBLASLt (in this process) rather than PyTorch.
+const GEMM_OPS: &[&str] = &["gemm", "dual_gemm", "mlp", "grouped", "gemm_fp8"];
 
 #[derive(Parser, Debug)]
 #[command(about = "Rustile ops against PyTorch (eager and torch.compile) on this GPU")]
 struct Args {
     /// Comma-separated ops to run.
-    #[arg(long, value_delimiter = ',', default_value = "add,swiglu,softmax,layernorm,rmsnorm,gemm,dual_gemm,mlp,grouped")]
+    #[arg(long, value_delimiter = ',', default_value = "add,swiglu,softmax,layernorm,rmsnorm,gemm,dual_gemm,mlp,grouped,gemm_fp8")]
     ops: Vec<String>,
     /// Rows of the row-wise ops (softmax, layernorm, rmsnorm).
     #[arg(long, default_value_t = 8192)]
@@ -123,8 +123,18 @@ fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes, shapes: &[[usize; 3]]) -> ru
             None
         }
     };
+    let lt = match BlasLt::new(gpu) {
+        Ok(b) => Some(b),
+        Err(why) => {
+            eprintln!("cuBLASLt baselines skipped: {why}");
+            None
+        }
+    };
     let gemm_ops = |ops: &[String]| ops.iter().filter(|o| GEMM_OPS.contains(&o.as_str())).cloned().collect::<Vec<_>>();
-    let run_gemm = |op: &str, check_only: bool| gemm::bench_family(gpu, &cfg, blas.as_ref(), op, &sizes.dtype, shapes, args.sweep, check_only);
+    let run_gemm = |op: &str, check_only: bool| match op {
+        "gemm_fp8" => fp8::bench_fp8(gpu, &cfg, lt.as_ref(), shapes, check_only),
+        _ => gemm::bench_family(gpu, &cfg, blas.as_ref(), op, &sizes.dtype, shapes, args.sweep, check_only),
+    };
     if args.check {
         if blas.is_none() {
             return Err(Error::Invalid("--check compares with cuBLAS, which did not load".into()));

@@ -159,6 +159,23 @@ pub fn cpu_fallback(ops: &[String]) -> bool {
                 };
                 (format!("{m}x{n}x{k}"), err)
             }
+            "grouped" => {
+                // Ten heads of 24 → 91 → 3 sharing one input (GELU-tanh; the hidden rounded to bf16, as stored).
+                let dims = [37, 24, 10, 91, 3];
+                let [x, w1, b1, w2, b2] = rustile_ops::testing::heads_inputs::<bf16>(&mut rng, dims);
+                let round = |v: f64| bf16::from_f64(v).to_f64();
+                let want = reference::heads_mlp(&wide(&x), &wide(&w1), &wide(&b1), gemm::Act::GeluTanh, &wide(&w2), &wide(&b2), dims, round);
+                let got = rustile_ops::grouped_gemm::heads_mlp_cpu(&x, &w1, &b1, gemm::Act::GeluTanh, &w2, &b2, dims);
+                ("37x10x91".into(), rel_err(&got, &want))
+            }
+            "gemm_fp8" => {
+                let (m, n, k) = (67, 45, 96);
+                let a: Vec<rustile::F8E4M3> = normal(&mut rng, m * k, 0.0, 2.0);
+                let b: Vec<rustile::F8E4M3> = normal(&mut rng, n * k, 0.0, 2.0);
+                let cfg = rustile_ops::gemm_fp8::default_config(m, n);
+                let got = rustile_ops::gemm_fp8::gemm_fp8_cpu(cfg, &a, &b, [m, n, k], &[], &[], &[], &[], gemm::Epi::NONE);
+                (format!("{m}x{n}x{k}"), rel_err(&got, &reference::matmul_nt(&wide(&a), &wide(&b), m, n, k)))
+            }
             _ => {
                 let x: Vec<bf16> = normal(&mut rng, rows * cols, 0.0, 1.0);
                 let w: Vec<bf16> = normal(&mut rng, cols, 1.0, 0.5);

@@ -4,10 +4,11 @@
 //! winner and every candidate's result go into `tuned/<arch>.toml`.
 use std::path::Path;
 
-use rustile::{bf16, KernelConfig};
+use rustile::{bf16, Elem, KernelConfig, F8E4M3};
 use rustile_host::{Gpu, Result, Tensor};
 use rustile_ops::testing::{normal, rng, wide};
 use rustile_ops::tune::{bucket_name, source_hash, Bucket, Candidate, OpTable, Table, RUSTC_VERSION};
+use rustile_ops::gemm_fp8::{self, Scale};
 use rustile_ops::{dual_gemm, gemm};
 use serde::Deserialize;
 
@@ -16,18 +17,23 @@ use crate::gemm::{close, cublas_swiglu};
 use crate::harness::{measure_each, shape_str, utc_now, MeasureCfg};
 
 /// The ops the tuner knows, and the kernel each one dispatches to.
-pub const OPS: &[(&str, &str)] = &[("gemm_nt", "gemm_nt_kernel"), ("gemm_wgmma", "gemm_wgmma_kernel"), ("gemm_tma", "gemm_tma_kernel"), ("dual_gemm", "dual_gemm_kernel"), ("dual_gemm_tma", "dual_gemm_tma_kernel")];
+pub const OPS: &[(&str, &str)] = &[("gemm_nt", "gemm_nt_kernel"), ("gemm_wgmma", "gemm_wgmma_kernel"), ("gemm_tma", "gemm_tma_kernel"), ("dual_gemm", "dual_gemm_kernel"), ("dual_gemm_tma", "dual_gemm_tma_kernel"), ("gemm_fp8", "gemm_fp8_kernel")];
 
 /// The representative shapes tuned for `op` (one per bucket): the bench's
 /// suites (square, LLM, skinny) plus the two GEMMs of issue 3's MLP (16k
 /// rows, d_model 512 → d_ff 1365 → 512) and 512³; `quick` keeps the headline
-/// ones. Candidates run in bf16; the winners serve f16 too.
+/// ones. Candidates run in bf16; the winners serve f16 too. The FP8 GEMM
+/// runs in e4m3 (the winners serve e5m2) at the shapes whose K it takes
+/// (multiples of 16).
 pub fn shapes(op: &str, quick: bool) -> Vec<[usize; 3]> {
     if quick {
         return if op.starts_with("dual_gemm") { vec![[8192, 11008, 4096], [8192, 4096, 4096]] } else { vec![[4096; 3], [8192; 3]] };
     }
     let mut shapes: Vec<[usize; 3]> = crate::gemm::SUITES.iter().flat_map(|(_, s)| s.iter().copied()).collect();
     shapes.extend([[512, 512, 512], [16384, 1365, 512], [16384, 512, 1365]]);
+    if op == "gemm_fp8" {
+        shapes.retain(|s| s[2] % 16 == 0);
+    }
     shapes
 }
 
@@ -67,12 +73,15 @@ fn pruned(gpu: &Gpu, report: Option<&Report>, kernel: &str, c: &KernelConfig, dt
     None
 }
 
-/// One op at one shape on fresh bf16 inputs, with cuBLAS's answer.
+/// One op at one shape on fresh bf16 inputs, with cuBLAS's answer. For the
+/// FP8 GEMM the inputs are also quantized to e4m3 (`a8`, `b8`), and `a`,
+/// `b` hold the same values in bf16 (exactly), which cuBLAS multiplies.
 struct Problem<'a> {
     gpu: &'a Gpu,
     op: &'a str,
     a: Tensor<bf16>,
     b: Tensor<bf16>,
+    a8: Option<(Tensor<F8E4M3>, Tensor<F8E4M3>)>,
     b2: Tensor<bf16>,
     out: Tensor<bf16>,
     want: Vec<f64>,
@@ -81,8 +90,15 @@ struct Problem<'a> {
 impl<'a> Problem<'a> {
     fn new(gpu: &'a Gpu, blas: &Blas, op: &'a str, [m, n, k]: [usize; 3]) -> Result<Problem<'a>> {
         let (mut rng, _) = rng();
-        let mut fresh = |rows: usize, cols: usize| gpu.upload(&normal::<bf16>(&mut rng, rows * cols, 0.0, 1.0), &[rows, cols]);
-        let (a, b, b2) = (fresh(m, k)?, fresh(n, k)?, fresh(n, k)?);
+        let fp8 = op == "gemm_fp8";
+        let mut values = |rows: usize, cols: usize| {
+            let x = normal::<bf16>(&mut rng, rows * cols, 0.0, 1.0);
+            if fp8 { x.iter().map(|v| bf16::from_f32(F8E4M3::from_f32(v.to_f32()).to_f32())).collect() } else { x }
+        };
+        let (av, bv, b2v) = (values(m, k), values(n, k), values(n, k));
+        let (a, b, b2) = (gpu.upload(&av, &[m, k])?, gpu.upload(&bv, &[n, k])?, gpu.upload(&b2v, &[n, k])?);
+        let quantize = |v: &[bf16], rows: usize| gpu.upload(&v.iter().map(|x| F8E4M3::from_f32(x.to_f32())).collect::<Vec<_>>(), &[rows, k]);
+        let a8 = if fp8 { Some((quantize(&av, m)?, quantize(&bv, n)?)) } else { None };
         let mut want = gpu.alloc::<bf16>(&[m, n])?;
         if op.starts_with("dual_gemm") {
             let (mut gate, mut up) = (gpu.alloc::<bf16>(&[m, n])?, gpu.alloc::<bf16>(&[m, n])?);
@@ -91,7 +107,7 @@ impl<'a> Problem<'a> {
             blas.gemm_nt(&a, &b, &mut want)?;
         }
         let want = wide(&gpu.download(&want)?);
-        Ok(Problem { gpu, op, a, b, b2, out: gpu.alloc::<bf16>(&[m, n])?, want })
+        Ok(Problem { gpu, op, a, b, a8, b2, out: gpu.alloc::<bf16>(&[m, n])?, want })
     }
 
     /// Runs config `cfg` of the op's kernel once.
@@ -102,6 +118,10 @@ impl<'a> Problem<'a> {
             "dual_gemm_tma" => return dual_gemm::dual_gemm_with_config(gpu, gemm::Config::Tma(cfg), &self.a, &self.b, &self.b2, c),
             "gemm_wgmma" => gemm::Config::Wgmma(cfg),
             "gemm_tma" => gemm::Config::Tma(cfg),
+            "gemm_fp8" => {
+                let (a8, b8) = self.a8.as_ref().expect("gemm_fp8 problems hold e4m3 operands");
+                return gemm_fp8::gemm_fp8_with_config(gpu, cfg, a8, b8, c, Scale::None, Scale::None, &gemm::Epilogue::new());
+            }
             _ => gemm::Config::Mma(cfg),
         };
         gemm::gemm_nt_with_config(gpu, cfg, &self.a, &self.b, c, &gemm::Epilogue::new())
@@ -123,8 +143,10 @@ pub fn tune_op(gpu: &Gpu, blas: &Blas, op: &str, quick: bool) -> Result<OpTable>
         "dual_gemm_tma" => dual_gemm::dual_gemm_tma_kernel::CONFIGS,
         "gemm_wgmma" => gemm::gemm_wgmma_kernel::CONFIGS,
         "gemm_tma" => gemm::gemm_tma_kernel::CONFIGS,
+        "gemm_fp8" => gemm_fp8::gemm_fp8_kernel::CONFIGS,
         _ => gemm::gemm_nt_kernel::CONFIGS,
     };
+    let dtype = if op == "gemm_fp8" { "e4m3" } else { "bf16" };
     let image = rustile_host::native_arch(gpu.compute_capability());
     let report = report(&image);
     if report.is_none() {
@@ -139,7 +161,7 @@ pub fn tune_op(gpu: &Gpu, blas: &Blas, op: &str, quick: bool) -> Result<OpTable>
         let verdicts: Vec<Option<String>> = configs
             .iter()
             .enumerate()
-            .map(|(i, c)| pruned(gpu, report.as_ref(), kernel, c, "bf16").or_else(|| p.check(i).err().map(|e| e.to_string())))
+            .map(|(i, c)| pruned(gpu, report.as_ref(), kernel, c, dtype).or_else(|| p.check(i).err().map(|e| e.to_string())))
             .collect();
         let valid: Vec<usize> = (0..configs.len()).filter(|&i| verdicts[i].is_none()).collect();
         let stats = measure_each(gpu, &mcfg, valid.len(), |j| p.run(valid[j]))?;

@@ -89,6 +89,9 @@ unary_f32!(/// sqrt(x), correctly rounded
     sqrt, "sqrt.rn.f32");
 unary_f32!(/// 1/x, correctly rounded
     rcp, "rcp.rn.f32");
+unary_f32!(/// 1/x to within one unit in the last place (one instruction; `rcp.rn`
+    /// and `/` are a subroutine of a dozen)
+    rcp_approx, "rcp.approx.ftz.f32");
 unary_f32!(/// tanh(x) (sm_75+; absolute error around 2^-11, use `tanh_accurate` for f32 accuracy)
     tanh_approx, "tanh.approx.f32");
 

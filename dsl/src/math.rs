@@ -1,6 +1,9 @@
 //! Scalar f32 math, the same function on both backends: the GPU uses the
 //! `.approx` special-function unit where it is accurate to f32 rounding
-//! (exp2, log2, rsqrt) and builds the rest from those; the CPU uses `std`.
+//! (exp2, log2, rsqrt, reciprocal) and builds the rest from those; the CPU
+//! uses `std`. [`recip`] is the one-instruction reciprocal; the activations
+//! still divide exactly (with `recip` in them, the `mma.sync` GEMMs' unrolled
+//! per-element epilogues spilled at their widest blocks: bench/RESULTS.md).
 
 #[cfg(target_arch = "nvptx64")]
 use rustile_device as dev;
@@ -56,6 +59,15 @@ pub fn rsqrt(x: f32) -> f32 {
     return dev::rsqrt(x);
     #[cfg(not(target_arch = "nvptx64"))]
     return 1.0 / x.sqrt();
+}
+
+/// 1/x to within an ulp or two (one `rcp.approx` on the GPU).
+#[inline(always)]
+pub fn recip(x: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    return dev::rcp_approx(x);
+    #[cfg(not(target_arch = "nvptx64"))]
+    return 1.0 / x;
 }
 
 /// tanh to f32 accuracy (the hardware's `tanh.approx` is only good to ~1e-3).

@@ -106,6 +106,9 @@ pub const fn acc_len(m: usize, n: usize, th: usize) -> usize {
 
 /// An `R×C` tile of 16-bit elements in the program's shared memory: an
 /// address, so handles are cheap to make (one per pipeline stage and step).
+/// Tiles of 8-bit elements (FP8) exist for the copy engine and `wgmma`
+/// only (`load_tma`, `wgmma::dot_async`): threads' copies, stores and
+/// `ldmatrix` fragments move 16-bit elements, which is checked at compile time.
 #[derive(Clone, Copy)]
 pub struct Shared<T, const R: usize, const C: usize, const TH: usize> {
     #[cfg(target_arch = "nvptx64")]
@@ -113,6 +116,19 @@ pub struct Shared<T, const R: usize, const C: usize, const TH: usize> {
     #[cfg(not(target_arch = "nvptx64"))]
     base: *mut T,
     _t: core::marker::PhantomData<T>,
+}
+
+/// Compile-time checks of a shared tile's element size.
+struct Bits<T>(core::marker::PhantomData<T>);
+impl<T> Bits<T> {
+    const SHARED: () = assert!(
+        core::mem::size_of::<T>() == 1 || core::mem::size_of::<T>() == 2,
+        "Shared tiles hold 16-bit (bf16, f16) or 8-bit (e4m3, e5m2) elements"
+    );
+    const SIXTEEN: () = assert!(
+        core::mem::size_of::<T>() == 2,
+        "threads copy, store and ldmatrix 16-bit shared tiles only; 8-bit tiles come in by load_tma and feed wgmma"
+    );
 }
 
 /// Element offset of chunk `chunk` of row `row` in a swizzled shared tile of
@@ -132,11 +148,11 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
     #[inline(always)]
     pub fn at(byte_offset: usize) -> Self {
         let () = Shape::<R, C, TH>::OK;
-        assert!(core::mem::size_of::<T>() == 2, "Shared tiles hold 16-bit elements (bf16, f16)");
+        let () = Bits::<T>::SHARED;
         #[cfg(target_arch = "nvptx64")]
         let base = rustile_device::smem_addr(rustile_device::dyn_smem::<u8>()) + (TH * 4 + byte_offset) as u32;
         #[cfg(not(target_arch = "nvptx64"))]
-        let base = be::smem_at(TH * 4 + byte_offset, R * C * 2) as *mut T;
+        let base = be::smem_at(TH * 4 + byte_offset, R * C * core::mem::size_of::<T>()) as *mut T;
         Shared { base, _t: core::marker::PhantomData }
     }
 
@@ -147,6 +163,7 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
     where
         [(); len(R, C, TH)]:,
     {
+        let () = Bits::<T>::SIXTEEN;
         let w = be::held_cols(C, TH);
         self.each_chunk(|i, row, j, col| {
             let mut x = [T::default(); V];
@@ -163,6 +180,14 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
     /// of 8) is copied through registers instead, at once.
     #[inline(always)]
     pub fn copy_from(&self, src: &BlockPtr<T, R, C, TH>) {
+        let () = Bits::<T>::SIXTEEN;
+        self.copy_window(src);
+    }
+
+    /// [`Shared::copy_from`] for any element size: on the CPU it is also
+    /// what the copy engine does (`load_tma`).
+    #[inline(always)]
+    pub(crate) fn copy_window(&self, src: &BlockPtr<T, R, C, TH>) {
         let [rs, cs] = src.strides;
         // Most windows of a large GEMM lie wholly inside an aligned tensor:
         // one uniform test then spares every chunk its mask and alignment
@@ -364,6 +389,7 @@ impl<T: Elem, const M: usize, const TH: usize> FragA<T, M, TH> {
     /// This warp's A fragments of k-slice `ks` of `a`.
     #[inline(always)]
     pub fn load<const K: usize>(a: &Shared<T, M, K, TH>, ks: usize) -> Self {
+        let () = Bits::<T>::SIXTEEN;
         #[cfg(target_arch = "nvptx64")]
         {
             let (wm, wn) = warp_grid(TH / 32);
@@ -385,6 +411,7 @@ impl<T: Elem, const M: usize, const TH: usize> FragA<T, M, TH> {
     /// `ldmatrix.trans` transposes each 8×8 matrix on the way.
     #[inline(always)]
     pub fn load_t<const K: usize>(a: &Shared<T, K, M, TH>, ks: usize) -> Self {
+        let () = Bits::<T>::SIXTEEN;
         #[cfg(target_arch = "nvptx64")]
         {
             let (wm, wn) = warp_grid(TH / 32);
@@ -411,6 +438,7 @@ impl<T: Elem, const N: usize, const TH: usize> FragB<T, N, TH> {
     /// This warp's B fragments of k-slice `ks` of `b`.
     #[inline(always)]
     pub fn load<const K: usize>(b: &Shared<T, N, K, TH>, ks: usize) -> Self {
+        let () = Bits::<T>::SIXTEEN;
         #[cfg(target_arch = "nvptx64")]
         {
             let (_, wn) = warp_grid(TH / 32);
@@ -432,6 +460,7 @@ impl<T: Elem, const N: usize, const TH: usize> FragB<T, N, TH> {
     /// [`FragB::load`] from B stored `[k, n]` (`b` holds `K` rows of `N`).
     #[inline(always)]
     pub fn load_t<const K: usize>(b: &Shared<T, K, N, TH>, ks: usize) -> Self {
+        let () = Bits::<T>::SIXTEEN;
         #[cfg(target_arch = "nvptx64")]
         {
             let (_, wn) = warp_grid(TH / 32);

@@ -209,31 +209,22 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> BlockPtr<T, R, C,
         unsafe { (*self.base.at(at)).to_f32() }
     }
 
-    /// The 8 elements `[r, c..c+8]` of the window as f32, `fill` where they
-    /// fall outside the tensor: one vector load where the chunk is whole
-    /// and 16-byte aligned (for epilogues that work a chunk at a time).
+    /// Where chunk `[r, c..c+8]` of the window starts in the tensor
+    /// (elements from the base) and how many of its elements lie inside.
     #[inline(always)]
-    pub fn get_chunk(&self, r: usize, c: usize, fill: f32) -> [f32; V] {
+    fn chunk_at(&self, r: usize, c: usize) -> (usize, usize) {
         let (row, col) = (self.offsets[0] + r, self.offsets[1] + c);
         let valid = if row < self.shape[0] { self.valid_cols(col).min(V) } else { 0 };
-        let at = row * self.strides[0] + col * self.strides[1];
-        self.base.check("BlockPtr::get_chunk", at, self.strides[1], valid, false);
-        let x = unsafe { be::read_chunk(self.base.at(at), self.strides[1], valid, T::from_f32(fill)) };
-        let mut out = [0.0; V];
-        for i in 0..V {
-            out[i] = x[i].to_f32();
-        }
-        out
+        (row * self.strides[0] + col * self.strides[1], valid)
     }
 
-    /// Issues the load of `get_chunk(r, c, 0.0)` and hands back the chunk
-    /// still in flight: a thread can start every chunk it needs before it
-    /// waits for the first ([`Fetched::get`]).
+    /// Issues the load of the 8 elements `[r, c..c+8]` of the window (zeros
+    /// outside the tensor; one vector load where the chunk is whole and
+    /// aligned) and hands back the chunk still in flight: a thread can start
+    /// every chunk it needs before it waits for the first ([`Fetched::get`]).
     #[inline(always)]
     pub fn fetch_chunk(&self, r: usize, c: usize) -> Fetched<T> {
-        let (row, col) = (self.offsets[0] + r, self.offsets[1] + c);
-        let valid = if row < self.shape[0] { self.valid_cols(col).min(V) } else { 0 };
-        let at = row * self.strides[0] + col * self.strides[1];
+        let (at, valid) = self.chunk_at(r, c);
         self.base.check("BlockPtr::fetch_chunk", at, self.strides[1], valid, false);
         let p = self.base.at(at) as *const T;
         #[cfg(target_arch = "nvptx64")]
@@ -247,9 +238,7 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> BlockPtr<T, R, C,
     /// elements inside the tensor only.
     #[inline(always)]
     pub(crate) fn put_chunk(&self, r: usize, c: usize, x: [f32; V]) {
-        let (row, col) = (self.offsets[0] + r, self.offsets[1] + c);
-        let valid = if row < self.shape[0] { self.valid_cols(col).min(V) } else { 0 };
-        let at = row * self.strides[0] + col * self.strides[1];
+        let (at, valid) = self.chunk_at(r, c);
         self.base.check("store_acc_staged", at, self.strides[1], valid, true);
         let mut out = [T::default(); V];
         for i in 0..V / 2 {

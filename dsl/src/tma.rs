@@ -14,7 +14,8 @@
 //! The copy engine reads the tensor through a tensor map the host encoded
 //! (`rustile_host::Gpu::tensor_map`), passed to the kernel as its device
 //! address; it fills the box outside the tensor with zeros and writes the
-//! tile with the 128-byte swizzle `Shared` uses for 64-element rows.
+//! tile with the 128-byte swizzle `Shared` uses for 128-byte rows (64
+//! 16-bit or 128 8-bit elements).
 //!
 //! On the CPU a barrier does nothing and `load_tma` is `copy_from` of the
 //! block pointer, which must describe the same tensor as the map.
@@ -24,7 +25,9 @@ use crate::{BlockPtr, Elem};
 /// One `mbarrier` (8 bytes) of the program's shared memory.
 #[derive(Clone, Copy)]
 pub struct Barrier {
+    // Read by the sm_90a instructions only.
     #[cfg(target_arch = "nvptx64")]
+    #[cfg_attr(not(target_feature = "sm_90a"), allow(dead_code))]
     addr: u32,
 }
 
@@ -119,11 +122,12 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
     /// Starts copying `src`'s window (matrix `z` of a batch) into this tile
     /// with one TMA copy through tensor map `map` (the device address of a
     /// map of the same tensor, boxes of `R×C`); it completes on `bar`,
-    /// which must [`Barrier::expect`] its `R·C·2` bytes. The tile must start
-    /// on a 1024-byte boundary and `C` must be 64 (one swizzled 128-byte row).
+    /// which must [`Barrier::expect`] its `R·C·size_of::<T>()` bytes. The
+    /// tile must start on a 1024-byte boundary and its rows must be 128
+    /// bytes (one swizzled row: `C` 64 for 16-bit elements, 128 for FP8).
     #[inline(always)]
     pub fn load_tma(&self, map: u64, src: &BlockPtr<T, R, C, TH>, z: usize, bar: &Barrier) {
-        assert!(C == 64, "load_tma copies rows of 64 elements (128-byte swizzle)");
+        assert!(C * core::mem::size_of::<T>() == 128, "load_tma copies rows of 128 bytes (the 128-byte swizzle)");
         #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
         if leader() {
             let at = [src.offsets[1] as u32, src.offsets[0] as u32, z as u32];
@@ -137,7 +141,7 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
         #[cfg(not(target_arch = "nvptx64"))]
         {
             let _ = (map, z, bar);
-            self.copy_from(src);
+            self.copy_window(src);
         }
     }
 }

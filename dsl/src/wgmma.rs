@@ -21,35 +21,41 @@
 //! The program's warps form `TH/128` warpgroups; warpgroup `g` computes rows
 //! `64g..64g+64` of the `M×N` block (so `M = 64·TH/128`) against all `N`
 //! columns (64, 128 or 256). Operand tiles are K-major (`Shared<T, M, K>`,
-//! `Shared<T, N, K>`) with `K` 16, 32 or 64, which is exactly the swizzle
-//! `Shared` already stores (16-byte chunk `c` of row `r` at `c ^ f(r)`):
-//! the descriptors name the hardware's matching mode, so the tile must start
-//! at a multiple of 8 rows (`16·K` bytes).
+//! `Shared<T, N, K>`) with rows of 32, 64 or 128 bytes (`K` 16, 32 or 64
+//! for bf16/f16; 32, 64 or 128 for the FP8 formats e4m3/e5m2, which the
+//! tensor cores multiply twice as deep per instruction), which is exactly
+//! the swizzle `Shared` and the copy engine store (16-byte chunk `c` of row
+//! `r` at `c ^ f(r)`): the descriptors name the hardware's matching mode, so
+//! the tile must start at a multiple of 8 rows.
 //!
 //! On the CPU `dot_async` multiplies at once and `wait` does nothing: the
 //! interpreter runs the same kernel source to the same result.
 use crate::mma::{acc_len, Acc, Shared};
 use crate::Elem;
 
-/// Why an `M×N` accumulator over `K`-deep operands cannot be a `wgmma`
-/// product on `TH` threads, or `None`.
-pub const fn check(m: usize, n: usize, k: usize, th: usize) -> Option<&'static str> {
+/// Why an `M×N` accumulator over `K`-deep operands of `bytes`-byte
+/// elements cannot be a `wgmma` product on `TH` threads, or `None`.
+pub const fn check(m: usize, n: usize, k: usize, bytes: usize, th: usize) -> Option<&'static str> {
     if th % 128 != 0 || m != 64 * (th / 128) {
         return Some("wgmma: the program is TH/128 warpgroups, 64 rows each: M must be 64·WARPS/4");
     }
     if !(n == 64 || n == 128 || n == 256) {
         return Some("wgmma: N (the block's columns) must be 64, 128 or 256");
     }
-    if !(k == 16 || k == 32 || k == 64) {
-        return Some("wgmma: K (a shared tile's columns) must be 16, 32 or 64: one swizzled row of 32, 64 or 128 bytes");
+    if !(bytes == 1 || bytes == 2) {
+        return Some("wgmma: operands are 16-bit (bf16, f16) or 8-bit (e4m3, e5m2)");
+    }
+    let row = k * bytes;
+    if !(row == 32 || row == 64 || row == 128) {
+        return Some("wgmma: a shared tile's row (K elements) must be 32, 64 or 128 bytes: K 16, 32 or 64 for 16-bit operands, 32, 64 or 128 for 8-bit");
     }
     None
 }
 
 /// Compile-time form of [`check`].
-pub struct WgShape<const M: usize, const N: usize, const K: usize, const TH: usize>;
-impl<const M: usize, const N: usize, const K: usize, const TH: usize> WgShape<M, N, K, TH> {
-    pub const OK: () = match check(M, N, K, TH) {
+pub struct WgShape<T, const M: usize, const N: usize, const K: usize, const TH: usize>(core::marker::PhantomData<T>);
+impl<T, const M: usize, const N: usize, const K: usize, const TH: usize> WgShape<T, M, N, K, TH> {
+    pub const OK: () = match check(M, N, K, core::mem::size_of::<T>(), TH) {
         None => (),
         Some(msg) => panic!("{}", msg),
     };
@@ -75,33 +81,41 @@ pub fn dot_async<T: Elem, const M: usize, const N: usize, const K: usize, const 
 ) where
     [(); acc_len(M, N, TH)]:,
 {
-    let () = WgShape::<M, N, K, TH>::OK;
+    let () = WgShape::<T, M, N, K, TH>::OK;
     #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
     {
         use rustile_device as d;
         let warpgroup = d::thread_idx() / 128;
-        let row_bytes = (K * 2) as u32;
-        // A descriptor's address field counts 16-byte units, and a k-slice
-        // is 32 bytes along a row: the next slice is the descriptor + 2.
+        let row_bytes = (K * core::mem::size_of::<T>()) as u32;
+        // A descriptor's address field counts 16-byte units, and one
+        // instruction reads 32 bytes along a row (16 deep at 16 bits, 32 at
+        // 8): the next slice is the descriptor + 2.
         let da = d::wgmma_desc(a.base + warpgroup * 64 * row_bytes, row_bytes);
         let db = d::wgmma_desc(b.base, row_bytes);
         // The hardware swizzle is a function of the address: a tile off its
         // 8-row period would be read scrambled, so stop instead.
         assert!((a.base | b.base) % (8 * row_bytes) == 0, "wgmma: a shared tile does not start on its swizzle period (8 rows)");
-        let bf16 = T::KIND == crate::Kind::Bf16;
         d::wgmma_fence();
-        for ks in 0..K / 16 {
+        for ks in 0..row_bytes as usize / 32 {
             let (da, db) = (da + 2 * ks as u64, db + 2 * ks as u64);
             // `acc.v` has N/2 values a thread: the cast picks the instruction's width.
             let v = acc.v.as_mut_ptr();
+            macro_rules! issue {
+                ($n64:ident, $n128:ident, $n256:ident) => {
+                    match N {
+                        64 => d::$n64(&mut *(v as *mut [f32; 32]), da, db),
+                        128 => d::$n128(&mut *(v as *mut [f32; 64]), da, db),
+                        _ => d::$n256(&mut *(v as *mut [f32; 128]), da, db),
+                    }
+                };
+            }
             unsafe {
-                match (N, bf16) {
-                    (64, true) => d::wgmma_m64n64k16_bf16(&mut *(v as *mut [f32; 32]), da, db),
-                    (64, false) => d::wgmma_m64n64k16_f16(&mut *(v as *mut [f32; 32]), da, db),
-                    (128, true) => d::wgmma_m64n128k16_bf16(&mut *(v as *mut [f32; 64]), da, db),
-                    (128, false) => d::wgmma_m64n128k16_f16(&mut *(v as *mut [f32; 64]), da, db),
-                    (_, true) => d::wgmma_m64n256k16_bf16(&mut *(v as *mut [f32; 128]), da, db),
-                    (_, false) => d::wgmma_m64n256k16_f16(&mut *(v as *mut [f32; 128]), da, db),
+                match T::KIND {
+                    crate::Kind::Bf16 => issue!(wgmma_m64n64k16_bf16, wgmma_m64n128k16_bf16, wgmma_m64n256k16_bf16),
+                    crate::Kind::F16 => issue!(wgmma_m64n64k16_f16, wgmma_m64n128k16_f16, wgmma_m64n256k16_f16),
+                    crate::Kind::E4M3 => issue!(wgmma_m64n64k32_e4m3, wgmma_m64n128k32_e4m3, wgmma_m64n256k32_e4m3),
+                    crate::Kind::E5M2 => issue!(wgmma_m64n64k32_e5m2, wgmma_m64n128k32_e5m2, wgmma_m64n256k32_e5m2),
+                    crate::Kind::F32 => unreachable!(),
                 }
             }
         }

@@ -8,9 +8,10 @@ use cudarc::driver::sys::{self, CUresult};
 
 use crate::{Error, Gpu, Result, Tensor};
 
-/// A 16-bit tensor of up to three dimensions, as TMA copies boxes of it:
-/// dimensions innermost first, row strides in bytes (multiples of 16), the
-/// box in elements (its innermost extent 64, one 128-byte swizzled row).
+/// A tensor of 16-bit (bf16, f16) or 8-bit (FP8) elements of up to three
+/// dimensions, as TMA copies boxes of it: dimensions innermost first, row
+/// strides in bytes (multiples of 16), the box in elements (its innermost
+/// extent one 128-byte swizzled row: 64 elements of 2 bytes, 128 of 1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TileMap {
     /// Device address of element (0, 0, 0) (16-byte aligned).
@@ -19,6 +20,8 @@ pub struct TileMap {
     /// Bytes between consecutive indices of dimensions 1 and 2.
     pub strides: [u64; 2],
     pub boxes: [u32; 3],
+    /// Bytes an element: 2 or 1.
+    pub elem_bytes: u32,
 }
 
 impl TileMap {
@@ -30,8 +33,15 @@ impl TileMap {
         if let Some(s) = self.strides.iter().find(|s| **s % 16 != 0 || **s >= 1 << 40) {
             return Some(format!("a row stride of {s} bytes is not a multiple of 16 below 2^40"));
         }
-        if self.boxes[0] != 64 || self.boxes.iter().any(|b| *b == 0 || *b > 256) {
-            return Some(format!("the box {:?} is not 64 wide and at most 256 in each dimension", self.boxes));
+        if !(self.elem_bytes == 1 || self.elem_bytes == 2) {
+            return Some(format!("its elements are {} bytes, not 2 (bf16, f16) or 1 (FP8)", self.elem_bytes));
+        }
+        if self.boxes[0] * self.elem_bytes != 128 || self.boxes.iter().any(|b| *b == 0 || *b > 256) {
+            return Some(format!(
+                "the box {:?} is not one 128-byte row wide ({} elements) and at most 256 in each dimension",
+                self.boxes,
+                128 / self.elem_bytes
+            ));
         }
         if self.dims.iter().any(|d| *d == 0 || *d >= 1 << 32) {
             return Some(format!("the dimensions {:?} are not all in 1..2^32", self.dims));
@@ -56,7 +66,11 @@ impl Gpu {
         let r = unsafe {
             sys::cuTensorMapEncodeTiled(
                 &mut map,
-                sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT16,
+                if m.elem_bytes == 1 {
+                    sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8
+                } else {
+                    sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT16
+                },
                 3,
                 m.base as *mut std::ffi::c_void,
                 m.dims.as_ptr(),
@@ -87,12 +101,16 @@ mod tests {
 
     #[test]
     fn maps_the_copy_engine_cannot_use_are_named() {
-        let ok = TileMap { base: 0x1000, dims: [520, 777, 1], strides: [1040, 1040 * 777], boxes: [64, 128, 1] };
+        let ok = TileMap { base: 0x1000, dims: [520, 777, 1], strides: [1040, 1040 * 777], boxes: [64, 128, 1], elem_bytes: 2 };
+        let fp8 = TileMap { boxes: [128, 128, 1], elem_bytes: 1, ..ok };
+        assert_eq!(fp8.unsupported(), None);
         assert_eq!(ok.unsupported(), None);
         let cases = [
             (TileMap { base: 0x1008, ..ok }, "16-byte aligned"),
             (TileMap { strides: [1030, 1030 * 777], ..ok }, "multiple of 16"),
-            (TileMap { boxes: [32, 128, 1], ..ok }, "64 wide"),
+            (TileMap { boxes: [32, 128, 1], ..ok }, "128-byte row"),
+            (TileMap { boxes: [64, 128, 1], ..fp8 }, "(128 elements)"),
+            (TileMap { elem_bytes: 4, ..ok }, "not 2"),
             (TileMap { boxes: [64, 512, 1], ..ok }, "at most 256"),
             (TileMap { dims: [520, 0, 1], ..ok }, "dimensions"),
         ];

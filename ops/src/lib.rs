@@ -52,6 +52,7 @@ macro_rules! row_kernel {
 
 pub mod dual_gemm;
 pub mod gemm;
+pub mod gemm_fp8;
 pub mod grouped_gemm;
 pub mod mlp;
 pub mod norm;

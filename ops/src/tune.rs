@@ -179,12 +179,13 @@ mod tests {
 
     #[test]
     fn the_committed_tables_parse_and_name_real_configs() {
-        let kernels: [(&str, &[KernelConfig]); 5] = [
+        let kernels: [(&str, &[KernelConfig]); 6] = [
             ("gemm_nt", crate::gemm::gemm_nt_kernel::CONFIGS),
             ("gemm_wgmma", crate::gemm::gemm_wgmma_kernel::CONFIGS),
             ("gemm_tma", crate::gemm::gemm_tma_kernel::CONFIGS),
             ("dual_gemm", crate::dual_gemm::dual_gemm_kernel::CONFIGS),
             ("dual_gemm_tma", crate::dual_gemm::dual_gemm_tma_kernel::CONFIGS),
+            ("gemm_fp8", crate::gemm_fp8::gemm_fp8_kernel::CONFIGS),
         ];
         for (arch, table) in tables() {
             let table = table.as_ref().unwrap_or_else(|e| panic!("tuned/{arch}.toml: {e}"));

@@ -136,14 +136,15 @@ pub(crate) fn tma_boxes(kernel: &str, configs: &[rustile::KernelConfig], cfg: us
 
 /// The tensor map (device address) of `batch` matrices of `rows×k` in
 /// `t`, rows `ld` and matrices `stride` elements apart, read in boxes of
-/// `box_rows×64` by the Hopper kernels' copy engine.
+/// `box_rows` rows of 128 bytes by the Hopper kernels' copy engine.
 pub(crate) fn tma_map<T: Elem>(gpu: &Gpu, t: &Tensor<T>, [k, rows, batch]: [usize; 3], [ld, stride]: [usize; 2], box_rows: usize) -> Result<u64> {
     let bytes = core::mem::size_of::<T>() as u64;
     gpu.tensor_map(&TileMap {
         base: t.device_ptr(),
         dims: [k as u64, rows as u64, batch as u64],
         strides: [bytes * ld as u64, bytes * stride as u64],
-        boxes: [64, box_rows as u32, 1],
+        boxes: [128 / bytes as u32, box_rows as u32, 1],
+        elem_bytes: bytes as u32,
     })
 }
 
@@ -277,6 +278,10 @@ impl<'a, T: Elem> Epilogue<'a, T> {
     /// The bias tensor, if any.
     pub fn bias(&self) -> Option<&'a Tensor<T>> {
         self.bias.map(|(_, t)| t)
+    }
+    /// The residual tensor, if any.
+    pub fn residual_tensor(&self) -> Option<&'a Tensor<T>> {
+        self.residual
     }
     /// What the kernel is told.
     pub fn epi(&self) -> Epi {

@@ -410,14 +410,28 @@ pub fn store_epilogue_direct<T: Elem, const BM: usize, const BN: usize, const TH
     });
 }
 
-/// Stores batch `z`'s block of `C = act(α·acc + bias) + residual + β·C`
+/// Factors that dequantize an FP8 product before its epilogue: `acc[r, c]`
+/// is multiplied by `rows[r]` (A's scale per row) and `cols[c]` (B's per
+/// row, so per column of C). Per-tensor scales travel in `Epi::alpha`.
+#[derive(Clone, Copy)]
+pub struct Dequant {
+    pub rows: Option<Ptr<f32>>,
+    pub cols: Option<Ptr<f32>>,
+}
+
+impl Dequant {
+    /// No factors: the 16-bit GEMMs.
+    pub const NONE: Dequant = Dequant { rows: None, cols: None };
+}
+
+/// Stores batch `z`'s block of `C = act(α·acc·dq + bias) + residual + β·C`
 /// at `at`, through `4·BM·BN` bytes of shared memory at `scratch` (the
 /// finished main loop's stages; [`store_acc_staged_with`]): each thread
-/// finishes whole 8-column chunks, with the residual, bias and old C of
-/// four chunks in flight at once, and every warp's stores cover whole rows.
-/// The fused epilogue of the Hopper kernels (either accumulator layout
-/// works). Unused operands are placeholders that may be shorter than C;
-/// they are never read.
+/// finishes whole 8-column chunks, with the residual, bias, old C and
+/// column scales of four chunks in flight at once, and every warp's stores
+/// cover whole rows. The fused epilogue of the Hopper kernels (either
+/// accumulator layout works). Unused operands are placeholders that may be
+/// shorter than C; they are never read.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub fn store_epilogue<T: Elem, const BM: usize, const BN: usize, const TH: usize, const WG: bool>(
@@ -430,6 +444,7 @@ pub fn store_epilogue<T: Elem, const BM: usize, const BN: usize, const TH: usize
     [z, sc, sbias]: [usize; 3],
     at: [usize; 2],
     epi: Epi,
+    dq: Dequant,
     scratch: usize,
 ) where
     [(); acc_len(BM, BN, TH)]:,
@@ -444,24 +459,35 @@ pub fn store_epilogue<T: Elem, const BM: usize, const BN: usize, const TH: usize
         _ => BlockPtr::<T, 1, BN, TH>::rows(bias, 1, n, [0, at[1]]),
     };
     let (per_row, with_bias) = (epi.bias == Bias::PerRow, epi.bias != Bias::None);
+    let row_scale = dq.rows.map(|p| BlockPtr::<f32, BM, 1, TH>::rows(p, m, 1, [at[0], 0]));
+    let col_scale = dq.cols.map(|p| BlockPtr::<f32, 1, BN, TH>::rows(p, 1, n, [0, at[1]]));
     // Inlined into the store loop: as calls, their captures went through local memory.
     let fetch = #[inline(always)]
     |r: usize, col: usize| {
         let b = if !with_bias { Fetched::zeros() } else if per_row { bias.fetch_chunk(0, r) } else { bias.fetch_chunk(0, col) };
         let res = if epi.residual { res.fetch_chunk(r, col) } else { Fetched::zeros() };
         let old = if epi.beta != 0.0 { out.fetch_chunk(r, col) } else { Fetched::zeros() };
-        (b, res, old)
+        let rs = match row_scale {
+            Some(p) => p.get(r, 0, 0.0),
+            None => 1.0,
+        };
+        let cs = match col_scale {
+            Some(p) => p.fetch_chunk(0, col),
+            None => Fetched::zeros(),
+        };
+        (b, res, old, rs, cs)
     };
-    let plain = epi == Epi::NONE;
+    let plain = epi == Epi::NONE && dq.rows.is_none() && dq.cols.is_none();
     let finish = #[inline(always)]
-    |_: usize, _: usize, x: [f32; 8], (b, res, old): (Fetched<T>, Fetched<T>, Fetched<T>)| {
+    |_: usize, _: usize, x: [f32; 8], (b, res, old, rs, cs): (Fetched<T>, Fetched<T>, Fetched<T>, f32, Fetched<f32>)| {
         if plain {
             return x;
         }
-        let (b, res, old) = (b.get(), res.get(), old.get());
+        let (b, res, old, cs) = (b.get(), res.get(), old.get(), cs.get());
         let mut y = x;
         for i in 0..8 {
-            y[i] = epi.apply(x[i], if per_row { b[0] } else { b[i] }, res[i], old[i]);
+            let x = if col_scale.is_some() { x[i] * rs * cs[i] } else { x[i] * rs };
+            y[i] = epi.apply(x, if per_row { b[0] } else { b[i] }, res[i], old[i]);
         }
         y
     };

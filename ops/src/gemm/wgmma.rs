@@ -108,19 +108,26 @@ pub fn gemm_wgmma_kernel<T: Elem>(
     let (a, b) = (Operand { ptr: a.offset(z * sa), ld: lda }, Operand { ptr: b.offset(z * sb), ld: ldb });
     let acc = mainloop_wgmma::<T, BM, BN, BK, STAGES, THREADS>(a, b, m, n, k, at);
     let epi = crate::gemm::Epi::from_flags(flags, alpha, beta);
-    crate::gemm::store_epilogue(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi, pad(THREADS));
+    crate::gemm::store_epilogue(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi, crate::gemm::Dequant::NONE, pad(THREADS));
 }
 
 // ---- with the copy engine --------------------------------------------------------------
 
 /// An operand the copy engine (TMA) reads: the device address of its
-/// tensor map (boxes of `rows×64`), which matrix `z` of the map's batch,
+/// tensor map (boxes of `rows×128 bytes`), which matrix `z` of the map's batch,
 /// and the same matrix as a pointer (what the CPU interpreter copies from).
 #[derive(Clone, Copy)]
 pub struct Mapped<T> {
     pub map: u64,
     pub z: usize,
     pub op: Operand<T>,
+}
+
+/// `mainloop_tma`'s B operands, checked at compile time: its `wgmma` wait
+/// counts one group per operand for one or two.
+struct OneOrTwo<const NB: usize>;
+impl<const NB: usize> OneOrTwo<NB> {
+    const OK: () = assert!(NB == 1 || NB == 2, "mainloop_tma takes one or two B operands");
 }
 
 /// [`mainloop_wgmma`] with the tiles brought in by the copy engine, for
@@ -136,7 +143,9 @@ pub struct Mapped<T> {
 /// releases the stage of step `kt − 1`, and (one thread) refills that stage
 /// with step `kt − 1 + STAGES` once `empty` says every warpgroup released
 /// it. No barrier of the whole program, and `STAGES − 1` steps of copies in
-/// flight. Needs `pad(TH) + STAGES·((BM + NB·BN)·BK·2 + 16)` bytes of `SMEM`.
+/// flight. Needs `pad(TH) + STAGES·((BM + NB·BN)·BK·size + 16)` bytes of
+/// `SMEM`, where a row of `BK` elements of `size` bytes is 128 bytes (BK 64
+/// for bf16/f16, 128 for FP8).
 #[inline(always)]
 pub fn mainloop_tma<T: Elem, const BM: usize, const BN: usize, const BK: usize, const STAGES: usize, const TH: usize, const NB: usize>(
     a: Mapped<T>,
@@ -147,11 +156,13 @@ pub fn mainloop_tma<T: Elem, const BM: usize, const BN: usize, const BK: usize, 
 where
     [(); acc_len(BM, BN, TH)]:,
 {
-    let bytes = (BM + NB * BN) * BK * 2;
+    let () = OneOrTwo::<NB>::OK;
+    let row = BK * core::mem::size_of::<T>();
+    let bytes = (BM + NB * BN) * row;
     let tile_a = #[inline(always)]
     |s: usize| Shared::<T, BM, BK, TH>::at(pad(TH) + s * bytes);
     let tile_b = #[inline(always)]
-    |s: usize, i: usize| Shared::<T, BN, BK, TH>::at(pad(TH) + s * bytes + (BM + i * BN) * BK * 2);
+    |s: usize, i: usize| Shared::<T, BN, BK, TH>::at(pad(TH) + s * bytes + (BM + i * BN) * row);
     let barriers = pad(TH) + STAGES * bytes;
     let full = |s: usize| Barrier::at::<TH>(barriers + 8 * s);
     let empty = |s: usize| Barrier::at::<TH>(barriers + 8 * (STAGES + s));
@@ -229,5 +240,5 @@ pub fn gemm_tma_kernel<T: Elem>(
     let b = Mapped { map: map_b, z: if sb == 0 { 0 } else { z }, op: Operand { ptr: b.offset(z * sb), ld: ldb } };
     let [acc] = mainloop_tma::<T, BM, BN, BK, STAGES, THREADS, 1>(a, [b], [m, n, k], at);
     let epi = crate::gemm::Epi::from_flags(flags, alpha, beta);
-    crate::gemm::store_epilogue(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi, pad(THREADS));
+    crate::gemm::store_epilogue(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi, crate::gemm::Dequant::NONE, pad(THREADS));
 }

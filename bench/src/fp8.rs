@@ -1,0 +1,71 @@
+//! The FP8 GEMM's bench: ours (e4m3, per-tensor scales) beside cuBLASLt's
+//! FP8 GEMM on the same operands and scales, and beside our bf16 GEMM on
+//! the same values (the target is FP8 over our own bf16).
+use crate::cublas::BlasLt;
+use crate::gemm::{close, product_rows, sample_rows};
+use crate::harness::{measure, MeasureCfg, Row, Stats, RUSTILE};
+use rustile::{bf16, Elem, F8E4M3};
+use rustile_host::{Gpu, Result};
+use rustile_ops::gemm_fp8::{self, Scale};
+use rustile_ops::testing::{normal, rng, wide};
+use rustile_ops::{gemm, gemm_fp8::gemm_fp8};
+
+/// `gemm_fp8` at every shape whose K is a multiple of 16: checks against
+/// float64 on sampled rows and against cuBLASLt on every element, then
+/// (unless `check_only`) times ours, cuBLASLt and our bf16 GEMM.
+pub fn bench_fp8(gpu: &Gpu, mcfg: &MeasureCfg, lt: Option<&BlasLt>, shapes: &[[usize; 3]], check_only: bool) -> Result<Vec<Row>> {
+    let mut rows = vec![];
+    if !gemm_fp8::gemm_fp8_kernel::supported(gpu) {
+        eprintln!("gemm_fp8: skipped (the FP8 GEMM needs Hopper, sm_90a)");
+        return Ok(rows);
+    }
+    for &[m, n, k] in shapes.iter().filter(|s| s[2] % 16 == 0) {
+        let (mut rng, seed) = rng();
+        let shape = [m, n, k];
+        let say = |line: String| eprintln!("gemm_fp8 {m}x{n}x{k}: {line} (seed {seed})");
+        // Values of a few units: a tensor quantized with its amax mapped near 448 looks like this.
+        let a: Vec<F8E4M3> = normal(&mut rng, m * k, 0.0, 4.0);
+        let b: Vec<F8E4M3> = normal(&mut rng, n * k, 0.0, 4.0);
+        let (sa, sb) = (0.25f32, 0.125f32);
+        let (da, db) = (gpu.upload(&a, &[m, k])?, gpu.upload(&b, &[n, k])?);
+        let (dsa, dsb) = (gpu.upload(&[sa], &[1])?, gpu.upload(&[sb], &[1])?);
+        let mut c = gpu.alloc::<bf16>(&[m, n])?;
+        gpu.fill_bytes(&mut c, 0xFF)?;
+        let run = |c: &mut _| gemm_fp8(gpu, &da, &db, c, Scale::Tensor(&dsa), Scale::Tensor(&dsb), &gemm::Epilogue::new());
+        run(&mut c)?;
+        let got = gpu.download(&c)?;
+        let s = (sa * sb) as f64;
+        for r in sample_rows(m, 8) {
+            let want: Vec<f64> = product_rows(&a, &b, r.clone(), n, k).iter().map(|x| x * s).collect();
+            say(close("sampled rows vs float64", &got[r.start * n..r.end * n], &want)?);
+        }
+        let mut lt_stats: Option<Stats> = None;
+        if lt.is_some() && n % 8 != 0 {
+            say("cuBLASLt skipped: its FP8 GEMM needs n a multiple of 8 (16-byte rows of c)".into());
+        }
+        if let Some(lt) = lt.filter(|_| n % 8 == 0) {
+            let mut base = gpu.alloc::<bf16>(&[m, n])?;
+            gpu.fill_bytes(&mut base, 0xFF)?;
+            lt.gemm_fp8_nt(gpu, &da, &db, &mut base, &dsa, &dsb)?;
+            say(close("every element vs cuBLASLt", &got, &wide(&gpu.download(&base)?))?);
+            if !check_only {
+                lt_stats = Some(measure(gpu, mcfg, || lt.gemm_fp8_nt(gpu, &da, &db, &mut base, &dsa, &dsb))?);
+            }
+        }
+        if check_only {
+            continue;
+        }
+        let (flops, bytes) = (2.0 * (m * n * k) as f64, (m * k + n * k) as f64 + 2.0 * (m * n) as f64);
+        let row = |imp: &str, stats: Stats, bytes: f64| Row::new("gemm_fp8", &shape, F8E4M3::NAME, imp, stats).flops(flops).bytes(bytes);
+        let ours = measure(gpu, mcfg, || run(&mut c))?;
+        // Our bf16 GEMM on the same values (exact in bf16), unscaled: the yardstick.
+        let wide16 = |x: &[F8E4M3]| x.iter().map(|v| bf16::from_f32(v.to_f32())).collect::<Vec<_>>();
+        let (a16, b16) = (gpu.upload(&wide16(&a), &[m, k])?, gpu.upload(&wide16(&b), &[n, k])?);
+        let bf16_stats = measure(gpu, mcfg, || gemm::gemm_nt(gpu, &a16, &b16, &mut c))?;
+        say(format!("fp8 / bf16 speed-up {:.2}×", bf16_stats.median_ms / ours.median_ms));
+        rows.push(row(RUSTILE, ours, bytes));
+        rows.push(row(&format!("{RUSTILE} bf16 (same values)"), bf16_stats, 2.0 * (m * k + n * k + m * n) as f64));
+        rows.extend(lt_stats.map(|s| row("cublaslt fp8", s, bytes)));
+    }
+    Ok(rows)
+}

@@ -1,0 +1,133 @@
+//! The host API of the FP8 GEMM. Host-only: editing it changes no kernel
+//! and leaves tuned tables current.
+use super::*;
+use crate::check::{expect_shape, matrix};
+use crate::gemm::{tma_boxes, tma_map, Epilogue};
+use rustile_host::{Error, Gpu, Result, Tensor};
+
+/// How an FP8 operand was quantized: `x ≈ s·q` for the stored `q`, and the
+/// product is multiplied back by `s`.
+#[derive(Clone, Copy)]
+pub enum Scale<'a> {
+    /// Stored as is.
+    None,
+    /// One scale for the whole operand: a one-element device tensor (so a
+    /// scale computed on the GPU, e.g. from an amax, needs no sync).
+    Tensor(&'a Tensor<f32>),
+    /// One scale per row of the operand: `[m]` for A, `[n]` for B.
+    Rows(&'a Tensor<f32>),
+}
+
+impl Scale<'_> {
+    fn kind(&self) -> ScaleKind {
+        match self {
+            Scale::None => ScaleKind::None,
+            Scale::Tensor(_) => ScaleKind::Tensor,
+            Scale::Rows(_) => ScaleKind::Row,
+        }
+    }
+
+    fn tensor(&self) -> Option<&Tensor<f32>> {
+        match self {
+            Scale::None => None,
+            Scale::Tensor(t) | Scale::Rows(t) => Some(t),
+        }
+    }
+
+    /// The scale's tensor has the length its kind needs (`rows` for `Rows`).
+    fn check(&self, what: &str, rows: usize) -> Result<()> {
+        match self {
+            Scale::None => Ok(()),
+            Scale::Tensor(t) => expect_shape(what, *t, &[1]),
+            Scale::Rows(t) => expect_shape(what, *t, &[rows]),
+        }
+    }
+}
+
+/// The FP8 formats the tensor cores multiply.
+fn check_fp8<T: Elem>() -> Result<()> {
+    if !matches!(T::KIND, Kind::E4M3 | Kind::E5M2) {
+        return Err(Error::DType(format!("gemm_fp8 takes e4m3 or e5m2 operands, not {}", T::NAME)));
+    }
+    Ok(())
+}
+
+/// `c = epilogue(sa·sb·(a·bᵀ))` on a Hopper GPU: `a` `[m, k]` and `b`
+/// `[n, k]` in FP8 (e4m3 or e5m2, both the same), `c` `[m, n]` bf16, `k`
+/// a multiple of 16 (the copy engine reads rows of 16-byte multiples).
+/// `sa`, `sb` are how `a` and `b` were scaled; the epilogue is the bf16
+/// GEMM's (bias, activation, residual, α, β), applied after the scales.
+///
+/// ```ignore
+/// let (qa, qb) = (quantize(&x)?, quantize(&w)?);          // F8E4M3 tensors and their scales
+/// gemm_fp8(&gpu, &qa, &qb, &mut y, Scale::Rows(&sx), Scale::Tensor(&sw), &Epilogue::new().bias_per_column(&b))?;
+/// ```
+pub fn gemm_fp8<T: Elem>(gpu: &Gpu, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<bf16>, sa: Scale, sb: Scale, epi: &Epilogue<bf16>) -> Result<()> {
+    let (m, n, _) = fp8_shape(a, b, c)?;
+    let cfg = crate::tune::config(gpu.compute_capability(), "gemm_fp8", gemm_fp8_kernel::CONFIGS, &[m, n, a.shape()[1]], || default_config(m, n));
+    gemm_fp8_with_config(gpu, cfg, a, b, c, sa, sb, epi)
+}
+
+/// `(m, n, k)` of `c = a·bᵀ`, or an error naming what does not fit.
+fn fp8_shape<T: Elem>(a: &Tensor<T>, b: &Tensor<T>, c: &Tensor<bf16>) -> Result<(usize, usize, usize)> {
+    check_fp8::<T>()?;
+    let (m, k) = matrix("a", a)?;
+    let (n, kb) = matrix("b", b)?;
+    if kb != k {
+        return Err(Error::Shape(format!("a is [{m}, {k}] and b is [{n}, {kb}]: their inner dimensions differ")));
+    }
+    if k % 16 != 0 {
+        return Err(Error::Shape(format!("gemm_fp8: k = {k} is not a multiple of 16 (the copy engine reads rows of 16-byte multiples; pad k with zeros)")));
+    }
+    expect_shape("c", c, &[m, n])?;
+    Ok((m, n, k))
+}
+
+/// `gemm_fp8` with config `cfg` of `gemm_fp8_kernel::CONFIGS` (for tests,
+/// sweeps and the tuner).
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_fp8_with_config<T: Elem>(
+    gpu: &Gpu, cfg: usize, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<bf16>, sa: Scale, sb: Scale, epi: &Epilogue<bf16>,
+) -> Result<()> {
+    let (m, n, k) = fp8_shape(a, b, c)?;
+    sa.check("a's scale", m)?;
+    sb.check("b's scale", n)?;
+    let e = epi.epi();
+    match e.bias {
+        crate::gemm::Bias::PerColumn => expect_shape("bias", epi.bias().unwrap(), &[n])?,
+        crate::gemm::Bias::PerRow => expect_shape("bias", epi.bias().unwrap(), &[m])?,
+        crate::gemm::Bias::None => {}
+    }
+    if let Some(r) = epi.residual_tensor() {
+        expect_shape("residual", r, &[m, n])?;
+    }
+    let [bm, bn] = tma_boxes("gemm_fp8_kernel", gemm_fp8_kernel::CONFIGS, cfg)?;
+    let (map_a, map_b) = (tma_map(gpu, a, [k, m, 1], [k, k * m], bm)?, tma_map(gpu, b, [k, n, 1], [k, k * n], bn)?);
+    // Unused operands are empty placeholders (no allocation) the kernel never reads.
+    let (none16, none32) = (gpu.alloc::<bf16>(&[0])?, gpu.alloc::<f32>(&[0])?);
+    let (bias, residual) = (epi.bias().unwrap_or(&none16), epi.residual_tensor().unwrap_or(&none16));
+    let (ta, tb) = (sa.tensor().unwrap_or(&none32), sb.tensor().unwrap_or(&none32));
+    let scales = sa.kind() as u32 | (sb.kind() as u32) << 2;
+    gemm_fp8_kernel::launch(gpu, cfg, a, b, c, bias, residual, ta, tb, m, n, k, n, e.alpha, e.beta, e.flags(), scales, map_a, map_b)
+}
+
+/// `gemm_fp8` in the CPU interpreter, on slices: `scale_a` and `scale_b`
+/// hold nothing (no scale), one value (per tensor) or one a row; `bias`
+/// and `residual` may be empty where `epi` does not use them.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_fp8_cpu<T: Elem>(
+    cfg: usize, a: &[T], b: &[T], [m, n, k]: [usize; 3], scale_a: &[f32], scale_b: &[f32], bias: &[bf16], residual: &[bf16], epi: crate::gemm::Epi,
+) -> Vec<bf16> {
+    check_fp8::<T>().unwrap_or_else(|e| panic!("{e}"));
+    assert!(a.len() == m * k && b.len() == n * k, "gemm_fp8_cpu: a holds {}, b {} elements; expected {m}×{k} and {n}×{k}", a.len(), b.len());
+    let kind = |s: &[f32], rows: usize| match s.len() {
+        0 => ScaleKind::None,
+        1 if rows != 1 => ScaleKind::Tensor,
+        l if l == rows => ScaleKind::Row,
+        l => panic!("gemm_fp8_cpu: a scale holds {l} values; expected 0, 1 or {rows}"),
+    };
+    let scales = kind(scale_a, m) as u32 | (kind(scale_b, n) as u32) << 2;
+    let mut c = vec![bf16::ZERO; m * n];
+    gemm_fp8_kernel::cpu(cfg, a, b, &mut c, bias, residual, scale_a, scale_b, m, n, k, n, epi.alpha, epi.beta, epi.flags(), scales, 0, 0);
+    c
+}

@@ -1,0 +1,98 @@
+//! FP8 GEMM on Hopper: `C = act(α·(A·Bᵀ)·dq + bias) + residual + β·C` with
+//! A `[M, K]` and B `[N, K]` in e4m3 or e5m2, C, bias and residual bf16,
+//! f32 accumulation, any M and N, K a multiple of 16.
+//!
+//! The main loop is the bf16 GEMM's ([`mainloop_tma`]): the tensor cores
+//! multiply 8-bit operands twice as deep per instruction, so a stage holds
+//! 128 of K in the same 128-byte rows and the same shared memory, and a
+//! k-step does twice the work for the same copies. FP8 `wgmma` reads
+//! K-major operands only, which `A·Bᵀ` with both row-major is.
+//!
+//! Scales are how FP8 stays accurate: the host quantizes each operand as
+//! `x / s` and the product is multiplied back. A per-tensor scale (a device
+//! scalar) is folded into `α` once a program; a per-row scale of A
+//! (`[M]`) or of B (`[N]`, per column of C) multiplies the accumulator in
+//! the staged epilogue ([`Dequant`]), before bias, activation and residual.
+use crate::gemm::{block, mainloop_tma, pad, store_epilogue, Dequant, Epi, Mapped, Operand};
+use rustile::prelude::*;
+
+/// How one operand's scale is given (2 bits of the kernel's `scales`
+/// argument, A's in bits 0-1, B's in bits 2-3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum ScaleKind {
+    /// No scale (1).
+    None = 0,
+    /// One device scalar for the whole operand.
+    Tensor = 1,
+    /// One value per row of the operand.
+    Row = 2,
+}
+
+impl ScaleKind {
+    #[inline(always)]
+    pub fn of(scales: u32, operand: u32) -> ScaleKind {
+        match (scales >> (2 * operand)) & 3 {
+            1 => ScaleKind::Tensor,
+            2 => ScaleKind::Row,
+            _ => ScaleKind::None,
+        }
+    }
+}
+
+/// The scale of a [`ScaleKind::Tensor`] operand, else 1.
+#[inline(always)]
+fn tensor_scale<const TH: usize>(kind: ScaleKind, p: Ptr<f32>) -> f32 {
+    if kind == ScaleKind::Tensor { BlockPtr::<f32, 1, 1, TH>::rows(p, 1, 1, [0, 0]).get(0, 0, 1.0) } else { 1.0 }
+}
+
+// `SMEM = pad(32·WARPS) + STAGES·((BM + BN)·BK + 16)`: the bf16 TMA
+// kernel's configs at the same bytes a stage.
+#[kernel(
+    configs = [
+        (BM = 128, BN = 256, BK = 128, WARPS = 8, STAGES = 4, SMEM = 196672),
+        (BM = 128, BN = 128, BK = 128, WARPS = 8, STAGES = 6, SMEM = 196704),
+        (BM = 64, BN = 256, BK = 128, WARPS = 4, STAGES = 5, SMEM = 205392),
+        (BM = 64, BN = 128, BK = 128, WARPS = 4, STAGES = 6, SMEM = 148064),
+    ],
+    grid = [cdiv(m, BM) * cdiv(n, BN)],
+    dtypes = [F8E4M3, F8E5M2],
+    arch = sm_90a,
+)]
+/// `c[m, n] = act(α·sa·sb·(a·bᵀ) + bias) + residual + β·c` for FP8 `a`
+/// `[m, k]` and `b` `[n, k]`, bf16 `c` (rows `ldc` apart), bias and
+/// residual; `flags` as [`Epi::flags`], `scales` as [`ScaleKind`];
+/// `map_a`, `map_b` the operands' tensor maps (boxes of `BM×128`, `BN×128`).
+pub fn gemm_fp8_kernel<T: Elem>(
+    a: Ptr<T>, b: Ptr<T>, c: PtrMut<bf16>, bias: Ptr<bf16>, residual: Ptr<bf16>, scale_a: Ptr<f32>, scale_b: Ptr<f32>,
+    m: usize, n: usize, k: usize, ldc: usize, alpha: f32, beta: f32, flags: u32, scales: u32, map_a: u64, map_b: u64,
+) {
+    let at = block::<BM, BN>(m, n);
+    let a = Mapped { map: map_a, z: 0, op: Operand { ptr: a, ld: k } };
+    let b = Mapped { map: map_b, z: 0, op: Operand { ptr: b, ld: k } };
+    let [acc] = mainloop_tma::<T, BM, BN, BK, STAGES, THREADS, 1>(a, [b], [m, n, k], at);
+    let (ka, kb) = (ScaleKind::of(scales, 0), ScaleKind::of(scales, 1));
+    let alpha = alpha * tensor_scale::<THREADS>(ka, scale_a) * tensor_scale::<THREADS>(kb, scale_b);
+    let dq = Dequant {
+        rows: if ka == ScaleKind::Row { Some(scale_a) } else { None },
+        cols: if kb == ScaleKind::Row { Some(scale_b) } else { None },
+    };
+    let epi = Epi::from_flags(flags, alpha, beta);
+    store_epilogue(&acc, c, ldc, bias, residual, [m, n], [0, 0, 0], at, epi, dq, pad(THREADS));
+}
+
+/// The config where the tuned table has none: 128×256 blocks when they
+/// fill the H100's 132 SMs, else 128×128 when those do, else 64×128 (the
+/// bf16 TMA kernel's rule).
+#[cfg(not(target_arch = "nvptx64"))]
+pub fn default_config(m: usize, n: usize) -> usize {
+    crate::gemm::default_wgmma_config(m, n)
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+mod host;
+#[cfg(not(target_arch = "nvptx64"))]
+pub use host::*;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,80 @@
+//! CPU-interpreter checks of the FP8 GEMM against float64 of the stored
+//! FP8 values: every config at odd M and N (K a multiple of 16, shorter
+//! and longer than one 128-deep step), every scale kind, both formats, and
+//! the epilogue after the scales.
+use super::*;
+use crate::gemm::{Act, Bias, Epi};
+use crate::reference;
+use crate::testing::*;
+
+/// FP8 operands `a` `[m, k]`, `b` `[n, k]` (values of a few units, as a
+/// scaled tensor holds) and their float64 product.
+fn operands<T: Elem>(m: usize, n: usize, k: usize) -> (Vec<T>, Vec<T>, Vec<f64>, u64) {
+    let (mut rng, seed) = rng();
+    let a: Vec<T> = normal(&mut rng, m * k, 0.0, 2.0);
+    let b: Vec<T> = normal(&mut rng, n * k, 0.0, 2.0);
+    let ab = reference::matmul_nt(&wide(&a), &wide(&b), m, n, k);
+    (a, b, ab, seed)
+}
+
+/// Scales of `rows` rows as the kernel takes them: none, one, or one a row.
+fn scales(kind: ScaleKind, rows: usize, rng: &mut rand::rngs::StdRng) -> Vec<f32> {
+    match kind {
+        ScaleKind::None => vec![],
+        ScaleKind::Tensor => vec![0.37],
+        ScaleKind::Row => normal::<f32>(rng, rows, 1.0, 0.5),
+    }
+}
+
+fn at(s: &[f32], i: usize) -> f64 {
+    match s.len() {
+        0 => 1.0,
+        1 => s[0] as f64,
+        _ => s[i] as f64,
+    }
+}
+
+fn check<T: Elem>(m: usize, n: usize, k: usize) {
+    let (a, b, ab, seed) = operands::<T>(m, n, k);
+    let (mut rng, _) = rng();
+    let kinds = [ScaleKind::None, ScaleKind::Tensor, ScaleKind::Row];
+    for cfg in 0..gemm_fp8_kernel::CONFIGS.len() {
+        // Each config meets a different pair of scale kinds.
+        let (ka, kb) = (kinds[cfg % 3], kinds[(cfg + 1) % 3]);
+        let (sa, sb) = (scales(ka, m, &mut rng), scales(kb, n, &mut rng));
+        let want: Vec<f64> = (0..m * n).map(|i| ab[i] * at(&sa, i / n) * at(&sb, i % n)).collect();
+        let c = gemm_fp8_cpu(cfg, &a, &b, [m, n, k], &sa, &sb, &[], &[], Epi::NONE);
+        assert_close(&c, &want, &format!("gemm_fp8<{}> {m}×{n}×{k} cfg={cfg} scales {ka:?}/{kb:?} (seed {seed})", T::NAME));
+    }
+}
+
+#[test]
+fn gemm_fp8_matches_float64_at_odd_shapes() {
+    for (m, n, k) in [(1, 1, 16), (17, 9, 48), (129, 131, 144), (200, 300, 256)] {
+        check::<F8E4M3>(m, n, k);
+        check::<F8E5M2>(m, n, k);
+    }
+}
+
+#[test]
+fn the_epilogue_follows_the_scales() {
+    let (m, n, k) = (70, 45, 160);
+    let (a, b, ab, seed) = operands::<F8E4M3>(m, n, k);
+    let (mut rng, _) = rng();
+    let (sa, sb) = (scales(ScaleKind::Row, m, &mut rng), scales(ScaleKind::Row, n, &mut rng));
+    let bias: Vec<bf16> = normal(&mut rng, n, 0.0, 3.0);
+    let residual: Vec<bf16> = normal(&mut rng, m * n, 0.0, 2.0);
+    let e = Epi { alpha: 0.5, beta: 0.0, bias: Bias::PerColumn, act: Act::Silu, residual: true };
+    let want: Vec<f64> = (0..m * n)
+        .map(|i| reference::epilogue(&e, ab[i] * at(&sa, i / n) * at(&sb, i % n), bias[i % n].to_f32() as f64, residual[i].to_f32() as f64, 0.0))
+        .collect();
+    let c = gemm_fp8_cpu(3, &a, &b, [m, n, k], &sa, &sb, &bias, &residual, e);
+    assert_close(&c, &want, &format!("gemm_fp8 {e:?} (seed {seed})"));
+}
+
+#[test]
+fn bf16_operands_are_refused() {
+    let r = std::panic::catch_unwind(|| gemm_fp8_cpu(0, &[bf16::ZERO; 16], &[bf16::ZERO; 16], [1, 1, 16], &[], &[], &[], &[], Epi::NONE));
+    let msg = *r.expect_err("bf16 operands ran").downcast::<String>().unwrap();
+    assert!(msg.contains("e4m3 or e5m2"), "{msg}");
+}
