@@ -1,6 +1,7 @@
-//! The FP8 GEMM's bench: ours (e4m3, per-tensor scales) beside cuBLASLt's
-//! FP8 GEMM on the same operands and scales, and beside our bf16 GEMM on
-//! the same values (the target is FP8 over our own bf16).
+//! The FP8 GEMM's bench: ours (e4m3, per-tensor scales, and without
+//! scales) beside cuBLASLt's FP8 GEMM on the same operands and scales, and
+//! beside our bf16 GEMM on the same values (the target is FP8 over
+//! our own bf16).
 use crate::cublas::BlasLt;
 use crate::gemm::{close, product_rows, sample_rows};
 use crate::harness::{measure, MeasureCfg, Row, Stats, RUSTILE};
@@ -58,12 +59,27 @@ pub fn bench_fp8(gpu: &Gpu, mcfg: &MeasureCfg, lt: Option<&BlasLt>, shapes: &[[u
         let (flops, bytes) = (2.0 * (m * n * k) as f64, (m * k + n * k) as f64 + 2.0 * (m * n) as f64);
         let row = |imp: &str, stats: Stats, bytes: f64| Row::new("gemm_fp8", &shape, F8E4M3::NAME, imp, stats).flops(flops).bytes(bytes);
         let ours = measure(gpu, mcfg, || run(&mut c))?;
+        // The same operands without scales: the plain product, whose
+        // epilogue is the bare store (a scale, even α alone, takes the fused
+        // epilogue's path; bench/RESULTS.md has what that costs).
+        let plain = |c: &mut _| gemm_fp8(gpu, &da, &db, c, Scale::None, Scale::None, &gemm::Epilogue::new());
+        plain(&mut c)?;
+        let got = gpu.download(&c)?;
+        for r in sample_rows(m, 2) {
+            say(close("no scales, sampled rows vs float64", &got[r.start * n..r.end * n], &product_rows(&a, &b, r.clone(), n, k))?);
+        }
+        let unscaled = measure(gpu, mcfg, || plain(&mut c))?;
         // Our bf16 GEMM on the same values (exact in bf16), unscaled: the yardstick.
         let wide16 = |x: &[F8E4M3]| x.iter().map(|v| bf16::from_f32(v.to_f32())).collect::<Vec<_>>();
         let (a16, b16) = (gpu.upload(&wide16(&a), &[m, k])?, gpu.upload(&wide16(&b), &[n, k])?);
         let bf16_stats = measure(gpu, mcfg, || gemm::gemm_nt(gpu, &a16, &b16, &mut c))?;
-        say(format!("fp8 / bf16 speed-up {:.2}×", bf16_stats.median_ms / ours.median_ms));
+        say(format!(
+            "fp8 / bf16 speed-up {:.2}× with per-tensor scales, {:.2}× without",
+            bf16_stats.median_ms / ours.median_ms,
+            bf16_stats.median_ms / unscaled.median_ms
+        ));
         rows.push(row(RUSTILE, ours, bytes));
+        rows.push(row(&format!("{RUSTILE} no scales"), unscaled, bytes));
         rows.push(row(&format!("{RUSTILE} bf16 (same values)"), bf16_stats, 2.0 * (m * k + n * k + m * n) as f64));
         rows.extend(lt_stats.map(|s| row("cublaslt fp8", s, bytes)));
     }
