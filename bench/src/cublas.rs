@@ -111,9 +111,9 @@ impl BlasLt {
     }
 
     /// `c = scale_a[0]·scale_b[0]·a·bᵀ` with FP8 `a` `[m, k]`, `b` `[n, k]`
-    /// and bf16 `c` `[m, n]`, all row-major; f32 accumulation with
-    /// cuBLASLt's default (not "fast") FP8 accumulation. The scales are
-    /// one-element device tensors, read by the GPU when the GEMM runs.
+    /// and bf16 `c` `[m, n]`, all row-major, in cuBLASLt's fast-accumulation
+    /// mode (see `Plan::new`). The scales are one-element device tensors,
+    /// read by the GPU when the GEMM runs.
     pub fn gemm_fp8_nt<T: Elem>(&self, gpu: &Gpu, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<bf16>, scale_a: &Tensor<f32>, scale_b: &Tensor<f32>) -> Result<()> {
         let [a_type, b_type] = fp8_types([(T::KIND, T::NAME), (T::KIND, T::NAME)])?;
         let [m, n, k] = fp8_nt_dims(a.shape(), b.shape(), c.shape(), scale_a.shape(), scale_b.shape())?;

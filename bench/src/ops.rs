@@ -192,7 +192,7 @@ pub fn cpu_fallback(ops: &[String]) -> bool {
         };
         let pass = err <= tolerance::<bf16>();
         ok &= pass;
-        println!("{op:<10} {shape:>12} {:>6} {err:>12.2e} {:>8.1}ms {}", "bf16", t0.elapsed().as_secs_f64() * 1e3, if pass { "ok" } else { "WRONG" });
+        println!("{op:<10} {shape:>12} {:>6} {err:>12.2e} {:>8.1}ms {}", if op == "gemm_fp8" { "e4m3" } else { "bf16" }, t0.elapsed().as_secs_f64() * 1e3, if pass { "ok" } else { "WRONG" });
     }
     println!("(CPU interpreter results are checks, not speed; seed {seed})");
     ok

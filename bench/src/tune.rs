@@ -4,9 +4,9 @@
 //! winner and every candidate's result go into `tuned/<arch>.toml`.
 use std::path::Path;
 
-use rustile::{bf16, Elem, KernelConfig, F8E4M3};
+use rustile::{bf16, KernelConfig, F8E4M3};
 use rustile_host::{Gpu, Result, Tensor};
-use rustile_ops::testing::{normal, rng, wide};
+use rustile_ops::testing::{cast, normal, rng, wide};
 use rustile_ops::tune::{bucket_name, source_hash, Bucket, Candidate, OpTable, Table, RUSTC_VERSION};
 use rustile_ops::gemm_fp8::{self, Scale};
 use rustile_ops::{dual_gemm, gemm};
@@ -74,14 +74,14 @@ fn pruned(gpu: &Gpu, report: Option<&Report>, kernel: &str, c: &KernelConfig, dt
 }
 
 /// One op at one shape on fresh bf16 inputs, with cuBLAS's answer. For the
-/// FP8 GEMM the inputs are also quantized to e4m3 (`a8`, `b8`), and `a`,
-/// `b` hold the same values in bf16 (exactly), which cuBLAS multiplies.
+/// FP8 GEMM the inputs are drawn in e4m3 (`fp8`: A and B), and `a`, `b`
+/// hold the same values in bf16 (exactly), which cuBLAS multiplies.
 struct Problem<'a> {
     gpu: &'a Gpu,
     op: &'a str,
     a: Tensor<bf16>,
     b: Tensor<bf16>,
-    a8: Option<(Tensor<F8E4M3>, Tensor<F8E4M3>)>,
+    fp8: Option<(Tensor<F8E4M3>, Tensor<F8E4M3>)>,
     b2: Tensor<bf16>,
     out: Tensor<bf16>,
     want: Vec<f64>,
@@ -90,15 +90,15 @@ struct Problem<'a> {
 impl<'a> Problem<'a> {
     fn new(gpu: &'a Gpu, blas: &Blas, op: &'a str, [m, n, k]: [usize; 3]) -> Result<Problem<'a>> {
         let (mut rng, _) = rng();
-        let fp8 = op == "gemm_fp8";
-        let mut values = |rows: usize, cols: usize| {
-            let x = normal::<bf16>(&mut rng, rows * cols, 0.0, 1.0);
-            if fp8 { x.iter().map(|v| bf16::from_f32(F8E4M3::from_f32(v.to_f32()).to_f32())).collect() } else { x }
+        let mut fresh = |rows: usize| -> Result<(Tensor<bf16>, Option<Tensor<F8E4M3>>)> {
+            if op != "gemm_fp8" {
+                return Ok((gpu.upload(&normal::<bf16>(&mut rng, rows * k, 0.0, 1.0), &[rows, k])?, None));
+            }
+            let q = normal::<F8E4M3>(&mut rng, rows * k, 0.0, 1.0);
+            Ok((gpu.upload(&cast::<_, bf16>(&q), &[rows, k])?, Some(gpu.upload(&q, &[rows, k])?)))
         };
-        let (av, bv, b2v) = (values(m, k), values(n, k), values(n, k));
-        let (a, b, b2) = (gpu.upload(&av, &[m, k])?, gpu.upload(&bv, &[n, k])?, gpu.upload(&b2v, &[n, k])?);
-        let quantize = |v: &[bf16], rows: usize| gpu.upload(&v.iter().map(|x| F8E4M3::from_f32(x.to_f32())).collect::<Vec<_>>(), &[rows, k]);
-        let a8 = if fp8 { Some((quantize(&av, m)?, quantize(&bv, n)?)) } else { None };
+        let ((a, a8), (b, b8), (b2, _)) = (fresh(m)?, fresh(n)?, fresh(n)?);
+        let fp8 = a8.zip(b8);
         let mut want = gpu.alloc::<bf16>(&[m, n])?;
         if op.starts_with("dual_gemm") {
             let (mut gate, mut up) = (gpu.alloc::<bf16>(&[m, n])?, gpu.alloc::<bf16>(&[m, n])?);
@@ -107,7 +107,7 @@ impl<'a> Problem<'a> {
             blas.gemm_nt(&a, &b, &mut want)?;
         }
         let want = wide(&gpu.download(&want)?);
-        Ok(Problem { gpu, op, a, b, a8, b2, out: gpu.alloc::<bf16>(&[m, n])?, want })
+        Ok(Problem { gpu, op, a, b, fp8, b2, out: gpu.alloc::<bf16>(&[m, n])?, want })
     }
 
     /// Runs config `cfg` of the op's kernel once.
@@ -119,7 +119,7 @@ impl<'a> Problem<'a> {
             "gemm_wgmma" => gemm::Config::Wgmma(cfg),
             "gemm_tma" => gemm::Config::Tma(cfg),
             "gemm_fp8" => {
-                let (a8, b8) = self.a8.as_ref().expect("gemm_fp8 problems hold e4m3 operands");
+                let (a8, b8) = self.fp8.as_ref().expect("gemm_fp8 problems hold e4m3 operands");
                 return gemm_fp8::gemm_fp8_with_config(gpu, cfg, a8, b8, c, Scale::None, Scale::None, &gemm::Epilogue::new());
             }
             _ => gemm::Config::Mma(cfg),

@@ -22,6 +22,11 @@ pub fn normal<T: Elem>(rng: &mut StdRng, n: usize, offset: f32, scale: f32) -> V
         .collect()
 }
 
+/// The values converted to another element type (rounded where `U` is narrower).
+pub fn cast<T: Elem, U: Elem>(x: &[T]) -> Vec<U> {
+    x.iter().map(|v| U::from_f32(v.to_f32())).collect()
+}
+
 /// The values as f64 (the reference computes on exactly what the kernel saw).
 pub fn wide<T: Elem>(x: &[T]) -> Vec<f64> {
     x.iter().map(|v| v.to_f32() as f64).collect()

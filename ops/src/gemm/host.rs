@@ -13,8 +13,9 @@ pub(crate) fn check_dtype<T: Elem>(op: &str) -> Result<()> {
 }
 
 /// `(m, n, k)` of `c = a·bᵀ` for 2-D row-major `a` `[m, k]`, `b` `[n, k]`
-/// and `c` `[m, n]`, or an error naming what does not fit.
-pub(crate) fn gemm_shape<T: Elem>(a: &Tensor<T>, b: &Tensor<T>, c: &Tensor<T>) -> Result<(usize, usize, usize)> {
+/// and `c` `[m, n]` (of its own element type: FP8 in, bf16 out), or an
+/// error naming what does not fit.
+pub(crate) fn gemm_shape<T: Elem, C: Elem>(a: &Tensor<T>, b: &Tensor<T>, c: &Tensor<C>) -> Result<(usize, usize, usize)> {
     let (m, k) = matrix("a", a)?;
     let (n, kb) = matrix("b", b)?;
     if kb != k {

@@ -1,8 +1,8 @@
 //! The host API of the FP8 GEMM. Host-only: editing it changes no kernel
 //! and leaves tuned tables current.
 use super::*;
-use crate::check::{expect_shape, matrix};
-use crate::gemm::{tma_boxes, tma_map, Epilogue};
+use crate::check::expect_shape;
+use crate::gemm::{gemm_shape, tma_boxes, tma_map, Epilogue};
 use rustile_host::{Error, Gpu, Result, Tensor};
 
 /// How an FP8 operand was quantized: `x ≈ s·q` for the stored `q`, and the
@@ -68,19 +68,21 @@ pub fn gemm_fp8<T: Elem>(gpu: &Gpu, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor
     gemm_fp8_with_config(gpu, cfg, a, b, c, sa, sb, epi)
 }
 
-/// `(m, n, k)` of `c = a·bᵀ`, or an error naming what does not fit.
+/// `(m, n, k)` of `c = a·bᵀ` ([`gemm_shape`]) for FP8 operands whose rows
+/// the copy engine can read, or an error naming what does not fit.
 fn fp8_shape<T: Elem>(a: &Tensor<T>, b: &Tensor<T>, c: &Tensor<bf16>) -> Result<(usize, usize, usize)> {
     check_fp8::<T>()?;
-    let (m, k) = matrix("a", a)?;
-    let (n, kb) = matrix("b", b)?;
-    if kb != k {
-        return Err(Error::Shape(format!("a is [{m}, {k}] and b is [{n}, {kb}]: their inner dimensions differ")));
-    }
+    let (m, n, k) = gemm_shape(a, b, c)?;
     if k % 16 != 0 {
         return Err(Error::Shape(format!("gemm_fp8: k = {k} is not a multiple of 16 (the copy engine reads rows of 16-byte multiples; pad k with zeros)")));
     }
-    expect_shape("c", c, &[m, n])?;
     Ok((m, n, k))
+}
+
+/// The kernel's `scales` argument: A's kind in bits 0-1, B's in 2-3 (what
+/// `ScaleKind::of` reads back).
+fn scale_bits(a: ScaleKind, b: ScaleKind) -> u32 {
+    a as u32 | (b as u32) << 2
 }
 
 /// `gemm_fp8` with config `cfg` of `gemm_fp8_kernel::CONFIGS` (for tests,
@@ -107,7 +109,7 @@ pub fn gemm_fp8_with_config<T: Elem>(
     let (none16, none32) = (gpu.alloc::<bf16>(&[0])?, gpu.alloc::<f32>(&[0])?);
     let (bias, residual) = (epi.bias().unwrap_or(&none16), epi.residual_tensor().unwrap_or(&none16));
     let (ta, tb) = (sa.tensor().unwrap_or(&none32), sb.tensor().unwrap_or(&none32));
-    let scales = sa.kind() as u32 | (sb.kind() as u32) << 2;
+    let scales = scale_bits(sa.kind(), sb.kind());
     gemm_fp8_kernel::launch(gpu, cfg, a, b, c, bias, residual, ta, tb, m, n, k, n, e.alpha, e.beta, e.flags(), scales, map_a, map_b)
 }
 
@@ -126,7 +128,7 @@ pub fn gemm_fp8_cpu<T: Elem>(
         l if l == rows => ScaleKind::Row,
         l => panic!("gemm_fp8_cpu: a scale holds {l} values; expected 0, 1 or {rows}"),
     };
-    let scales = kind(scale_a, m) as u32 | (kind(scale_b, n) as u32) << 2;
+    let scales = scale_bits(kind(scale_a, m), kind(scale_b, n));
     let mut c = vec![bf16::ZERO; m * n];
     gemm_fp8_kernel::cpu(cfg, a, b, &mut c, bias, residual, scale_a, scale_b, m, n, k, n, epi.alpha, epi.beta, epi.flags(), scales, 0, 0);
     c
