@@ -305,8 +305,36 @@ impl Epi {
     /// values at its position (zero where unused).
     #[inline(always)]
     pub fn apply(&self, x: f32, bias: f32, residual: f32, old: f32) -> f32 {
-        let y = self.alpha * x + bias;
-        let y = match self.act {
+        self.act.apply(self.alpha * x + bias) + residual + self.beta * old
+    }
+
+    /// [`Epi::apply`] to a chunk of 8 values: the activation is chosen once
+    /// for all 8, so they run as straight-line code (a `match` per value is
+    /// an indirect branch per value on the GPU, which serializes them).
+    #[inline(always)]
+    pub fn apply_chunk(&self, x: [f32; 8], bias: [f32; 8], residual: [f32; 8], old: [f32; 8]) -> [f32; 8] {
+        let mut y = [0.0; 8];
+        for i in 0..8 {
+            y[i] = self.alpha * x[i] + bias[i];
+        }
+        let mut y = match self.act {
+            Act::None => y,
+            Act::Relu => y.map(|v| Act::Relu.apply(v)),
+            Act::Relu2 => y.map(|v| Act::Relu2.apply(v)),
+            Act::Silu => y.map(|v| Act::Silu.apply(v)),
+            Act::GeluTanh => y.map(|v| Act::GeluTanh.apply(v)),
+        };
+        for i in 0..8 {
+            y[i] += residual[i] + self.beta * old[i];
+        }
+        y
+    }
+}
+
+impl Act {
+    #[inline(always)]
+    pub fn apply(self, y: f32) -> f32 {
+        match self {
             Act::None => y,
             Act::Relu => math::max(y, 0.0),
             Act::Relu2 => {
@@ -315,8 +343,7 @@ impl Epi {
             }
             Act::Silu => math::silu(y),
             Act::GeluTanh => math::gelu_tanh(y),
-        };
-        y + residual + self.beta * old
+        }
     }
 }
 
@@ -368,6 +395,27 @@ pub fn gemm_program<T: Elem, const BM: usize, const BN: usize, const BK: usize, 
     store_epilogue_direct(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi);
 }
 
+/// Batch `z`'s windows of a fused epilogue at block `at`: C's, the
+/// residual's (C's layout) and the bias vector's start. The `[z, sc,
+/// sbias]` offsets apply only to operands the epilogue uses: an unused one
+/// is a placeholder that may be shorter than C, and is never read.
+#[inline(always)]
+fn epilogue_windows<T: Elem, const BM: usize, const BN: usize, const TH: usize>(
+    c: PtrMut<T>,
+    ldc: usize,
+    bias: Ptr<T>,
+    residual: Ptr<T>,
+    [m, n]: [usize; 2],
+    [z, sc, sbias]: [usize; 3],
+    at: [usize; 2],
+    epi: Epi,
+) -> (BlockPtr<T, BM, BN, TH>, BlockPtr<T, BM, BN, TH>, Ptr<T>) {
+    let out = BlockPtr::new(c.offset(z * sc), [m, n], [ldc, 1], at);
+    let residual = if epi.residual { residual.offset(z * sc) } else { residual };
+    let bias = if epi.bias != Bias::None { bias.offset(z * sbias) } else { bias };
+    (out, BlockPtr::new(residual, [m, n], [ldc, 1], at), bias)
+}
+
 /// [`store_epilogue`] straight from the registers, element by element: the
 /// `mma.sync` kernels' epilogue (staged, their widest blocks in the
 /// transposed layouts spilled at the 255-register cap).
@@ -379,23 +427,21 @@ pub fn store_epilogue_direct<T: Elem, const BM: usize, const BN: usize, const TH
     ldc: usize,
     bias: Ptr<T>,
     residual: Ptr<T>,
-    [m, n]: [usize; 2],
-    [z, sc, sbias]: [usize; 3],
+    mn: [usize; 2],
+    batch: [usize; 3],
     at: [usize; 2],
     epi: Epi,
 ) where
     [(); acc_len(BM, BN, TH)]:,
 {
-    let out = BlockPtr::<T, BM, BN, TH>::new(c.offset(z * sc), [m, n], [ldc, 1], at);
+    let (out, res, bias) = epilogue_windows::<T, BM, BN, TH>(c, ldc, bias, residual, mn, batch, at, epi);
     // The per-element epilogue below is long code; a plain product (one
     // uniform test) skips it.
     if epi == Epi::NONE {
         store_acc(&out, acc);
         return;
     }
-    let residual = if epi.residual { residual.offset(z * sc) } else { residual };
-    let bias = if epi.bias != Bias::None { bias.offset(z * sbias) } else { bias };
-    let res = BlockPtr::<T, BM, BN, TH>::new(residual, [m, n], [ldc, 1], at);
+    let [m, n] = mn;
     let per_col = BlockPtr::<T, 1, BN, TH>::rows(bias, 1, n, [0, at[1]]);
     let per_row = BlockPtr::<T, BM, 1, TH>::rows(bias, m, 1, [at[0], 0]);
     store_acc_with(&out, acc, |r, col, x| {
@@ -430,8 +476,11 @@ impl Dequant {
 /// finishes whole 8-column chunks, with the residual, bias, old C and
 /// column scales of four chunks in flight at once, and every warp's stores
 /// cover whole rows. The fused epilogue of the Hopper kernels (either
-/// accumulator layout works). Unused operands are placeholders that may be
-/// shorter than C; they are never read.
+/// accumulator layout works).
+///
+/// Per chunk, each operand and the activation cost one uniform branch, and
+/// an operand the epilogue does not use is neither loaded nor waited for:
+/// a lone `α` costs a multiply a value.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub fn store_epilogue<T: Elem, const BM: usize, const BN: usize, const TH: usize, const WG: bool>(
@@ -440,8 +489,8 @@ pub fn store_epilogue<T: Elem, const BM: usize, const BN: usize, const TH: usize
     ldc: usize,
     bias: Ptr<T>,
     residual: Ptr<T>,
-    [m, n]: [usize; 2],
-    [z, sc, sbias]: [usize; 3],
+    mn: [usize; 2],
+    batch: [usize; 3],
     at: [usize; 2],
     epi: Epi,
     dq: Dequant,
@@ -449,24 +498,20 @@ pub fn store_epilogue<T: Elem, const BM: usize, const BN: usize, const TH: usize
 ) where
     [(); acc_len(BM, BN, TH)]:,
 {
-    let out = BlockPtr::<T, BM, BN, TH>::new(c.offset(z * sc), [m, n], [ldc, 1], at);
-    let residual = if epi.residual { residual.offset(z * sc) } else { residual };
-    let bias = if epi.bias != Bias::None { bias.offset(z * sbias) } else { bias };
-    let res = BlockPtr::<T, BM, BN, TH>::new(residual, [m, n], [ldc, 1], at);
-    // A bias per row is read as the row's chunk of the [1, m] vector (its first value).
-    let bias = match epi.bias {
-        Bias::PerRow => BlockPtr::<T, 1, BN, TH>::rows(bias, 1, m, [0, at[0]]),
-        _ => BlockPtr::<T, 1, BN, TH>::rows(bias, 1, n, [0, at[1]]),
-    };
-    let (per_row, with_bias) = (epi.bias == Bias::PerRow, epi.bias != Bias::None);
+    let (out, res, bias) = epilogue_windows::<T, BM, BN, TH>(c, ldc, bias, residual, mn, batch, at, epi);
+    let [m, n] = mn;
+    let per_col = BlockPtr::<T, 1, BN, TH>::rows(bias, 1, n, [0, at[1]]);
+    let per_row = BlockPtr::<T, BM, 1, TH>::rows(bias, m, 1, [at[0], 0]);
     let row_scale = dq.rows.map(|p| BlockPtr::<f32, BM, 1, TH>::rows(p, m, 1, [at[0], 0]));
     let col_scale = dq.cols.map(|p| BlockPtr::<f32, 1, BN, TH>::rows(p, 1, n, [0, at[1]]));
-    // Inlined into the store loop: as calls, their captures went through local memory.
+    let (bias_kind, beta) = (epi.bias, epi.beta != 0.0);
+    // Per-row values (bias, A's scale) are one scalar load for the chunk;
+    // per-column and per-element ones a chunk.
     let fetch = #[inline(always)]
     |r: usize, col: usize| {
-        let b = if !with_bias { Fetched::zeros() } else if per_row { bias.fetch_chunk(0, r) } else { bias.fetch_chunk(0, col) };
-        let res = if epi.residual { res.fetch_chunk(r, col) } else { Fetched::zeros() };
-        let old = if epi.beta != 0.0 { out.fetch_chunk(r, col) } else { Fetched::zeros() };
+        let b = if bias_kind == Bias::PerColumn { per_col.fetch_chunk(0, col) } else { Fetched::zeros() };
+        let rb = if bias_kind == Bias::PerRow { per_row.get(r, 0, 0.0) } else { 0.0 };
+        let old = if beta { out.fetch_chunk(r, col) } else { Fetched::zeros() };
         let rs = match row_scale {
             Some(p) => p.get(r, 0, 0.0),
             None => 1.0,
@@ -475,21 +520,29 @@ pub fn store_epilogue<T: Elem, const BM: usize, const BN: usize, const TH: usize
             Some(p) => p.fetch_chunk(0, col),
             None => Fetched::zeros(),
         };
-        (b, res, old, rs, cs)
+        let res = if epi.residual { res.fetch_chunk(r, col) } else { Fetched::zeros() };
+        (b, rb, res, old, rs, cs)
     };
     let plain = epi == Epi::NONE && dq.rows.is_none() && dq.cols.is_none();
     let finish = #[inline(always)]
-    |_: usize, _: usize, x: [f32; 8], (b, res, old, rs, cs): (Fetched<T>, Fetched<T>, Fetched<T>, f32, Fetched<f32>)| {
+    |_: usize, _: usize, x: [f32; 8], (b, rb, res, old, rs, cs): (Fetched<T>, f32, Fetched<T>, Fetched<T>, f32, Fetched<f32>)| {
         if plain {
             return x;
         }
-        let (b, res, old, cs) = (b.get(), res.get(), old.get(), cs.get());
-        let mut y = x;
-        for i in 0..8 {
-            let x = if col_scale.is_some() { x[i] * rs * cs[i] } else { x[i] * rs };
-            y[i] = epi.apply(x, if per_row { b[0] } else { b[i] }, res[i], old[i]);
-        }
-        y
+        let x = if col_scale.is_some() {
+            let cs = cs.get();
+            core::array::from_fn(|i| x[i] * rs * cs[i])
+        } else {
+            x.map(|v| v * rs)
+        };
+        let b = match bias_kind {
+            Bias::None => [0.0; 8],
+            Bias::PerColumn => b.get(),
+            Bias::PerRow => [rb; 8],
+        };
+        let res = if epi.residual { res.get() } else { [0.0; 8] };
+        let old = if beta { old.get() } else { [0.0; 8] };
+        epi.apply_chunk(x, b, res, old)
     };
     store_acc_staged_with(&out, acc, scratch, fetch, finish);
 }

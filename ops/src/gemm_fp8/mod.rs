@@ -2,7 +2,7 @@
 //! A `[M, K]` and B `[N, K]` in e4m3 or e5m2, C, bias and residual bf16,
 //! f32 accumulation, any M and N, K a multiple of 16.
 //!
-//! The main loop is the bf16 GEMM's ([`mainloop_tma`]): the tensor cores
+//! The main loop is the bf16 GEMM's ([`mainloop_tma`](crate::gemm::mainloop_tma)): the tensor cores
 //! multiply 8-bit operands twice as deep per instruction, so a stage holds
 //! 128 of K in the same 128-byte rows and the same shared memory, and a
 //! k-step does twice the work for the same copies. FP8 `wgmma` reads
@@ -12,8 +12,7 @@
 //! `x / s` and the product is multiplied back. A per-tensor scale (a device
 //! scalar) is folded into `α` once a program; a per-row scale of A
 //! (`[M]`) or of B (`[N]`, per column of C) multiplies the accumulator in
-//! the staged epilogue ([`Dequant`]), before bias, activation and residual.
-use crate::gemm::{block, mainloop_tma, pad, store_epilogue, Dequant, Epi, Mapped, Operand};
+//! the staged epilogue ([`Dequant`](crate::gemm::Dequant)), before bias, activation and residual.
 use rustile::prelude::*;
 
 /// How one operand's scale is given (2 bits of the kernel's `scales`
@@ -40,12 +39,6 @@ impl ScaleKind {
     }
 }
 
-/// The scale of a [`ScaleKind::Tensor`] operand, else 1.
-#[inline(always)]
-fn tensor_scale<const TH: usize>(kind: ScaleKind, p: Ptr<f32>) -> f32 {
-    if kind == ScaleKind::Tensor { BlockPtr::<f32, 1, 1, TH>::rows(p, 1, 1, [0, 0]).get(0, 0, 1.0) } else { 1.0 }
-}
-
 // `SMEM = pad(32·WARPS) + STAGES·((BM + BN)·BK + 16)`: the bf16 TMA
 // kernel's configs at the same bytes a stage.
 #[kernel(
@@ -61,18 +54,23 @@ fn tensor_scale<const TH: usize>(kind: ScaleKind, p: Ptr<f32>) -> f32 {
 )]
 /// `c[m, n] = act(α·sa·sb·(a·bᵀ) + bias) + residual + β·c` for FP8 `a`
 /// `[m, k]` and `b` `[n, k]`, bf16 `c` (rows `ldc` apart), bias and
-/// residual; `flags` as [`Epi::flags`], `scales` as [`ScaleKind`];
+/// residual; `flags` as [`Epi::flags`](crate::gemm::Epi::flags), `scales` as [`ScaleKind`];
 /// `map_a`, `map_b` the operands' tensor maps (boxes of `BM×128`, `BN×128`).
 pub fn gemm_fp8_kernel<T: Elem>(
     a: Ptr<T>, b: Ptr<T>, c: PtrMut<bf16>, bias: Ptr<bf16>, residual: Ptr<bf16>, scale_a: Ptr<f32>, scale_b: Ptr<f32>,
     m: usize, n: usize, k: usize, ldc: usize, alpha: f32, beta: f32, flags: u32, scales: u32, map_a: u64, map_b: u64,
 ) {
+    use crate::gemm::{block, mainloop_tma, pad, store_epilogue, Dequant, Epi, Mapped, Operand};
+    // The scale of a `Tensor` operand, else 1 (loaded once a program).
+    let tensor_scale = |kind: ScaleKind, p: Ptr<f32>| {
+        if kind == ScaleKind::Tensor { BlockPtr::<f32, 1, 1>::rows(p, 1, 1, [0, 0]).get(0, 0, 1.0) } else { 1.0 }
+    };
     let at = block::<BM, BN>(m, n);
     let a = Mapped { map: map_a, z: 0, op: Operand { ptr: a, ld: k } };
     let b = Mapped { map: map_b, z: 0, op: Operand { ptr: b, ld: k } };
     let [acc] = mainloop_tma::<T, BM, BN, BK, STAGES, THREADS, 1>(a, [b], [m, n, k], at);
     let (ka, kb) = (ScaleKind::of(scales, 0), ScaleKind::of(scales, 1));
-    let alpha = alpha * tensor_scale::<THREADS>(ka, scale_a) * tensor_scale::<THREADS>(kb, scale_b);
+    let alpha = alpha * tensor_scale(ka, scale_a) * tensor_scale(kb, scale_b);
     let dq = Dequant {
         rows: if ka == ScaleKind::Row { Some(scale_a) } else { None },
         cols: if kb == ScaleKind::Row { Some(scale_b) } else { None },
