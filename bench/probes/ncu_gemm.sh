@@ -8,11 +8,12 @@ set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 shape=$1; shift
+skip=${SKIP:-2}
 [ -f .device/bins.tgz ] && [ ! -x .device/rustile-bench ] && tar -C .device -xzf .device/bins.tgz
 for cfg in "$@"; do
-    name=$(echo "$cfg" | tr -c 'A-Za-z0-9_\n' _)_${SKIP:-2}
+    name=$(echo "$cfg" | tr -c 'A-Za-z0-9_\n' _)_$skip
     timeout 240 ncu --clock-control none --set full --import-source no \
-        -k "regex:${cfg}" --launch-skip ${SKIP:-2} --launch-count 1 -f -o "$OUT/$name" \
+        -k "regex:${cfg}" --launch-skip $skip --launch-count 1 -f -o "$OUT/$name" \
         .device/rustile-bench --ops "${OPS:-gemm}" --mnk "$shape" --sweep --no-torch --reps 3 > "$OUT/$name.run.log" 2>&1
     ncu -i "$OUT/$name.ncu-rep" --page details > "$OUT/$name.details.txt" 2>&1
     ncu -i "$OUT/$name.ncu-rep" --page source --print-source sass --csv > "$OUT/$name.sass.csv" 2>&1

@@ -1,9 +1,12 @@
 //! Scalar f32 math, the same function on both backends: the GPU uses the
 //! `.approx` special-function unit where it is accurate to f32 rounding
 //! (exp2, log2, rsqrt, reciprocal) and builds the rest from those; the CPU
-//! uses `std`. [`recip`] is the one-instruction reciprocal; the activations
-//! still divide exactly (with `recip` in them, the `mma.sync` GEMMs' unrolled
-//! per-element epilogues spilled at their widest blocks: bench/RESULTS.md).
+//! uses `std`. [`recip`] is the one-instruction reciprocal. The activations
+//! divide exactly; their `_fast` twins ([`silu_fast`], [`gelu_tanh_fast`],
+//! [`tanh_fast`]) use `recip`, for epilogues that store 16-bit values (the
+//! staged GEMM epilogue, the TMA dual GEMM). The `mma.sync` GEMMs' unrolled
+//! per-element epilogues keep the exact ones: with `recip` they spilled at
+//! their widest blocks (bench/RESULTS.md).
 
 #[cfg(target_arch = "nvptx64")]
 use rustile_device as dev;
