@@ -329,6 +329,114 @@ fn gemm_fp8_matches_float64() {
     assert!(matches!(&err, Error::Shape(msg) if msg.contains("a's scale")), "a scale of 3 rows for 8: {err}");
 }
 
+/// Operands of a GEMM with the whole fused epilogue (bias per column,
+/// residual), on the host, in float64 (the product) and on the GPU
+/// (`[a, b, bias, residual]`).
+struct EpilogueCase {
+    a: Vec<bf16>,
+    b: Vec<bf16>,
+    bias: Vec<bf16>,
+    res: Vec<bf16>,
+    ab: Vec<f64>,
+    dev: [Tensor<bf16>; 4],
+}
+
+impl EpilogueCase {
+    fn new(gpu: &Gpu, rng: &mut rand::rngs::StdRng, [m, n, k]: [usize; 3]) -> EpilogueCase {
+        let a: Vec<bf16> = normal(rng, m * k, 0.0, 1.0);
+        let b: Vec<bf16> = normal(rng, n * k, 0.0, 1.0);
+        let bias: Vec<bf16> = normal(rng, n, 0.0, 3.0);
+        let res: Vec<bf16> = normal(rng, m * n, 0.0, 2.0);
+        let ab = reference::matmul_nt(&wide(&a), &wide(&b), m, n, k);
+        let dev = [up(gpu, &a, &[m, k]), up(gpu, &b, &[n, k]), up(gpu, &bias, &[n]), up(gpu, &res, &[m, n])];
+        EpilogueCase { a, b, bias, res, ab, dev }
+    }
+
+    /// `gelu(0.5·a·bᵀ + bias) + residual − 0.75·c`.
+    fn fused(&self) -> gemm::Epilogue<'_, bf16> {
+        gemm::Epilogue::new().scale(0.5).accumulate(-0.75).bias_per_column(&self.dev[2]).act(gemm::Act::GeluTanh).residual(&self.dev[3])
+    }
+}
+
+/// Outputs of another type than the operands, each config of the TMA
+/// kernel, beside the same program in the CPU interpreter and float64:
+/// bf16 → f32 with the whole epilogue (β reading f32) and an output scale,
+/// bf16 → e4m3 scaled to saturate, both with the amax; the FP8 GEMM's
+/// e4m3 → e4m3; and what is refused.
+#[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
+fn gemm_cast_outputs_match_float64() {
+    use gemm::{Cast, Plan};
+    use rustile::F8E4M3;
+    let Some(gpu) = gpu_or_skip("gemm_cast_outputs_match_float64") else { return };
+    if !gemm::gemm_tma_kernel::supported(&gpu) {
+        eprintln!("SKIPPED gemm_cast_outputs_match_float64: cast outputs are the TMA kernel's (Hopper, sm_90a); this GPU is {}", gpu.name());
+        return;
+    }
+    let (m, n, k) = (300, 259, 136);
+    let (mut rng, seed) = rng();
+    let p = EpilogueCase::new(&gpu, &mut rng, [m, n, k]);
+    let (a, b, bias, res, ab) = (&p.a, &p.b, &p.bias, &p.res, &p.ab);
+    let old: Vec<f32> = normal(&mut rng, m * n, 0.0, 2.0);
+    let [da, db, ..] = &p.dev;
+    let fused = p.fused();
+    let e = fused.epi();
+    let y = |e: &gemm::Epi, i: usize| reference::epilogue(e, ab[i], bias[i % n].to_f32() as f64, res[i].to_f32() as f64, old[i] as f64);
+    let (y32, y8): (Vec<f64>, Vec<f64>) = (0..m * n).map(|i| (y(&e, i), y(&gemm::Epi { beta: 0.0, ..e }, i))).unzip();
+    let s8 = (600.0 / y8.iter().fold(0.0f64, |t, v| t.max(v.abs()))) as f32;
+    let (two, ds8) = (up(&gpu, &[2.0f32], &[1]), up(&gpu, &[s8], &[1]));
+    let fused8 = fused.accumulate(0.0);
+    for cfg in 0..gemm::gemm_tma_kernel::CONFIGS.len() {
+        let ctx = format!("gemm_tma {m}×{n}×{k} cfg={cfg} (seed {seed})");
+        let (mut c, mut amax) = (up(&gpu, &old, &[m, n]), up(&gpu, &[0.0f32], &[1]));
+        gemm::launch_plan_cast(&gpu, Some(gemm::Config::Tma(cfg)), &Plan::nt(m, n, k), da, db, &mut c, &fused, Cast { scale: Some(&two), amax: Some(&mut amax) }).unwrap();
+        assert_close(&gpu.download(&c).unwrap(), &y32.iter().map(|v| 2.0 * v).collect::<Vec<_>>(), &format!("{ctx} → f32"));
+        let got = gpu.download(&amax).unwrap()[0];
+        let (top, ok) = testing::amax_matches(got, &y32);
+        assert!(ok, "{ctx} → f32: amax {got} instead of {top}");
+
+        let (mut c8, mut amax) = (poisoned::<F8E4M3>(&gpu, &[m, n]), up(&gpu, &[0.0f32], &[1]));
+        gemm::launch_plan_cast(&gpu, Some(gemm::Config::Tma(cfg)), &Plan::nt(m, n, k), da, db, &mut c8, &fused8, Cast { scale: Some(&ds8), amax: Some(&mut amax) }).unwrap();
+        let got8 = gpu.download(&c8).unwrap();
+        testing::assert_e4m3_close(&got8, &y8.iter().map(|v| s8 as f64 * v).collect::<Vec<_>>(), &format!("{ctx} → e4m3"));
+        // Hopper's paired conversion against the interpreter's: the same bytes.
+        let mut cpu8 = vec![F8E4M3(0); m * n];
+        gemm::launch_plan_cast_cpu(cfg, &Plan::nt(m, n, k), [&a[..], &b[..], &bias[..], &res[..]], &mut cpu8, fused8.epi(), &[s8], &mut []);
+        let differ = got8.iter().zip(&cpu8).filter(|(g, c)| g != c).count();
+        assert!(differ * 1000 <= m * n, "{ctx} → e4m3: {differ} of {} bytes differ from the interpreter's", m * n);
+        let got = gpu.download(&amax).unwrap()[0];
+        let (top, ok) = testing::amax_matches(got, &y8);
+        assert!(ok, "{ctx} → e4m3: amax {got} instead of {top}");
+    }
+    // The public entry, tuned dispatch, f16 → f32, plain.
+    let (a16, b16): (Vec<f16>, Vec<f16>) = (normal(&mut rng, m * k, 0.0, 1.0), normal(&mut rng, n * k, 0.0, 1.0));
+    let want = reference::matmul_nt(&wide(&a16), &wide(&b16), m, n, k);
+    let (da16, db16) = (up(&gpu, &a16, &[m, k]), up(&gpu, &b16, &[n, k]));
+    let mut c = poisoned::<f32>(&gpu, &[m, n]);
+    use gemm::Transpose;
+    gemm::gemm_cast(&gpu, &da16, db16.t(), &mut c, &gemm::Epilogue::new(), Cast::default()).unwrap();
+    assert_close(&gpu.download(&c).unwrap(), &want, &format!("gemm_cast<f16 → f32> (seed {seed})"));
+    // e4m3 → e4m3 on the FP8 GEMM.
+    let (a8, b8): (Vec<F8E4M3>, Vec<F8E4M3>) = (normal(&mut rng, m * k, 0.0, 2.0), normal(&mut rng, n * k, 0.0, 2.0));
+    let y: Vec<f64> = reference::matmul_nt(&wide(&a8), &wide(&b8), m, n, k).iter().map(|v| 0.37 * v).collect();
+    let s = (500.0 / y.iter().fold(0.0f64, |t, v| t.max(v.abs()))) as f32;
+    let (da8, db8, ds) = (up(&gpu, &a8, &[m, k]), up(&gpu, &b8, &[n, k]), up(&gpu, &[s], &[1]));
+    let (mut c8, mut amax) = (poisoned::<F8E4M3>(&gpu, &[m, n]), up(&gpu, &[0.0f32], &[1]));
+    let none = gemm_fp8::Scale::None;
+    gemm_fp8::gemm_fp8_cast(&gpu, &da8, &db8, &mut c8, none, none, &gemm::Epilogue::new().scale(0.37), Cast { scale: Some(&ds), amax: Some(&mut amax) }).unwrap();
+    testing::assert_e4m3_close(&gpu.download(&c8).unwrap(), &y.iter().map(|v| s as f64 * v).collect::<Vec<_>>(), &format!("gemm_fp8_cast (seed {seed})"));
+    let got = gpu.download(&amax).unwrap()[0];
+    let (top, ok) = testing::amax_matches(got, &y);
+    assert!(ok, "gemm_fp8_cast: amax {got} instead of {top}");
+    // Refused: f16 → e4m3; a cast where the TMA kernel cannot read (k = 77).
+    let mut c8 = gpu.alloc::<F8E4M3>(&[m, n]).unwrap();
+    assert!(matches!(gemm::gemm_cast(&gpu, &da16, db16.t(), &mut c8, &gemm::Epilogue::new(), Cast::default()), Err(Error::DType(_))));
+    let (a77, b77) = (gpu.alloc::<bf16>(&[m, 77]).unwrap(), gpu.alloc::<bf16>(&[n, 77]).unwrap());
+    let mut c = gpu.alloc::<f32>(&[m, n]).unwrap();
+    let err = gemm::gemm_cast(&gpu, &a77, b77.t(), &mut c, &gemm::Epilogue::new(), Cast::default()).unwrap_err();
+    assert!(matches!(&err, Error::Shape(msg) if msg.contains("TMA")), "k = 77: {err}");
+}
+
 /// The MLP blocks at d_model 512 / d_ff 1365 (the hidden rows are not
 /// 16-byte aligned, so the second GEMM takes the masked copy path).
 #[test]
@@ -365,27 +473,24 @@ fn gemm_epilogues_match_float64() {
     let Some(gpu) = gpu_or_skip("gemm_epilogues_match_float64") else { return };
     let (m, n, k) = (300, 259, 136);
     let (mut rng, seed) = rng();
-    let a: Vec<bf16> = normal(&mut rng, m * k, 0.0, 1.0);
-    let b: Vec<bf16> = normal(&mut rng, n * k, 0.0, 1.0);
-    let bias: Vec<bf16> = normal(&mut rng, n, 0.0, 3.0);
-    let res: Vec<bf16> = normal(&mut rng, m * n, 0.0, 2.0);
+    let p = EpilogueCase::new(&gpu, &mut rng, [m, n, k]);
+    let (bias, res, ab) = (&p.bias, &p.res, &p.ab);
     let old: Vec<bf16> = normal(&mut rng, m * n, 0.0, 2.0);
-    let ab = reference::matmul_nt(&wide(&a), &wide(&b), m, n, k);
-    let (da, db, dbias, dres) = (up(&gpu, &a, &[m, k]), up(&gpu, &b, &[n, k]), up(&gpu, &bias, &[n]), up(&gpu, &res, &[m, n]));
-    let fused = gemm::Epilogue::new().scale(0.5).accumulate(-0.75).bias_per_column(&dbias).act(gemm::Act::GeluTanh).residual(&dres);
+    let [da, db, ..] = &p.dev;
+    let fused = p.fused();
     let e = fused.epi();
     let want: Vec<f64> =
         (0..m * n).map(|i| reference::epilogue(&e, ab[i], bias[i % n].to_f32() as f64, res[i].to_f32() as f64, old[i].to_f32() as f64)).collect();
     for cfg in nt_configs(&gpu) {
         let mut c = up(&gpu, &old, &[m, n]);
-        gemm::gemm_nt_with_config(&gpu, cfg, &da, &db, &mut c, &fused).unwrap();
+        gemm::gemm_nt_with_config(&gpu, cfg, da, db, &mut c, &fused).unwrap();
         assert_close(&gpu.download(&c).unwrap(), &want, &format!("gemm_nt {e:?} {cfg:?} (seed {seed})"));
     }
     let cap = 6.0;
     let want: Vec<f64> = ab.iter().map(|x| cap * (x / cap).tanh()).collect();
     for cfg in 0..gemm::gemm_softcap_kernel::CONFIGS.len() {
         let mut c = poisoned::<bf16>(&gpu, &[m, n]);
-        gemm::gemm_softcap_kernel::launch(&gpu, cfg, &da, &db, &mut c, m, n, k, cap as f32).unwrap();
+        gemm::gemm_softcap_kernel::launch(&gpu, cfg, da, db, &mut c, m, n, k, cap as f32).unwrap();
         assert_close(&gpu.download(&c).unwrap(), &want, &format!("gemm_softcap cfg={cfg} (seed {seed})"));
     }
 }

@@ -78,6 +78,66 @@ pub(crate) fn baseline<T: Elem>(
     Ok((line, stats))
 }
 
+/// The product written in f32 (beside cuBLAS writing f32) and in e4m3 with
+/// an output scale and the amax (beside nothing: cuBLAS has no bf16 → FP8
+/// GEMM), each checked on sampled rows first: `(implementation, time,
+/// bytes an output element)`.
+#[allow(clippy::type_complexity)]
+fn bench_cast<T: Elem>(
+    gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, (a, b): (&[T], &[T]), (da, db): (&Tensor<T>, &Tensor<T>), [m, n, k]: [usize; 3],
+) -> Result<Vec<(String, Stats, f64)>> {
+    use gemm::{Cast, Epilogue, Transpose};
+    let say = |line: String| eprintln!("gemm {m}x{n}x{k}: {line}");
+    let mut out = vec![];
+    let mut c32 = gpu.alloc::<f32>(&[m, n])?;
+    gpu.fill_bytes(&mut c32, 0xFF)?;
+    gemm::gemm_cast(gpu, da, db.t(), &mut c32, &Epilogue::new(), Cast::default())?;
+    let got = gpu.download(&c32)?;
+    // An f32 output shows the accumulation's own error, not a rounding to
+    // bf16: compared at 1e-4 of the rms, not `close`'s f32 tolerance.
+    for r in sample_rows(m, 4) {
+        let err = rel_err(&got[r.start * n..r.end * n], &product_rows(a, b, r.clone(), n, k));
+        if err > 1e-4 {
+            return Err(Error::Invalid(format!("wrong f32 output: rows {r:?} rel err {err:.2e}")));
+        }
+        say(format!("→ f32, sampled rows vs float64: rel err {err:.2e}"));
+    }
+    if let Some(blas) = blas {
+        let mut base = gpu.alloc::<f32>(&[m, n])?;
+        blas.gemm_nt(da, db, &mut base)?;
+        let err = rel_err(&got, &wide(&gpu.download(&base)?));
+        if err > 1e-4 {
+            return Err(Error::Invalid(format!("f32 output differs from cuBLAS's: rel err {err:.2e}")));
+        }
+        say(format!("→ f32, every element vs cuBLAS f32: rel err {err:.2e}"));
+        out.push(("cublas →f32".into(), measure(gpu, mcfg, || blas.gemm_nt(da, db, &mut base))?, 4.0));
+    }
+    out.push((format!("{RUSTILE} →f32"), measure(gpu, mcfg, || gemm::gemm_cast(gpu, da, db.t(), &mut c32, &Epilogue::new(), Cast::default()))?, 4.0));
+    if T::KIND != rustile::Kind::Bf16 {
+        return Ok(out);
+    }
+    // e4m3 at the scale that maps the largest value to 448, as delayed scaling would.
+    let top = got.iter().fold(0.0f32, |t, v| t.max(v.abs()));
+    let scale = gpu.upload(&[448.0 / top], &[1])?;
+    let mut amax = gpu.upload(&[0.0f32], &[1])?;
+    let mut c8 = gpu.alloc::<rustile::F8E4M3>(&[m, n])?;
+    gemm::gemm_cast(gpu, da, db.t(), &mut c8, &Epilogue::new(), Cast { scale: Some(&scale), amax: Some(&mut amax) })?;
+    let got_amax = gpu.download(&amax)?[0];
+    if (got_amax - top).abs() > 1e-5 * top {
+        return Err(Error::Invalid(format!("e4m3 output's amax {got_amax}, the f32 output's largest |value| {top}")));
+    }
+    let got8 = gpu.download(&c8)?;
+    let want: Vec<f64> = got.iter().map(|&v| (v * 448.0 / top) as f64).collect();
+    let err = rel_err(&got8, &want);
+    if err > 0.05 {
+        return Err(Error::Invalid(format!("wrong e4m3 output: rel err {err:.2e} against the f32 output scaled")));
+    }
+    say(format!("→ e4m3, every element vs the f32 output scaled: rel err {err:.2e}; amax {got_amax} matches"));
+    let stats = measure(gpu, mcfg, || gemm::gemm_cast(gpu, da, db.t(), &mut c8, &Epilogue::new(), Cast { scale: Some(&scale), amax: Some(&mut amax) }))?;
+    out.push((format!("{RUSTILE} →e4m3+amax"), stats, 1.0));
+    Ok(out)
+}
+
 /// A GEMM-family op at its shapes (`mlp` at `MLP_SHAPES`, `grouped` at
 /// `grouped::HEADS_SHAPES`, the others at
 /// `shapes`), for the element type named `dtype`.
@@ -163,6 +223,11 @@ fn bench<T: Elem>(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, op: &str, s
                 }
                 let stats = measure(gpu, mcfg, || gemm::gemm_nt_fused(gpu, &da, &db, &mut c, &epi))?;
                 rows.push(row(&format!("{RUSTILE} +bias+silu+residual"), stats, flops, bytes + (n + m * n) as f64 * size));
+                if gemm::gemm_tma_kernel::supported(gpu) && plan.tma_ready() {
+                    rows.extend(bench_cast(gpu, mcfg, blas, (&a, &b), (&da, &db), [m, n, k])?.into_iter().map(|(imp, stats, out)| {
+                        row(&imp, stats, flops, bytes + (out - size) * (m * n) as f64)
+                    }));
+                }
                 if sweep {
                     let mma = gemm::gemm_nt_kernel::CONFIGS.iter().enumerate().map(|(i, cf)| (gemm::Config::Mma(i), cf.name));
                     let wgmma = gemm::gemm_wgmma_kernel::CONFIGS.iter().enumerate().map(|(i, cf)| (gemm::Config::Wgmma(i), cf.name));

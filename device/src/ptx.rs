@@ -130,6 +130,23 @@ pair_to_16!(/// (a, b) f32 → bf16 bits, round to nearest even, one instruction
 pair_to_16!(/// (a, b) f32 → f16 bits, round to nearest even, one instruction (sm_80+).
     f32x2_to_f16x2, "cvt.rn.f16x2.f32");
 
+macro_rules! pair_to_8 {
+    ($(#[$doc:meta])* $name:ident, $cvt:literal) => {
+        $(#[$doc])*
+        #[inline(always)]
+        pub fn $name(a: f32, b: f32) -> [u8; 2] {
+            let y: u16;
+            // The first source goes to the upper byte.
+            unsafe { asm!(concat!($cvt, " {y}, {b}, {a};"), y = out(reg16) y, a = in(reg32) a, b = in(reg32) b, options(pure, nomem, nostack)); }
+            [y as u8, (y >> 8) as u8]
+        }
+    };
+}
+pair_to_8!(/// (a, b) f32 → FP8 e4m3 bits, round to nearest even, saturating to ±448 (NaN stays NaN), one instruction (sm_89+).
+    f32x2_to_e4m3x2, "cvt.rn.satfinite.e4m3x2.f32");
+pair_to_8!(/// (a, b) f32 → FP8 e5m2 bits, round to nearest even, saturating to ±57344 (NaN stays NaN), one instruction (sm_89+).
+    f32x2_to_e5m2x2, "cvt.rn.satfinite.e5m2x2.f32");
+
 /// f16 bits → f32 (exact).
 #[inline(always)]
 pub fn f16_to_f32(x: u16) -> f32 {
@@ -221,6 +238,13 @@ pub unsafe fn st_v2_if(p: *mut u32, on: bool, x: [u32; 2]) {
              on = in(reg32) on as u32, p = in(reg64) p, a = in(reg32) x[0], b = in(reg32) x[1],
              options(nostack, preserves_flags));
     }
+}
+
+/// `*p = max(*p, x)` as one atomic reduction in global memory (no result
+/// comes back, so the thread does not wait for it).
+#[inline(always)]
+pub unsafe fn red_max_u32(p: *mut u32, x: u32) {
+    unsafe { asm!("red.global.max.u32 [{p}], {x};", p = in(reg64) p, x = in(reg32) x, options(nostack, preserves_flags)) };
 }
 
 /// Emits nothing, but hands back `x` as if it were written here: code that

@@ -17,6 +17,11 @@
 //! &mut out, n)` (the same program on the CPU interpreter), plus `CONFIGS`
 //! and `DTYPES` tables for tuners and benches.
 //!
+//! A kernel may have a second type parameter, its output's element type
+//! (`fn gemm<T: Elem, C: Elem>(a: Ptr<T>, .., c: PtrMut<C>)`): then each
+//! `dtypes` item is `bf16` (both bf16) or a pair `(bf16, f32)`, and a pair's
+//! entries are named `…__bf16_f32`.
+//!
 //! `arch = sm_90a` marks a kernel that uses Hopper-only instructions
 //! (`rustile::wgmma`): its entries exist in the sm_90a build only, and
 //! `launch` refuses other GPUs with a message (`supported(gpu)` asks first).
@@ -51,7 +56,8 @@ struct Config {
 struct Args {
     configs: Vec<Config>,
     grid: Vec<Expr>,
-    dtypes: Vec<Ident>,
+    /// One item per entry: an element type, or a pair (operands, output).
+    dtypes: Vec<Vec<Ident>>,
     cubins: Option<syn::Path>,
     /// `Some` for kernels that only exist on sm_90a (`arch = sm_90a`).
     sm90a: Option<Span>,
@@ -94,7 +100,18 @@ impl Parse for Args {
                 "dtypes" => {
                     let list;
                     bracketed!(list in input);
-                    dtypes = Punctuated::<Ident, Token![,]>::parse_terminated(&list)?.into_iter().collect();
+                    while !list.is_empty() {
+                        if list.peek(syn::token::Paren) {
+                            let pair;
+                            parenthesized!(pair in list);
+                            dtypes.push(Punctuated::<Ident, Token![,]>::parse_terminated(&pair)?.into_iter().collect());
+                        } else {
+                            dtypes.push(vec![list.parse::<Ident>()?]);
+                        }
+                        if !list.is_empty() {
+                            list.parse::<Token![,]>()?;
+                        }
+                    }
                 }
                 "cubins" => cubins = Some(input.parse()?),
                 "arch" => {
@@ -154,6 +171,15 @@ fn classify(ty: &Type) -> Option<ArgKind> {
 
 const DTYPES: &[&str] = &["f32", "bf16", "f16", "F8E4M3", "F8E5M2"];
 
+/// An entry's dtype tag: `bf16`, or `bf16_f32` when the output's type differs.
+fn instance_tag(types: &[Ident]) -> String {
+    if types.iter().all(|t| t == &types[0]) {
+        dtype_tag(&types[0]).to_string()
+    } else {
+        types.iter().map(dtype_tag).collect::<Vec<_>>().join("_")
+    }
+}
+
 fn dtype_tag(d: &Ident) -> &'static str {
     match d.to_string().as_str() {
         "f32" => "f32",
@@ -183,23 +209,34 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
     }
 
     // ---- the dtype parameter --------------------------------------------------------------
-    let type_params: Vec<_> = func.sig.generics.type_params().collect();
-    if type_params.len() > 1 {
-        return Err(Error::new(func.sig.generics.span(), "a kernel has at most one type parameter (its element type)"));
+    let tparams: Vec<Ident> = func.sig.generics.type_params().map(|t| t.ident.clone()).collect();
+    if tparams.len() > 2 {
+        return Err(Error::new(func.sig.generics.span(), "a kernel has at most two type parameters (its element type and its output's)"));
     }
     if func.sig.generics.lifetimes().next().is_some() || func.sig.generics.const_params().next().is_some() {
-        return Err(Error::new(func.sig.generics.span(), "a kernel's only generic parameter is its element type; sizes go in `configs`"));
+        return Err(Error::new(func.sig.generics.span(), "a kernel's only generic parameters are element types; sizes go in `configs`"));
     }
-    let tparam = type_params.first().map(|t| (*t).clone());
-    match (&tparam, args.dtypes.is_empty()) {
-        (Some(t), true) => return Err(Error::new(t.span(), "a generic kernel needs `dtypes = [f32, bf16, ...]` to know which entries to build")),
-        (None, false) => return Err(Error::new(args.dtypes[0].span(), "`dtypes` is for kernels with an element type parameter")),
+    match (tparams.first(), args.dtypes.first()) {
+        (Some(t), None) => return Err(Error::new(t.span(), "a generic kernel needs `dtypes = [f32, bf16, ...]` to know which entries to build")),
+        (None, Some(d)) => return Err(Error::new(d[0].span(), "`dtypes` is for kernels with an element type parameter")),
         _ => {}
     }
-    for d in &args.dtypes {
-        if !DTYPES.contains(&d.to_string().as_str()) {
-            return Err(Error::new(d.span(), format!("unknown dtype `{d}`: expected one of {}", DTYPES.join(", "))));
+    // Each item as one type per parameter: `bf16` is bf16 for both.
+    let mut instances_types: Vec<Vec<Ident>> = Vec::new();
+    for item in &args.dtypes {
+        for d in item {
+            if !DTYPES.contains(&d.to_string().as_str()) {
+                return Err(Error::new(d.span(), format!("unknown dtype `{d}`: expected one of {}", DTYPES.join(", "))));
+            }
         }
+        instances_types.push(match (item.len(), tparams.len()) {
+            (1, n) => vec![item[0].clone(); n],
+            (2, 2) => item.clone(),
+            _ => {
+                let what = if tparams.len() == 2 { "an element type, or a pair (operands, output)" } else { "one element type (the kernel has one type parameter)" };
+                return Err(Error::new(item[0].span(), format!("each `dtypes` item is {what}")));
+            }
+        });
     }
 
     // ---- arguments ------------------------------------------------------------------------
@@ -273,22 +310,18 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
         // tile types' size bounds could not be proven. Then one GPU entry each.
         let mut bodies = Vec::new();
         let mut entries = Vec::new();
-        let instances: Vec<(Option<&Ident>, String)> = if tparam.is_some() {
-            args.dtypes.iter().map(|d| (Some(d), format!("{name}__{label}__{}", dtype_tag(d)))).collect()
+        // (the types bound to the type parameters, entry name) of each entry.
+        let instances: Vec<(&[Ident], String)> = if tparams.is_empty() {
+            vec![(&[][..], format!("{name}__{label}"))]
         } else {
-            vec![(None, format!("{name}__{label}"))]
+            instances_types.iter().map(|d| (&d[..], format!("{name}__{label}__{}", instance_tag(d)))).collect()
         };
         for (dt, entry) in &instances {
             let entry_ident = Ident::new(entry, name.span());
-            let body_ident = body_name(*dt);
-            let (alias, tys): (TokenStream2, Vec<TokenStream2>) = match (dt, &tparam) {
-                (Some(d), Some(tp)) => {
-                    let d = dtype_path(d);
-                    let tpi = &tp.ident;
-                    (quote!(type #tpi = #d;), all_types.iter().map(|t| substitute(t, tpi, &d)).collect())
-                }
-                _ => (quote!(), all_types.iter().map(|t| quote!(#t)).collect()),
-            };
+            let body_ident = body_name(dt);
+            let paths: Vec<TokenStream2> = dt.iter().map(dtype_path).collect();
+            let alias = quote!(#(#[allow(dead_code)] type #tparams = #paths;)*);
+            let tys: Vec<TokenStream2> = all_types.iter().map(|t| substitute(t, &tparams, &paths)).collect();
             let stmts = &body.stmts;
             // An sm_90a kernel's body uses instructions the other device builds
             // do not have; the interpreter runs it everywhere.
@@ -310,7 +343,6 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
                 #[cfg_attr(not(target_arch = "nvptx64"), inline(never))]
                 #[allow(clippy::too_many_arguments)]
                 pub fn #body_ident(#(#all_idents: #tys),*) {
-                    #[allow(dead_code)]
                     #alias
                     #(#stmts)*
                 }
@@ -354,27 +386,24 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
         launch_names.push(quote! { &[#(#names),*] });
         let smem_lit = proc_macro2::Literal::usize_unsuffixed(smem as usize);
         let runs = instances.iter().map(|(dt, _)| {
-            let body_ident = body_name(*dt);
-            match (dt, &tparam) {
-                (Some(d), Some(tp)) => {
-                    let d = dtype_path(d);
-                    let tpi = &tp.ident;
-                    // The caller's T is this dtype: reinterpret the arguments as it.
-                    let casts = params.iter().map(|(id, ty, kind)| match kind {
-                        ArgKind::Tensor { .. } => {
-                            let ty = substitute(ty, tpi, &d);
-                            quote!(let #id: #ty = unsafe { ::core::mem::transmute(#id) };)
-                        }
-                        ArgKind::Scalar(_) => quote!(),
-                    });
-                    quote! {
-                        if ::core::any::TypeId::of::<#tpi>() == ::core::any::TypeId::of::<#d>() {
-                            #(#casts)*
-                            return ::rustile::__private::run_grid(g, #smem_lit, || #m::#body_ident(#(#all_idents),*));
-                        }
-                    }
+            let body_ident = body_name(dt);
+            if dt.is_empty() {
+                return quote!(return ::rustile::__private::run_grid(g, #smem_lit, || #m::#body_ident(#(#all_idents),*)););
+            }
+            let paths: Vec<TokenStream2> = dt.iter().map(dtype_path).collect();
+            // The caller's types are this entry's: reinterpret the arguments as them.
+            let casts = params.iter().map(|(id, ty, kind)| match kind {
+                ArgKind::Tensor { .. } => {
+                    let ty = substitute(ty, &tparams, &paths);
+                    quote!(let #id: #ty = unsafe { ::core::mem::transmute(#id) };)
                 }
-                _ => quote!(return ::rustile::__private::run_grid(g, #smem_lit, || #m::#body_ident(#(#all_idents),*));),
+                ArgKind::Scalar(_) => quote!(),
+            });
+            quote! {
+                if true #(&& ::core::any::TypeId::of::<#tparams>() == ::core::any::TypeId::of::<#paths>())* {
+                    #(#casts)*
+                    return ::rustile::__private::run_grid(g, #smem_lit, || #m::#body_ident(#(#all_idents),*));
+                }
             }
         });
         cpu_arms.push(quote! { #ci => { #(#runs)* } });
@@ -417,17 +446,19 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
     }
     let cubins = args.cubins.map(|p| quote!(#p)).unwrap_or(quote!(crate::CUBINS));
     let name_str = name.to_string();
-    let dtype_tags: Vec<&str> = args.dtypes.iter().map(dtype_tag).collect();
-    let dtype_pick = if tparam.is_some() {
-        let t = &tparam.as_ref().unwrap().ident;
+    let dtype_tags: Vec<String> = instances_types.iter().map(|d| instance_tag(d)).collect();
+    let dtype_pick = if tparams.is_empty() {
+        quote!(let which = 0usize;)
+    } else {
         quote! {
-            let Some(which) = DTYPES.iter().position(|d| *d == <#t as ::rustile::Elem>::NAME) else {
+            // The entry's tag, as `instance_tag` wrote it: `bf16`, or `bf16_f32`.
+            let names = [#(<#tparams as ::rustile::Elem>::NAME),*];
+            let tag = if names.iter().all(|n| *n == names[0]) { names[0].to_string() } else { names.join("_") };
+            let Some(which) = DTYPES.iter().position(|d| *d == tag) else {
                 return Err(::rustile_host::Error::DType(format!(
-                    "kernel `{}` has no {} entry (built for: {})", #name_str, <#t as ::rustile::Elem>::NAME, DTYPES.join(", "))));
+                    "kernel `{}` has no {} entry (built for: {})", #name_str, tag, DTYPES.join(", "))));
             };
         }
-    } else {
-        quote!(let which = 0usize;)
     };
     let n_cfg = args.configs.len();
     let (arch_name, arch_check) = if args.sm90a.is_some() {
@@ -511,22 +542,18 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
     })
 }
 
-fn body_name(dtype: Option<&Ident>) -> Ident {
-    match dtype {
-        Some(d) => format_ident!("body_{}", dtype_tag(d)),
-        None => format_ident!("body"),
-    }
+fn body_name(types: &[Ident]) -> Ident {
+    if types.is_empty() { format_ident!("body") } else { format_ident!("body_{}", instance_tag(types)) }
 }
 
 fn dtype_path(d: &Ident) -> TokenStream2 {
     if d == "f32" { quote!(f32) } else { quote!(::rustile::#d) }
 }
 
-/// The type `ty` with the type parameter `from` replaced by `to` (for one
-/// dtype's entry point: `Ptr<T>` becomes `Ptr<bf16>`).
-fn substitute(ty: &Type, from: &Ident, to: &TokenStream2) -> TokenStream2 {
-    let src = quote!(#ty);
-    replace_ident(src, from, to)
+/// The type `ty` with each type parameter in `from` replaced by its type in
+/// `to` (for one entry point: `Ptr<T>` becomes `Ptr<bf16>`).
+fn substitute(ty: &Type, from: &[Ident], to: &[TokenStream2]) -> TokenStream2 {
+    from.iter().zip(to).fold(quote!(#ty), |ts, (f, t)| replace_ident(ts, f, t))
 }
 
 fn replace_ident(ts: TokenStream2, from: &Ident, to: &TokenStream2) -> TokenStream2 {

@@ -176,7 +176,7 @@ fn round_half_even(x: f32) -> f32 {
 }
 
 macro_rules! fp8 {
-    ($(#[$doc:meta])* $name:ident, $e:literal, $m:literal, $ieee:literal, $tag:literal, $kind:ident) => {
+    ($(#[$doc:meta])* $name:ident, $e:literal, $m:literal, $ieee:literal, $tag:literal, $kind:ident, $cvt2:ident) => {
         $(#[$doc])*
         #[derive(Clone, Copy, Default, PartialEq, Debug)]
         #[repr(transparent)]
@@ -193,14 +193,20 @@ macro_rules! fp8 {
             fn to_f32(self) -> f32 { fp8_decode::<$e, $m, $ieee>(self.0) }
             #[inline(always)]
             fn from_f32(x: f32) -> Self { $name(fp8_from_f32::<$e, $m, $ieee>(x)) }
+            // Hopper converts two at once, with the same rounding and saturation.
+            #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+            #[inline(always)]
+            fn from_f32_pair(a: f32, b: f32) -> [Self; 2] {
+                rustile_device::$cvt2(a, b).map($name)
+            }
             const CHUNK_ALIGN: usize = 8;
         }
     };
 }
 fp8!(/// FP8 E4M3 (OCP): 4 exponent bits, 3 mantissa bits, max ±448, no infinities.
-    F8E4M3, 4, 3, false, "e4m3", E4M3);
+    F8E4M3, 4, 3, false, "e4m3", E4M3, f32x2_to_e4m3x2);
 fp8!(/// FP8 E5M2 (OCP): 5 exponent bits, 2 mantissa bits, max ±57344, with infinities.
-    F8E5M2, 5, 2, true, "e5m2", E5M2);
+    F8E5M2, 5, 2, true, "e5m2", E5M2, f32x2_to_e5m2x2);
 
 #[cfg(test)]
 mod tests {

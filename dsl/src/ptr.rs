@@ -88,6 +88,19 @@ impl<T> PtrMut<T> {
     }
 }
 
+impl PtrMut<f32> {
+    /// Raises element 0 to the largest `x` that any thread of the program
+    /// passes (`x ≥ 0`; NaN counts as missing, as in `math::max`). Every
+    /// thread of the program calls it together; programs race through an
+    /// atomic maximum, so the element ends as the largest over the launch
+    /// (an FP8 output's amax). Start it at 0.
+    #[inline(always)]
+    pub fn max_into(self, x: f32) {
+        self.0.check("PtrMut::max_into", 0, 1, 1, true);
+        unsafe { be::max_into(self.0.at(0), x) }
+    }
+}
+
 impl<T> Raw<T> {
     /// Address of element `idx` (not dereferenced here).
     #[inline(always)]

@@ -83,6 +83,26 @@ pub fn assert_close<T: Elem>(out: &[T], want: &[f64], ctx: &str) {
     assert!(worst <= 4.0 * tolerance::<T>(), "{ctx}: worst element off by {worst:.2e} of its magnitude plus the rms");
 }
 
+/// `out` (e4m3) is `want` rounded to the nearest e4m3 value, saturating at
+/// ±448: each element within half an e4m3 step of `want` (plus what
+/// computing `want` in f32 instead of f64 can move it), and ±448 where
+/// `|want| ≥ 448`.
+pub fn assert_e4m3_close(out: &[rustile::F8E4M3], want: &[f64], ctx: &str) {
+    assert_eq!(out.len(), want.len(), "{ctx}: {} values, expected {}", out.len(), want.len());
+    for (i, (o, &w)) in out.iter().zip(want).enumerate() {
+        let o = o.to_f32() as f64;
+        let ok = if w.abs() >= 448.0 { o == 448.0 * w.signum() } else { (o - w).abs() <= w.abs() * (1.0 / 16.0 + 1e-5) + 1.0 / 1024.0 };
+        assert!(ok, "{ctx}: element {i} is {o}, expected {w} rounded to e4m3");
+    }
+}
+
+/// The largest |value| of `y`, and whether `got` (an amax kernels
+/// computed in f32) is it to f32 precision.
+pub fn amax_matches(got: f32, y: &[f64]) -> (f64, bool) {
+    let top = y.iter().fold(0.0f64, |t, v| t.max(v.abs()));
+    (top, (got as f64 - top).abs() <= 1e-5 * top)
+}
+
 /// The tolerance for outputs stored as `T` (rounding of the output itself dominates).
 pub fn tolerance<T: Elem>() -> f64 {
     match T::KIND {

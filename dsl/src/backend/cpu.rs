@@ -68,6 +68,15 @@ thread_local! {
 /// Shared memory a program may use (Hopper: 227 KiB).
 const SMEM_LIMIT: usize = 227 * 1024;
 
+/// `*p = max(*p, x)` for `x ≥ 0`, atomically: the interpreter runs programs in
+/// parallel, and in each one a single thread, so its value is the program's.
+pub unsafe fn max_into(p: *mut f32, x: f32) {
+    let cell = unsafe { &*(p as *const std::sync::atomic::AtomicU32) };
+    if x > 0.0 {
+        cell.fetch_max(x.to_bits(), std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// The GPU backend's barrier to hoisting; nothing to do here.
 #[inline(always)]
 pub fn opaque(x: usize) -> usize {

@@ -180,6 +180,23 @@ pub fn settle<T: Elem>(c: Chunk) -> Chunk {
     out
 }
 
+/// `*p = max(*p, x)` over every thread's `x ≥ 0`, called by the whole
+/// program together: a warp-wide maximum (shuffles), then one atomic a warp
+/// (no result comes back). Non-negative floats order as their bits, so the
+/// atomic is an integer maximum.
+#[inline(always)]
+pub unsafe fn max_into(p: *mut f32, x: f32) {
+    let mut m = x;
+    let mut off = 16;
+    while off > 0 {
+        m = m.max(dev::shfl_xor(m, off));
+        off /= 2;
+    }
+    if m > 0.0 && dev::thread_idx() % 32 == 0 {
+        unsafe { dev::red_max_u32(p as *mut u32, m.to_bits()) };
+    }
+}
+
 /// `x`, computed here: see `rustile_device::opaque`.
 #[inline(always)]
 pub fn opaque(x: usize) -> usize {

@@ -151,7 +151,7 @@ pub(crate) fn tma_map<T: Elem>(gpu: &Gpu, t: &Tensor<T>, [k, rows, batch]: [usiz
 
 /// The [`Plan`] of `c = op(a)·op(b)`: `c` is `[m, n]` or `[batch, m, n]`,
 /// `op(a)` `[m, k]` and `op(b)` `[k, n]`, each 2-D or with c's batch.
-fn plan<T: Elem>(a: Mat<T>, b: Mat<T>, c: &Tensor<T>) -> Result<Plan> {
+fn plan<T: Elem, C: Elem>(a: Mat<T>, b: Mat<T>, c: &Tensor<C>) -> Result<Plan> {
     expect_shape("c", c, c.shape())?;
     expect_shape("a", a.tensor, a.tensor.shape())?;
     expect_shape("b", b.tensor, b.tensor.shape())?;
@@ -211,13 +211,26 @@ impl From<usize> for Config {
 /// its tuned table, else its default.
 pub fn choose(gpu: &Gpu, p: &Plan) -> Config {
     if !p.ta && p.tb && gemm_wgmma_kernel::supported(gpu) {
-        let (cc, shape, rows) = (gpu.compute_capability(), [p.m, p.n, p.k], p.m * p.batch);
+        let (cc, shape) = (gpu.compute_capability(), [p.m, p.n, p.k]);
+        let heuristic = || wgmma_heuristic(p.m * p.batch, p.n);
         if p.tma_ready() {
-            return Config::Tma(crate::tune::config(cc, "gemm_tma", gemm_tma_kernel::CONFIGS, &shape, || default_wgmma_config(rows, p.n)));
+            return Config::Tma(crate::tune::config(cc, "gemm_tma", gemm_tma_kernel::CONFIGS, &shape, heuristic));
         }
-        return Config::Wgmma(crate::tune::config(cc, "gemm_wgmma", gemm_wgmma_kernel::CONFIGS, &shape, || default_wgmma_config(rows, p.n)));
+        return Config::Wgmma(crate::tune::config(cc, "gemm_wgmma", gemm_wgmma_kernel::CONFIGS, &shape, heuristic));
     }
     Config::Mma(mma_config(gpu, p))
+}
+
+/// [`default_wgmma_config`], except that an output at most 128 wide never
+/// gets a 256-wide block: the grouped heads' last layer (`n` = 3) ran
+/// 128×256 blocks, 85 times wider than its output, at four times the time
+/// of reading its input. (The two `wgmma` kernels list their configs in the
+/// same order: 1 is 128×128, 3 is 64×128.)
+fn wgmma_heuristic(rows: usize, n: usize) -> usize {
+    match default_wgmma_config(rows, n) {
+        0 if n <= 128 => 1,
+        cfg => cfg,
+    }
 }
 
 /// The `mma.sync` config a plan runs on a GPU without `wgmma` (tuned, else
@@ -302,7 +315,29 @@ impl<'a, T: Elem> Epilogue<'a, T> {
 /// gemm(&gpu, x.t(), &dy, &mut dw, &Epilogue::new())?;                        // dw = xᵀ·dy
 /// ```
 pub fn gemm<'a, T: Elem>(gpu: &Gpu, a: impl Into<Mat<'a, T>>, b: impl Into<Mat<'a, T>>, c: &mut Tensor<T>, epi: &Epilogue<T>) -> Result<()> {
-    gemm_on(gpu, None, a.into(), b.into(), c, epi)
+    gemm_on(gpu, None, a.into(), b.into(), c, epi, Cast::default())
+}
+
+/// [`gemm`] into an output of another type: `c = scale·epilogue(a·wᵀ)` in
+/// f32, or in e4m3 from bf16 operands (saturating at ±448), with the
+/// largest |epilogue(a·wᵀ)| raised into `amax` (see [`Cast`]). Hopper's
+/// TMA kernel writes it, so `a` is `[m, k]` and `b` is `w.t()`, with rows
+/// and batch strides multiples of 8 elements.
+///
+/// ```ignore
+/// // y8 = e4m3(s·gelu(x·wᵀ + b)), amax = max |gelu(x·wᵀ + b)|
+/// gemm_cast(&gpu, &x, w.t(), &mut y8, &Epilogue::new().bias_per_column(&b).act(Act::GeluTanh),
+///           Cast { scale: Some(&s), amax: Some(&mut amax) })?;
+/// ```
+pub fn gemm_cast<'a, T: Elem, C: Elem>(
+    gpu: &Gpu,
+    a: impl Into<Mat<'a, T>>,
+    b: impl Into<Mat<'a, T>>,
+    c: &mut Tensor<C>,
+    epi: &Epilogue<T>,
+    cast: Cast,
+) -> Result<()> {
+    gemm_on(gpu, None, a.into(), b.into(), c, epi, cast)
 }
 
 /// `c = a·bᵀ` on the GPU: `a` `[m, k]`, `b` `[n, k]`, `c` `[m, n]`.
@@ -330,13 +365,13 @@ pub fn gemm_with_config<'a, T: Elem>(
     c: &mut Tensor<T>,
     epi: &Epilogue<T>,
 ) -> Result<()> {
-    gemm_on(gpu, Some(cfg.into()), a.into(), b.into(), c, epi)
+    gemm_on(gpu, Some(cfg.into()), a.into(), b.into(), c, epi, Cast::default())
 }
 
 /// [`gemm`] with config `cfg`, else the tuned one: the whole tensors' shapes
 /// checked (a bias of exactly `[n]` or `[m]`, a residual of c's shape), then
 /// [`launch_plan`].
-fn gemm_on<T: Elem>(gpu: &Gpu, cfg: Option<Config>, a: Mat<T>, b: Mat<T>, c: &mut Tensor<T>, epi: &Epilogue<T>) -> Result<()> {
+fn gemm_on<T: Elem, C: Elem>(gpu: &Gpu, cfg: Option<Config>, a: Mat<T>, b: Mat<T>, c: &mut Tensor<C>, epi: &Epilogue<T>, cast: Cast) -> Result<()> {
     let p = plan(a, b, c)?;
     match epi.bias {
         Some((Bias::PerRow, t)) => expect_shape("bias", t, &[p.m])?,
@@ -346,27 +381,83 @@ fn gemm_on<T: Elem>(gpu: &Gpu, cfg: Option<Config>, a: Mat<T>, b: Mat<T>, c: &mu
     if let Some(t) = epi.residual {
         expect_shape("residual", t, c.shape())?;
     }
-    launch_plan(gpu, cfg, &p, a.tensor, b.tensor, c, epi)
+    launch_plan_cast(gpu, cfg, &p, a.tensor, b.tensor, c, epi, cast)
 }
 
 /// Launches the GEMM kernel of `p`'s layout on views of whole tensors
 /// (config `cfg`, else [`choose`]'s), after checking that every view lies
 /// inside its tensor.
 pub fn launch_plan<T: Elem>(gpu: &Gpu, cfg: Option<Config>, p: &Plan, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<T>, epi: &Epilogue<T>) -> Result<()> {
+    launch_plan_cast(gpu, cfg, p, a, b, c, epi, Cast::default())
+}
+
+/// How [`gemm_cast`] finishes its output beyond the [`Epilogue`]: C's
+/// values multiplied by `scale` (a one-element device tensor: an FP8
+/// output's quantization scale), and the largest |value| before that
+/// raised into `amax` (one element; start it at 0, as it only grows).
+#[derive(Default)]
+pub struct Cast<'a> {
+    pub scale: Option<&'a Tensor<f32>>,
+    pub amax: Option<&'a mut Tensor<f32>>,
+}
+
+/// The output types a GEMM of `T` operands writes: `T`, f32, and e4m3 from bf16.
+fn check_out<T: Elem, C: Elem>() -> Result<()> {
+    let ok = C::KIND == T::KIND || C::KIND == Kind::F32 || (T::KIND == Kind::Bf16 && C::KIND == Kind::E4M3);
+    if !ok {
+        return Err(Error::DType(format!("gemm of {} operands writes {}, f32 or (from bf16) e4m3, not {}", T::NAME, T::NAME, C::NAME)));
+    }
+    Ok(())
+}
+
+/// [`launch_plan`] with an output of its own type and a [`Cast`]. Outputs
+/// that are not the operands' type, a scale and an amax are the TMA
+/// kernel's (Hopper; `a` `[m, k]`, `b` `w.t()`, strides multiples of 8).
+#[allow(clippy::too_many_arguments)]
+pub fn launch_plan_cast<T: Elem, C: Elem>(
+    gpu: &Gpu,
+    cfg: Option<Config>,
+    p: &Plan,
+    a: &Tensor<T>,
+    b: &Tensor<T>,
+    c: &mut Tensor<C>,
+    epi: &Epilogue<T>,
+    cast: Cast,
+) -> Result<()> {
     check_dtype::<T>("gemm")?;
+    check_out::<T, C>()?;
     let e = epi.epi();
     // Unused operands are placeholders the kernel never reads.
     let bias = epi.bias.map_or(a, |(_, t)| t);
     let residual = epi.residual.unwrap_or(a);
-    for (what, t) in [("a", a), ("b", b), ("bias", bias), ("residual", residual)].into_iter().chain([("c", &*c)]) {
+    for (what, t) in [("a", a), ("b", b), ("bias", bias), ("residual", residual)] {
         if !t.is_contiguous() {
             return Err(Error::Shape(format!("gemm: {what} must be contiguous; its strides are {:?}", t.strides())));
+        }
+    }
+    if !c.is_contiguous() {
+        return Err(Error::Shape(format!("gemm: c must be contiguous; its strides are {:?}", c.strides())));
+    }
+    for (what, t) in [("the output scale", cast.scale), ("amax", cast.amax.as_deref())] {
+        if let Some(t) = t {
+            expect_shape(what, t, &[1])?;
         }
     }
     p.check(e, [a.numel(), b.numel(), c.numel(), bias.numel(), residual.numel()])?;
     let cfg = cfg.unwrap_or_else(|| choose(gpu, p));
     let (m, n, k, batch) = (p.m, p.n, p.k, p.batch);
     let ([lda, ldb, ldc], [sa, sb, sc, sbias]) = (p.ld, p.stride);
+    if let Config::Tma(cfg) = cfg {
+        return launch_tma(gpu, cfg, p, [a, b, bias, residual], c, e, cast);
+    }
+    // The other kernels write the operands' type, as it comes.
+    let plain = cast.scale.is_none() && cast.amax.is_none();
+    let Some(c) = (c as &mut dyn std::any::Any).downcast_mut::<Tensor<T>>().filter(|_| plain) else {
+        return Err(Error::Shape(format!(
+            "gemm: an output of another type than the operands, an output scale or an amax needs the TMA kernel \
+             (a Hopper GPU, a as [m, k], b as w.t(), row and batch strides multiples of 8 elements); this plan runs {cfg:?}"
+        )));
+    };
     macro_rules! launch {
         ($kernel:ident, $cfg:expr) => {
             $kernel::launch(gpu, $cfg, a, b, c, bias, residual, m, n, k, batch, lda, ldb, ldc, sa, sb, sc, sbias, e.alpha, e.beta, e.flags())
@@ -374,19 +465,36 @@ pub fn launch_plan<T: Elem>(gpu: &Gpu, cfg: Option<Config>, p: &Plan, a: &Tensor
     }
     match (cfg, p.ta, p.tb) {
         (Config::Wgmma(cfg), false, true) => launch!(gemm_wgmma_kernel, cfg),
-        (Config::Tma(cfg), false, true) if p.tma_ready() => {
-            let [map_a, map_b] = p.tma_maps(gpu, cfg, a, b)?;
-            gemm_tma_kernel::launch(
-                gpu, cfg, a, b, c, bias, residual, m, n, k, batch, lda, ldb, ldc, sa, sb, sc, sbias, e.alpha, e.beta, e.flags(), map_a, map_b,
-            )
-        }
-        (Config::Tma(_), false, true) => Err(Error::Shape(format!("gemm: the TMA kernel needs row and batch strides that are multiples of 8 elements; these are {:?} and {:?}", p.ld, p.stride))),
         (Config::Wgmma(_) | Config::Tma(_), ..) => Err(wgmma_layout()),
         (Config::Mma(cfg), false, true) => launch!(gemm_nt_kernel, cfg),
         (Config::Mma(cfg), false, false) => launch!(gemm_nn_kernel, cfg),
         (Config::Mma(cfg), true, false) => launch!(gemm_tn_kernel, cfg),
         (Config::Mma(cfg), true, true) => launch!(gemm_tt_kernel, cfg),
     }
+}
+
+/// [`launch_plan_cast`]'s launch of `gemm_tma_kernel` config `cfg`
+/// (operands `[a, b, bias, residual]`, checked).
+fn launch_tma<T: Elem, C: Elem>(gpu: &Gpu, cfg: usize, p: &Plan, [a, b, bias, residual]: [&Tensor<T>; 4], c: &mut Tensor<C>, e: Epi, cast: Cast) -> Result<()> {
+    if p.ta || !p.tb {
+        return Err(wgmma_layout());
+    }
+    if !p.tma_ready() {
+        return Err(Error::Shape(format!(
+            "gemm: the TMA kernel needs row and batch strides that are multiples of 8 elements; these are {:?} and {:?}",
+            p.ld, p.stride
+        )));
+    }
+    let [map_a, map_b] = p.tma_maps(gpu, cfg, a, b)?;
+    let flags = e.flags() | Out::flags(cast.scale.is_some(), cast.amax.is_some());
+    // Placeholders (no allocation) the kernel never reads.
+    let (none, mut none_mut) = (gpu.alloc::<f32>(&[0])?, gpu.alloc::<f32>(&[0])?);
+    let scale = cast.scale.unwrap_or(&none);
+    let amax = cast.amax.unwrap_or(&mut none_mut);
+    let ([lda, ldb, ldc], [sa, sb, sc, sbias]) = (p.ld, p.stride);
+    gemm_tma_kernel::launch(
+        gpu, cfg, a, b, c, bias, residual, scale, amax, p.m, p.n, p.k, p.batch, lda, ldb, ldc, sa, sb, sc, sbias, e.alpha, e.beta, flags, map_a, map_b,
+    )
 }
 
 fn wgmma_layout() -> Error {
@@ -410,7 +518,8 @@ pub fn launch_plan_cpu<T: Elem>(cfg: impl Into<Config>, p: &Plan, a: &[T], b: &[
     match (cfg.into(), p.ta, p.tb) {
         (Config::Wgmma(cfg), false, true) => run!(gemm_wgmma_kernel, cfg),
         (Config::Tma(cfg), false, true) => {
-            gemm_tma_kernel::cpu(cfg, a, b, c, bias, residual, m, n, k, batch, lda, ldb, ldc, sa, sb, sc, sbias, epi.alpha, epi.beta, epi.flags(), 0, 0)
+            let (scale, amax) = (&[][..], &mut [][..]);
+            gemm_tma_kernel::cpu(cfg, a, b, c, bias, residual, scale, amax, m, n, k, batch, lda, ldb, ldc, sa, sb, sc, sbias, epi.alpha, epi.beta, epi.flags(), 0, 0)
         }
         (Config::Wgmma(_) | Config::Tma(_), ..) => panic!("{}", wgmma_layout()),
         (Config::Mma(cfg), false, true) => run!(gemm_nt_kernel, cfg),
@@ -418,6 +527,29 @@ pub fn launch_plan_cpu<T: Elem>(cfg: impl Into<Config>, p: &Plan, a: &[T], b: &[
         (Config::Mma(cfg), true, false) => run!(gemm_tn_kernel, cfg),
         (Config::Mma(cfg), true, true) => run!(gemm_tt_kernel, cfg),
     }
+}
+
+/// [`launch_plan_cast`] in the CPU interpreter, on `gemm_tma_kernel` config
+/// `cfg` (`scale` empty or one value, `amax` empty or one value).
+#[allow(clippy::too_many_arguments)]
+pub fn launch_plan_cast_cpu<T: Elem, C: Elem>(
+    cfg: usize,
+    p: &Plan,
+    [a, b, bias, residual]: [&[T]; 4],
+    c: &mut [C],
+    epi: Epi,
+    scale: &[f32],
+    amax: &mut [f32],
+) {
+    if let Err(e) = check_out::<T, C>().and_then(|_| p.check(epi, [a.len(), b.len(), c.len(), bias.len(), residual.len()])) {
+        panic!("{e}");
+    }
+    assert!(!p.ta && p.tb, "{}", wgmma_layout());
+    let flags = epi.flags() | Out::flags(!scale.is_empty(), !amax.is_empty());
+    let ([lda, ldb, ldc], [sa, sb, sc, sbias]) = (p.ld, p.stride);
+    gemm_tma_kernel::cpu(
+        cfg, a, b, c, bias, residual, scale, amax, p.m, p.n, p.k, p.batch, lda, ldb, ldc, sa, sb, sc, sbias, epi.alpha, epi.beta, flags, 0, 0,
+    )
 }
 
 /// `a·bᵀ` in the CPU interpreter (`a` `[m, k]`, `b` `[n, k]`, row-major).
@@ -433,6 +565,15 @@ pub fn gemm_nt_cpu<T: Elem>(a: &[T], b: &[T], m: usize, n: usize, k: usize) -> V
 #[cfg(test)]
 mod host_tests {
     use super::*;
+
+    #[test]
+    fn narrow_outputs_get_no_256_wide_block() {
+        let bn = |configs: &[rustile::KernelConfig], cfg: usize| configs[cfg].get("BN").unwrap();
+        // The grouped heads' last layer: 10 × 16384 rows, 3 outputs.
+        let cfg = wgmma_heuristic(163840, 3);
+        assert_eq!((bn(gemm_wgmma_kernel::CONFIGS, cfg), bn(gemm_tma_kernel::CONFIGS, cfg)), (128, 128));
+        assert_eq!(bn(gemm_tma_kernel::CONFIGS, wgmma_heuristic(163840, 4096)), 256);
+    }
 
     #[test]
     fn tma_boxes_name_a_missing_config() {

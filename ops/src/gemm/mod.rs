@@ -410,13 +410,22 @@ pub fn gemm_program<T: Elem, const BM: usize, const BN: usize, const BK: usize, 
     store_epilogue_direct(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi);
 }
 
-/// Batch `z`'s windows of a fused epilogue at block `at`: C's, the
-/// residual's (C's layout) and the bias vector's start. The `[z, sc,
-/// sbias]` offsets apply only to operands the epilogue uses: an unused one
-/// is a placeholder that may be shorter than C, and is never read.
+/// Batch `z`'s windows of a fused epilogue at block `at`.
+struct Windows<T, C, const BM: usize, const BN: usize, const TH: usize> {
+    out: BlockPtr<C, BM, BN, TH>,
+    /// C's layout, in the operands' type.
+    residual: BlockPtr<T, BM, BN, TH>,
+    per_col: BlockPtr<T, 1, BN, TH>,
+    per_row: BlockPtr<T, BM, 1, TH>,
+}
+
+/// The [`Windows`] of batch `z` at `at`. The `[z, sc, sbias]` offsets apply
+/// only to operands the epilogue uses: an unused one is a placeholder that
+/// may be shorter than C, and is never read.
 #[inline(always)]
-fn epilogue_windows<T: Elem, const BM: usize, const BN: usize, const TH: usize>(
-    c: PtrMut<T>,
+#[allow(clippy::too_many_arguments)]
+fn epilogue_windows<T: Elem, C: Elem, const BM: usize, const BN: usize, const TH: usize>(
+    c: PtrMut<C>,
     ldc: usize,
     bias: Ptr<T>,
     residual: Ptr<T>,
@@ -424,11 +433,15 @@ fn epilogue_windows<T: Elem, const BM: usize, const BN: usize, const TH: usize>(
     [z, sc, sbias]: [usize; 3],
     at: [usize; 2],
     epi: Epi,
-) -> (BlockPtr<T, BM, BN, TH>, BlockPtr<T, BM, BN, TH>, Ptr<T>) {
-    let out = BlockPtr::new(c.offset(z * sc), [m, n], [ldc, 1], at);
+) -> Windows<T, C, BM, BN, TH> {
     let residual = if epi.residual { residual.offset(z * sc) } else { residual };
     let bias = if epi.bias != Bias::None { bias.offset(z * sbias) } else { bias };
-    (out, BlockPtr::new(residual, [m, n], [ldc, 1], at), bias)
+    Windows {
+        out: BlockPtr::new(c.offset(z * sc), [m, n], [ldc, 1], at),
+        residual: BlockPtr::new(residual, [m, n], [ldc, 1], at),
+        per_col: BlockPtr::rows(bias, 1, n, [0, at[1]]),
+        per_row: BlockPtr::rows(bias, m, 1, [at[0], 0]),
+    }
 }
 
 /// [`store_epilogue`] straight from the registers, element by element: the
@@ -449,16 +462,13 @@ pub fn store_epilogue_direct<T: Elem, const BM: usize, const BN: usize, const TH
 ) where
     [(); acc_len(BM, BN, TH)]:,
 {
-    let (out, res, bias) = epilogue_windows::<T, BM, BN, TH>(c, ldc, bias, residual, mn, batch, at, epi);
+    let Windows { out, residual: res, per_col, per_row } = epilogue_windows::<T, T, BM, BN, TH>(c, ldc, bias, residual, mn, batch, at, epi);
     // The per-element epilogue below is long code; a plain product (one
     // uniform test) skips it.
     if epi == Epi::NONE {
         store_acc(&out, acc);
         return;
     }
-    let [m, n] = mn;
-    let per_col = BlockPtr::<T, 1, BN, TH>::rows(bias, 1, n, [0, at[1]]);
-    let per_row = BlockPtr::<T, BM, 1, TH>::rows(bias, m, 1, [at[0], 0]);
     store_acc_with(&out, acc, |r, col, x| {
         let bias = match epi.bias {
             Bias::None => 0.0,
@@ -485,22 +495,54 @@ impl Dequant {
     pub const NONE: Dequant = Dequant { rows: None, cols: None };
 }
 
-/// Stores batch `z`'s block of `C = act(α·acc·dq + bias) + residual + β·C`
-/// at `at`, through `4·BM·BN` bytes of shared memory at `scratch` (the
+/// What the output gets after the [`Epi`]: multiplied by the device scalar
+/// `scale` (an FP8 output's quantization scale), and the largest magnitude
+/// before that raised into `amax[0]` (from which the next scale comes).
+/// The kernels take both as arguments and two bits of `flags` ([`Out::flags`]).
+#[derive(Clone, Copy)]
+pub struct Out {
+    pub scale: Option<Ptr<f32>>,
+    pub amax: Option<PtrMut<f32>>,
+}
+
+impl Out {
+    /// Values stored as they come.
+    pub const NONE: Out = Out { scale: None, amax: None };
+    const SCALE: u32 = 1 << 6;
+    const AMAX: u32 = 1 << 7;
+
+    /// Bit 6: multiply by `scale`; bit 7: record the amax. They share a
+    /// `u32` with [`Epi::flags`] (bits 0-5).
+    pub const fn flags(scale: bool, amax: bool) -> u32 {
+        (scale as u32) * Out::SCALE | (amax as u32) * Out::AMAX
+    }
+
+    #[inline(always)]
+    pub fn from_flags(flags: u32, scale: Ptr<f32>, amax: PtrMut<f32>) -> Out {
+        Out {
+            scale: if flags & Out::SCALE != 0 { Some(scale) } else { None },
+            amax: if flags & Out::AMAX != 0 { Some(amax) } else { None },
+        }
+    }
+}
+
+/// Stores batch `z`'s block of `C = out(act(α·acc·dq + bias) + residual +
+/// β·C)` at `at`, through `4·BM·BN` bytes of shared memory at `scratch` (the
 /// finished main loop's stages; [`store_acc_staged_with`]): each thread
 /// finishes whole 8-column chunks, with the residual, bias, old C and
 /// column scales of four chunks in flight at once, and every warp's stores
-/// cover whole rows. The fused epilogue of the Hopper kernels (either
-/// accumulator layout works).
+/// cover whole rows. C may be wider or narrower than the operands (f32,
+/// FP8: [`Out`] scales it and records its amax). The fused epilogue of the
+/// Hopper kernels (either accumulator layout works).
 ///
 /// Per chunk, each operand and the activation cost one uniform branch, and
 /// an operand the epilogue does not use is neither loaded nor waited for:
 /// a lone `α` costs a multiply a value.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub fn store_epilogue<T: Elem, const BM: usize, const BN: usize, const TH: usize, const WG: bool>(
+pub fn store_epilogue<T: Elem, C: Elem, const BM: usize, const BN: usize, const TH: usize, const WG: bool>(
     acc: &rustile::Acc<BM, BN, TH, WG>,
-    c: PtrMut<T>,
+    c: PtrMut<C>,
     ldc: usize,
     bias: Ptr<T>,
     residual: Ptr<T>,
@@ -509,23 +551,24 @@ pub fn store_epilogue<T: Elem, const BM: usize, const BN: usize, const TH: usize
     at: [usize; 2],
     epi: Epi,
     dq: Dequant,
+    out: Out,
     scratch: usize,
 ) where
     [(); acc_len(BM, BN, TH)]:,
 {
-    let (out, res, bias) = epilogue_windows::<T, BM, BN, TH>(c, ldc, bias, residual, mn, batch, at, epi);
+    let Windows { out: dst, residual: res, per_col, per_row } = epilogue_windows::<T, C, BM, BN, TH>(c, ldc, bias, residual, mn, batch, at, epi);
+    let [m, n] = mn;
+    let scale = out.scale.map(|p| BlockPtr::<f32, 1, 1, TH>::rows(p, 1, 1, [0, 0]).get(0, 0, 1.0));
     // Nothing to read and no activation (a plain product, or one scaled by
-    // α): a loop of a tenth of the code. It matters because the epilogue runs
+    // α or an output scale): a loop of a tenth of the code. It matters because the epilogue runs
     // once a tile, from a cold instruction cache (ncu: a fifth of the FP8
     // kernel's stall samples at 4096³, many waiting for instructions).
-    if epi.bias == Bias::None && !epi.residual && epi.beta == 0.0 && epi.act == Act::None && dq.rows.is_none() && dq.cols.is_none() {
-        let alpha = epi.alpha;
-        store_acc_staged(&out, acc, scratch, |_, _, x: [f32; 8]| x.map(|v| alpha * v));
+    let plain = Epi { alpha: 1.0, ..epi } == Epi::NONE && dq.rows.is_none() && dq.cols.is_none() && out.amax.is_none();
+    if plain {
+        let alpha = epi.alpha * scale.unwrap_or(1.0);
+        store_acc_staged(&dst, acc, scratch, |_, _, x: [f32; 8]| x.map(|v| alpha * v));
         return;
     }
-    let [m, n] = mn;
-    let per_col = BlockPtr::<T, 1, BN, TH>::rows(bias, 1, n, [0, at[1]]);
-    let per_row = BlockPtr::<T, BM, 1, TH>::rows(bias, m, 1, [at[0], 0]);
     let row_scale = dq.rows.map(|p| BlockPtr::<f32, BM, 1, TH>::rows(p, m, 1, [at[0], 0]));
     let col_scale = dq.cols.map(|p| BlockPtr::<f32, 1, BN, TH>::rows(p, 1, n, [0, at[1]]));
     let (bias_kind, beta) = (epi.bias, epi.beta != 0.0);
@@ -535,11 +578,8 @@ pub fn store_epilogue<T: Elem, const BM: usize, const BN: usize, const TH: usize
     |r: usize, col: usize| {
         let b = if bias_kind == Bias::PerColumn { per_col.fetch_chunk(0, col) } else { Fetched::zeros() };
         let rb = if bias_kind == Bias::PerRow { per_row.get(r, 0, 0.0) } else { 0.0 };
-        let old = if beta { out.fetch_chunk(r, col) } else { Fetched::zeros() };
-        let rs = match row_scale {
-            Some(p) => p.get(r, 0, 0.0),
-            None => 1.0,
-        };
+        let old = if beta { dst.fetch_chunk(r, col) } else { Fetched::zeros() };
+        let rs = row_scale.map(|p| p.get(r, 0, 0.0));
         let cs = match col_scale {
             Some(p) => p.fetch_chunk(0, col),
             None => Fetched::zeros(),
@@ -547,13 +587,17 @@ pub fn store_epilogue<T: Elem, const BM: usize, const BN: usize, const TH: usize
         let res = if epi.residual { res.fetch_chunk(r, col) } else { Fetched::zeros() };
         (b, rb, res, old, rs, cs)
     };
+    // The largest |value| this thread stored (`Fn` closures share it through a cell).
+    let amax = core::cell::Cell::new(0.0f32);
     let finish = #[inline(always)]
-    |_: usize, _: usize, x: [f32; 8], (b, rb, res, old, rs, cs): (Fetched<T>, f32, Fetched<T>, Fetched<T>, f32, Fetched<f32>)| {
-        let x = if col_scale.is_some() {
-            let cs = cs.get();
-            core::array::from_fn(|i| x[i] * rs * cs[i])
-        } else {
-            x.map(|v| v * rs)
+    |r: usize, col: usize, x: [f32; 8], (b, rb, res, old, rs, cs): (Fetched<T>, f32, Fetched<T>, Fetched<C>, Option<f32>, Fetched<f32>)| {
+        let x = match (col_scale.is_some(), rs) {
+            (true, rs) => {
+                let (cs, rs) = (cs.get(), rs.unwrap_or(1.0));
+                core::array::from_fn(|i| x[i] * rs * cs[i])
+            }
+            (false, Some(rs)) => x.map(|v| v * rs),
+            (false, None) => x,
         };
         let b = match bias_kind {
             Bias::None => [0.0; 8],
@@ -562,9 +606,26 @@ pub fn store_epilogue<T: Elem, const BM: usize, const BN: usize, const TH: usize
         };
         let res = if epi.residual { res.get() } else { [0.0; 8] };
         let old = if beta { old.get() } else { [0.0; 8] };
-        epi.apply_chunk(x, b, res, old)
+        let y = epi.apply_chunk(x, b, res, old);
+        // Only values inside C count: past its last row a column bias alone is not zero.
+        if out.amax.is_some() && at[0] + r < m {
+            let (valid, mut top) = (n.saturating_sub(at[1] + col), amax.get());
+            for i in 0..8 {
+                if i < valid {
+                    top = math::max(top, math::abs(y[i]));
+                }
+            }
+            amax.set(top);
+        }
+        match scale {
+            Some(s) => y.map(|v| v * s),
+            None => y,
+        }
     };
-    store_acc_staged_with(&out, acc, scratch, fetch, finish);
+    store_acc_staged_with(&dst, acc, scratch, fetch, finish);
+    if let Some(p) = out.amax {
+        p.max_into(amax.get());
+    }
 }
 
 /// One `#[kernel]` per operand layout, all with the same arguments: `a`

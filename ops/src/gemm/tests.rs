@@ -196,3 +196,58 @@ fn plans_that_reach_past_a_tensor_are_refused() {
     let narrow = Plan { ld: [4, 5, 6], ..p };
     assert!(narrow.check(e, [100, 100, 100, 100, 0]).is_err(), "a row stride below the row length overlaps rows");
 }
+
+/// The TMA kernel's outputs of other types (interpreter, every config): f32
+/// with the whole epilogue, β included, and an output scale; e4m3 at a scale
+/// that saturates the largest values; both with the amax of the values
+/// before the scale, which an edge block's rows past `m` (bias only) must
+/// not reach.
+#[test]
+fn cast_outputs_match_float64() {
+    let (m, n, k) = (131, 45, 72);
+    let (a, b, ab, seed) = operands::<bf16>(m, n, k);
+    let (mut rng, _) = rng();
+    // The last column's bias (200) is nearly cancelled by its residual
+    // (-300) inside C, but not past row m, where there is no residual: an
+    // amax that counted those rows would be 200 instead of about 100.
+    let mut bias: Vec<bf16> = normal(&mut rng, n, 0.0, 1.0);
+    bias[n - 1] = bf16::from_f32(200.0);
+    let mut residual: Vec<bf16> = normal(&mut rng, m * n, 0.0, 1.0);
+    for r in 0..m {
+        residual[r * n + n - 1] = bf16::from_f32(-300.0);
+    }
+    let old: Vec<f32> = normal(&mut rng, m * n, 0.0, 1.0);
+    let e = Epi { alpha: 0.5, beta: 0.25, bias: Bias::PerColumn, act: Act::GeluTanh, residual: true };
+    let y = |e: &Epi, i: usize| reference::epilogue(e, ab[i], bias[i % n].to_f32() as f64, residual[i].to_f32() as f64, old[i] as f64);
+    let (y32, y8): (Vec<f64>, Vec<f64>) = (0..m * n).map(|i| (y(&e, i), y(&Epi { beta: 0.0, ..e }, i))).unzip();
+    let s8 = (600.0 / y8.iter().fold(0.0f64, |t, v| t.max(v.abs()))) as f32;
+    let plan = Plan::nt(m, n, k);
+    for cfg in 0..gemm_tma_kernel::CONFIGS.len() {
+        let ctx = format!("gemm_tma {m}×{n}×{k} cfg={cfg} (seed {seed})");
+        let (mut c, mut amax) = (old.clone(), vec![0.0f32]);
+        launch_plan_cast_cpu(cfg, &plan, [&a, &b, &bias, &residual], &mut c, e, &[2.0], &mut amax);
+        assert_close(&c, &y32.iter().map(|v| 2.0 * v).collect::<Vec<_>>(), &format!("{ctx} → f32"));
+        let (top, ok) = amax_matches(amax[0], &y32);
+        assert!(ok, "{ctx} → f32: amax {} instead of {top}", amax[0]);
+
+        let (mut c8, mut amax) = (poisoned::<F8E4M3>(m * n), vec![0.0f32]);
+        launch_plan_cast_cpu(cfg, &plan, [&a, &b, &bias, &residual], &mut c8, Epi { beta: 0.0, ..e }, &[s8], &mut amax);
+        assert_e4m3_close(&c8, &y8.iter().map(|v| s8 as f64 * v).collect::<Vec<_>>(), &format!("{ctx} → e4m3"));
+        assert!(c8.iter().any(|v| v.to_f32().abs() == 448.0), "{ctx} → e4m3: nothing saturated at scale {s8}");
+        let (top, ok) = amax_matches(amax[0], &y8);
+        assert!(ok, "{ctx} → e4m3: amax {} instead of {top}", amax[0]);
+    }
+}
+
+/// Without a scale or an amax the cast path is the plain store (the
+/// compact epilogue loop), and f16 operands write f32 too.
+#[test]
+fn plain_f32_outputs_match_float64() {
+    let (m, n, k) = (70, 33, 48);
+    let (a, b, ab, seed) = operands::<f16>(m, n, k);
+    for cfg in 0..gemm_tma_kernel::CONFIGS.len() {
+        let mut c = poisoned::<f32>(m * n);
+        launch_plan_cast_cpu(cfg, &Plan::nt(m, n, k), [&a, &b, &[], &[]], &mut c, Epi::NONE, &[], &mut []);
+        assert_close(&c, &ab, &format!("gemm_tma<f16 → f32> cfg={cfg} (seed {seed})"));
+    }
+}

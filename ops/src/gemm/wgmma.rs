@@ -108,7 +108,8 @@ pub fn gemm_wgmma_kernel<T: Elem>(
     let (a, b) = (Operand { ptr: a.offset(z * sa), ld: lda }, Operand { ptr: b.offset(z * sb), ld: ldb });
     let acc = mainloop_wgmma::<T, BM, BN, BK, STAGES, THREADS>(a, b, m, n, k, at);
     let epi = crate::gemm::Epi::from_flags(flags, alpha, beta);
-    crate::gemm::store_epilogue(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi, crate::gemm::Dequant::NONE, pad(THREADS));
+    let (dq, out) = (crate::gemm::Dequant::NONE, crate::gemm::Out::NONE);
+    crate::gemm::store_epilogue(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi, dq, out, pad(THREADS));
 }
 
 // ---- with the copy engine --------------------------------------------------------------
@@ -220,15 +221,17 @@ where
         (BM = 64, BN = 128, BK = 64, WARPS = 4, STAGES = 6, SMEM = 148064),
     ],
     grid = [cdiv(m, BM) * cdiv(n, BN), batch],
-    dtypes = [bf16, f16],
+    dtypes = [bf16, f16, (bf16, f32), (f16, f32), (bf16, F8E4M3)],
     arch = sm_90a,
 )]
 /// [`gemm_wgmma_kernel`] with TMA copies: `map_a`, `map_b` are the device
 /// addresses of A's and B's tensor maps (`[batch or 1, m, k]`, `[batch or 1,
 /// n, k]`, boxes of `BM×64` and `BN×64`); a batch stride of 0 (shared
-/// operand) reads matrix 0 of its map.
-pub fn gemm_tma_kernel<T: Elem>(
-    a: Ptr<T>, b: Ptr<T>, c: PtrMut<T>, bias: Ptr<T>, residual: Ptr<T>,
+/// operand) reads matrix 0 of its map. C is bf16/f16 as the operands, f32,
+/// or (from bf16) e4m3, scaled by `scale_c[0]` and its amax raised into
+/// `amax[0]` as `flags` say ([`Out`](crate::gemm::Out)).
+pub fn gemm_tma_kernel<T: Elem, C: Elem>(
+    a: Ptr<T>, b: Ptr<T>, c: PtrMut<C>, bias: Ptr<T>, residual: Ptr<T>, scale_c: Ptr<f32>, amax: PtrMut<f32>,
     m: usize, n: usize, k: usize, batch: usize, lda: usize, ldb: usize, ldc: usize,
     sa: usize, sb: usize, sc: usize, sbias: usize, alpha: f32, beta: f32, flags: u32, map_a: u64, map_b: u64,
 ) {
@@ -240,5 +243,6 @@ pub fn gemm_tma_kernel<T: Elem>(
     let b = Mapped { map: map_b, z: if sb == 0 { 0 } else { z }, op: Operand { ptr: b.offset(z * sb), ld: ldb } };
     let [acc] = mainloop_tma::<T, BM, BN, BK, STAGES, THREADS, 1>(a, [b], [m, n, k], at);
     let epi = crate::gemm::Epi::from_flags(flags, alpha, beta);
-    crate::gemm::store_epilogue(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi, crate::gemm::Dequant::NONE, pad(THREADS));
+    let out = crate::gemm::Out::from_flags(flags, scale_c, amax);
+    crate::gemm::store_epilogue(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi, crate::gemm::Dequant::NONE, out, pad(THREADS));
 }

@@ -2,7 +2,7 @@
 //! and leaves tuned tables current.
 use super::*;
 use crate::check::expect_shape;
-use crate::gemm::{gemm_shape, tma_boxes, tma_map, Epilogue};
+use crate::gemm::{gemm_shape, tma_boxes, tma_map, Cast, Epilogue, Out};
 use rustile_host::{Error, Gpu, Result, Tensor};
 
 /// How an FP8 operand was quantized: `x ≈ s·q` for the stored `q`, and the
@@ -44,10 +44,14 @@ impl Scale<'_> {
     }
 }
 
-/// The FP8 formats the tensor cores multiply.
-fn check_fp8<T: Elem>() -> Result<()> {
+/// The FP8 formats the tensor cores multiply, and the outputs: bf16, or
+/// e4m3 from e4m3.
+fn check_fp8<T: Elem, C: Elem>() -> Result<()> {
     if !matches!(T::KIND, Kind::E4M3 | Kind::E5M2) {
         return Err(Error::DType(format!("gemm_fp8 takes e4m3 or e5m2 operands, not {}", T::NAME)));
+    }
+    if !(C::KIND == Kind::Bf16 || (C::KIND == Kind::E4M3 && T::KIND == Kind::E4M3)) {
+        return Err(Error::DType(format!("gemm_fp8 of {} operands writes bf16{}, not {}", T::NAME, if T::KIND == Kind::E4M3 { " or e4m3" } else { "" }, C::NAME)));
     }
     Ok(())
 }
@@ -63,15 +67,30 @@ fn check_fp8<T: Elem>() -> Result<()> {
 /// gemm_fp8(&gpu, &qa, &qb, &mut y, Scale::Rows(&sx), Scale::Tensor(&sw), &Epilogue::new().bias_per_column(&b))?;
 /// ```
 pub fn gemm_fp8<T: Elem>(gpu: &Gpu, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<bf16>, sa: Scale, sb: Scale, epi: &Epilogue<bf16>) -> Result<()> {
+    gemm_fp8_cast(gpu, a, b, c, sa, sb, epi, Cast::default())
+}
+
+/// [`gemm_fp8`] into bf16 or (from e4m3 operands) e4m3, `c =
+/// scale·epilogue(sa·sb·(a·bᵀ))` with its amax (see [`Cast`]): an FP8
+/// layer whose output feeds the next FP8 GEMM.
+///
+/// ```ignore
+/// gemm_fp8_cast(&gpu, &qx, &qw, &mut h8, Scale::Tensor(&sx), Scale::Tensor(&sw),
+///               &Epilogue::new().act(Act::GeluTanh), Cast { scale: Some(&s_h), amax: Some(&mut amax_h) })?;
+/// ```
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_fp8_cast<T: Elem, C: Elem>(
+    gpu: &Gpu, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<C>, sa: Scale, sb: Scale, epi: &Epilogue<bf16>, cast: Cast,
+) -> Result<()> {
     let (m, n, _) = fp8_shape(a, b, c)?;
     let cfg = crate::tune::config(gpu.compute_capability(), "gemm_fp8", gemm_fp8_kernel::CONFIGS, &[m, n, a.shape()[1]], || default_config(m, n));
-    gemm_fp8_with_config(gpu, cfg, a, b, c, sa, sb, epi)
+    fp8_launch(gpu, cfg, a, b, c, [sa, sb], epi, cast)
 }
 
 /// `(m, n, k)` of `c = a·bᵀ` ([`gemm_shape`]) for FP8 operands whose rows
 /// the copy engine can read, or an error naming what does not fit.
-fn fp8_shape<T: Elem>(a: &Tensor<T>, b: &Tensor<T>, c: &Tensor<bf16>) -> Result<(usize, usize, usize)> {
-    check_fp8::<T>()?;
+fn fp8_shape<T: Elem, C: Elem>(a: &Tensor<T>, b: &Tensor<T>, c: &Tensor<C>) -> Result<(usize, usize, usize)> {
+    check_fp8::<T, C>()?;
     let (m, n, k) = gemm_shape(a, b, c)?;
     if k % 16 != 0 {
         return Err(Error::Shape(format!("gemm_fp8: k = {k} is not a multiple of 16 (the copy engine reads rows of 16-byte multiples; pad k with zeros)")));
@@ -91,7 +110,19 @@ fn scale_bits(a: ScaleKind, b: ScaleKind) -> u32 {
 pub fn gemm_fp8_with_config<T: Elem>(
     gpu: &Gpu, cfg: usize, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<bf16>, sa: Scale, sb: Scale, epi: &Epilogue<bf16>,
 ) -> Result<()> {
+    fp8_launch(gpu, cfg, a, b, c, [sa, sb], epi, Cast::default())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn fp8_launch<T: Elem, C: Elem>(
+    gpu: &Gpu, cfg: usize, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<C>, [sa, sb]: [Scale; 2], epi: &Epilogue<bf16>, cast: Cast,
+) -> Result<()> {
     let (m, n, k) = fp8_shape(a, b, c)?;
+    for (what, t) in [("the output scale", cast.scale), ("amax", cast.amax.as_deref())] {
+        if let Some(t) = t {
+            expect_shape(what, t, &[1])?;
+        }
+    }
     sa.check("a's scale", m)?;
     sb.check("b's scale", n)?;
     let e = epi.epi();
@@ -106,11 +137,13 @@ pub fn gemm_fp8_with_config<T: Elem>(
     let [bm, bn] = tma_boxes("gemm_fp8_kernel", gemm_fp8_kernel::CONFIGS, cfg)?;
     let (map_a, map_b) = (tma_map(gpu, a, [k, m, 1], [k, k * m], bm)?, tma_map(gpu, b, [k, n, 1], [k, k * n], bn)?);
     // Unused operands are empty placeholders (no allocation) the kernel never reads.
-    let (none16, none32) = (gpu.alloc::<bf16>(&[0])?, gpu.alloc::<f32>(&[0])?);
+    let (none16, none32, mut none_mut) = (gpu.alloc::<bf16>(&[0])?, gpu.alloc::<f32>(&[0])?, gpu.alloc::<f32>(&[0])?);
     let (bias, residual) = (epi.bias().unwrap_or(&none16), epi.residual_tensor().unwrap_or(&none16));
     let (ta, tb) = (sa.tensor().unwrap_or(&none32), sb.tensor().unwrap_or(&none32));
     let scales = scale_bits(sa.kind(), sb.kind());
-    gemm_fp8_kernel::launch(gpu, cfg, a, b, c, bias, residual, ta, tb, m, n, k, n, e.alpha, e.beta, e.flags(), scales, map_a, map_b)
+    let flags = e.flags() | Out::flags(cast.scale.is_some(), cast.amax.is_some());
+    let (tc, amax) = (cast.scale.unwrap_or(&none32), cast.amax.unwrap_or(&mut none_mut));
+    gemm_fp8_kernel::launch(gpu, cfg, a, b, c, bias, residual, ta, tb, tc, amax, m, n, k, n, e.alpha, e.beta, flags, scales, map_a, map_b)
 }
 
 /// `gemm_fp8` in the CPU interpreter, on slices: `scale_a` and `scale_b`
@@ -118,9 +151,20 @@ pub fn gemm_fp8_with_config<T: Elem>(
 /// and `residual` may be empty where `epi` does not use them.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_fp8_cpu<T: Elem>(
-    cfg: usize, a: &[T], b: &[T], [m, n, k]: [usize; 3], scale_a: &[f32], scale_b: &[f32], bias: &[bf16], residual: &[bf16], epi: crate::gemm::Epi,
+    cfg: usize, a: &[T], b: &[T], mnk: [usize; 3], scale_a: &[f32], scale_b: &[f32], bias: &[bf16], residual: &[bf16], epi: crate::gemm::Epi,
 ) -> Vec<bf16> {
-    check_fp8::<T>().unwrap_or_else(|e| panic!("{e}"));
+    gemm_fp8_cast_cpu(cfg, a, b, mnk, [scale_a, scale_b, &[]], bias, residual, epi, &mut [])
+}
+
+/// [`gemm_fp8_cast`] in the CPU interpreter: [`gemm_fp8_cpu`] with C's
+/// scale in `scales[2]` (empty or one value) and its amax in `amax` (empty
+/// or one value).
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_fp8_cast_cpu<T: Elem, C: Elem>(
+    cfg: usize, a: &[T], b: &[T], [m, n, k]: [usize; 3], [scale_a, scale_b, scale_c]: [&[f32]; 3], bias: &[bf16], residual: &[bf16],
+    epi: crate::gemm::Epi, amax: &mut [f32],
+) -> Vec<C> {
+    check_fp8::<T, C>().unwrap_or_else(|e| panic!("{e}"));
     assert!(a.len() == m * k && b.len() == n * k, "gemm_fp8_cpu: a holds {}, b {} elements; expected {m}×{k} and {n}×{k}", a.len(), b.len());
     let kind = |s: &[f32], rows: usize| match s.len() {
         0 => ScaleKind::None,
@@ -129,7 +173,8 @@ pub fn gemm_fp8_cpu<T: Elem>(
         l => panic!("gemm_fp8_cpu: a scale holds {l} values; expected 0, 1 or {rows}"),
     };
     let scales = scale_bits(kind(scale_a, m), kind(scale_b, n));
-    let mut c = vec![bf16::ZERO; m * n];
-    gemm_fp8_kernel::cpu(cfg, a, b, &mut c, bias, residual, scale_a, scale_b, m, n, k, n, epi.alpha, epi.beta, epi.flags(), scales, 0, 0);
+    let flags = epi.flags() | Out::flags(!scale_c.is_empty(), !amax.is_empty());
+    let mut c = vec![C::default(); m * n];
+    gemm_fp8_kernel::cpu(cfg, a, b, &mut c, bias, residual, scale_a, scale_b, scale_c, amax, m, n, k, n, epi.alpha, epi.beta, flags, scales, 0, 0);
     c
 }

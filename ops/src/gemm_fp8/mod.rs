@@ -49,18 +49,20 @@ impl ScaleKind {
         (BM = 64, BN = 128, BK = 128, WARPS = 4, STAGES = 6, SMEM = 148064),
     ],
     grid = [cdiv(m, BM) * cdiv(n, BN)],
-    dtypes = [F8E4M3, F8E5M2],
+    dtypes = [(F8E4M3, bf16), (F8E5M2, bf16), F8E4M3],
     arch = sm_90a,
 )]
-/// `c[m, n] = act(α·sa·sb·(a·bᵀ) + bias) + residual + β·c` for FP8 `a`
-/// `[m, k]` and `b` `[n, k]`, bf16 `c` (rows `ldc` apart), bias and
-/// residual; `flags` as [`Epi::flags`](crate::gemm::Epi::flags), `scales` as [`ScaleKind`];
+/// `c[m, n] = out(act(α·sa·sb·(a·bᵀ) + bias) + residual + β·c)` for FP8 `a`
+/// `[m, k]` and `b` `[n, k]`, `c` bf16 or (from e4m3) e4m3 (rows `ldc`
+/// apart), bf16 bias and residual; `flags` as [`Epi::flags`](crate::gemm::Epi::flags) and
+/// [`Out::flags`](crate::gemm::Out::flags) (`scale_c`, `amax`), `scales` as [`ScaleKind`];
 /// `map_a`, `map_b` the operands' tensor maps (boxes of `BM×128`, `BN×128`).
-pub fn gemm_fp8_kernel<T: Elem>(
-    a: Ptr<T>, b: Ptr<T>, c: PtrMut<bf16>, bias: Ptr<bf16>, residual: Ptr<bf16>, scale_a: Ptr<f32>, scale_b: Ptr<f32>,
+pub fn gemm_fp8_kernel<T: Elem, C: Elem>(
+    a: Ptr<T>, b: Ptr<T>, c: PtrMut<C>, bias: Ptr<bf16>, residual: Ptr<bf16>, scale_a: Ptr<f32>, scale_b: Ptr<f32>,
+    scale_c: Ptr<f32>, amax: PtrMut<f32>,
     m: usize, n: usize, k: usize, ldc: usize, alpha: f32, beta: f32, flags: u32, scales: u32, map_a: u64, map_b: u64,
 ) {
-    use crate::gemm::{block, mainloop_tma, pad, store_epilogue, Dequant, Epi, Mapped, Operand};
+    use crate::gemm::{block, mainloop_tma, pad, store_epilogue, Dequant, Epi, Mapped, Operand, Out};
     // The scale of a `Tensor` operand, else 1 (loaded once a program).
     let tensor_scale = |kind: ScaleKind, p: Ptr<f32>| {
         if kind == ScaleKind::Tensor { BlockPtr::<f32, 1, 1>::rows(p, 1, 1, [0, 0]).get(0, 0, 1.0) } else { 1.0 }
@@ -76,7 +78,8 @@ pub fn gemm_fp8_kernel<T: Elem>(
         cols: if kb == ScaleKind::Row { Some(scale_b) } else { None },
     };
     let epi = Epi::from_flags(flags, alpha, beta);
-    store_epilogue(&acc, c, ldc, bias, residual, [m, n], [0, 0, 0], at, epi, dq, pad(THREADS));
+    let out = Out::from_flags(flags, scale_c, amax);
+    store_epilogue(&acc, c, ldc, bias, residual, [m, n], [0, 0, 0], at, epi, dq, out, pad(THREADS));
 }
 
 /// The config where the tuned table has none: 128×256 blocks when they

@@ -72,6 +72,34 @@ fn the_epilogue_follows_the_scales() {
     assert_close(&c, &want, &format!("gemm_fp8 {e:?} (seed {seed})"));
 }
 
+/// e4m3 in, e4m3 out: the product through the epilogue, scaled into the
+/// format and saturated, with the amax of the values before the scale.
+#[test]
+fn e4m3_outputs_match_float64() {
+    let (m, n, k) = (70, 45, 160);
+    let (a, b, ab, seed) = operands::<F8E4M3>(m, n, k);
+    let (mut rng, _) = rng();
+    let bias: Vec<bf16> = normal(&mut rng, n, 0.0, 3.0);
+    let e = Epi { alpha: 0.37, bias: Bias::PerColumn, act: Act::GeluTanh, ..Epi::NONE };
+    let y: Vec<f64> = (0..m * n).map(|i| reference::epilogue(&e, ab[i], bias[i % n].to_f32() as f64, 0.0, 0.0)).collect();
+    let s = (500.0 / y.iter().fold(0.0f64, |t, v| t.max(v.abs()))) as f32;
+    for cfg in 0..gemm_fp8_kernel::CONFIGS.len() {
+        let ctx = format!("gemm_fp8<e4m3 → e4m3> cfg={cfg} (seed {seed})");
+        let mut amax = vec![0.0f32];
+        let c: Vec<F8E4M3> = gemm_fp8_cast_cpu(cfg, &a, &b, [m, n, k], [&[], &[], &[s]], &bias, &[], e, &mut amax);
+        assert_e4m3_close(&c, &y.iter().map(|v| s as f64 * v).collect::<Vec<_>>(), &ctx);
+        let (top, ok) = amax_matches(amax[0], &y);
+        assert!(ok, "{ctx}: amax {} instead of {top}", amax[0]);
+    }
+}
+
+#[test]
+fn e5m2_outputs_are_refused() {
+    let r = std::panic::catch_unwind(|| gemm_fp8_cast_cpu::<F8E4M3, F8E5M2>(0, &[F8E4M3(0); 16], &[F8E4M3(0); 16], [1, 1, 16], [&[], &[], &[]], &[], &[], Epi::NONE, &mut []));
+    let msg = *r.expect_err("an e5m2 output ran").downcast::<String>().unwrap();
+    assert!(msg.contains("writes bf16 or e4m3"), "{msg}");
+}
+
 #[test]
 fn bf16_operands_are_refused() {
     let r = std::panic::catch_unwind(|| gemm_fp8_cpu(0, &[bf16::ZERO; 16], &[bf16::ZERO; 16], [1, 1, 16], &[], &[], &[], &[], Epi::NONE));
