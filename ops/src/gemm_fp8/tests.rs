@@ -88,7 +88,7 @@ fn e4m3_outputs_match_float64() {
         let mut amax = vec![0.0f32];
         let c: Vec<F8E4M3> = gemm_fp8_cast_cpu(cfg, &a, &b, [m, n, k], [&[], &[], &[s]], &bias, &[], e, &mut amax);
         assert_e4m3_close(&c, &y.iter().map(|v| s as f64 * v).collect::<Vec<_>>(), &ctx);
-        let (top, ok) = amax_matches(amax[0], &y);
+        let (top, ok) = amax_matches(amax[0], &y, 1e-3);
         assert!(ok, "{ctx}: amax {} instead of {top}", amax[0]);
     }
 }
