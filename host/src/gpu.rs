@@ -281,6 +281,46 @@ impl Gpu {
             .map_err(cuda("copying on the GPU"))
     }
 
+    /// Copies `rows` rows of `cols` elements from `src` (rows `ld[0]` elements
+    /// apart) into `dst` (rows `ld[1]` apart), both from their first element,
+    /// on the GPU: e.g. into a copy whose rows are padded to a 16-byte multiple.
+    pub fn copy_rows<T: Elem>(&self, src: &Tensor<T>, dst: &mut Tensor<T>, [rows, cols]: [usize; 2], ld: [usize; 2]) -> Result<()> {
+        src.require_contiguous("copy_rows")?;
+        dst.require_contiguous("copy_rows")?;
+        if rows == 0 || cols == 0 {
+            return Ok(());
+        }
+        for (what, t, ld) in [("source", src, ld[0]), ("destination", &*dst, ld[1])] {
+            if ld < cols || (rows - 1) * ld + cols > t.numel() {
+                return Err(Error::Shape(format!(
+                    "copy_rows: {rows} rows of {cols} elements, {ld} apart, do not fit the {what} of {:?}",
+                    t.shape
+                )));
+            }
+        }
+        let size = std::mem::size_of::<T>();
+        let copy = sys::CUDA_MEMCPY2D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            srcHost: std::ptr::null(),
+            srcDevice: src.device_ptr(),
+            srcArray: std::ptr::null_mut(),
+            srcPitch: ld[0] * size,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            dstHost: std::ptr::null_mut(),
+            dstDevice: dst.device_ptr(),
+            dstArray: std::ptr::null_mut(),
+            dstPitch: ld[1] * size,
+            WidthInBytes: cols * size,
+            Height: rows,
+        };
+        self.bind()?;
+        unsafe { sys::cuMemcpy2DAsync_v2(&copy, self.raw_stream()) }.result().map_err(cuda("copying rows on the GPU"))
+    }
+
     /// Waits for all work issued so far. A kernel that faulted earlier is
     /// reported here (run with RUSTILE_LAUNCH_BLOCKING=1 to pin it down).
     pub fn sync(&self) -> Result<()> {

@@ -29,4 +29,8 @@ fn the_padded_hidden_stride_keeps_every_head_aligned() {
     assert_eq!((second.ld[0], second.stride[0]), (first.ld[2], first.stride[2]), "layer 2 reads what layer 1 wrote");
     // Layer 1 writes no further than hp·G per row, layer 2 reads only h of each slice.
     assert_eq!((first.n, second.k), (1365, 1365));
+    // The padded bias and second weights: every head's chunks aligned, and
+    // both layers readable by the copy engine.
+    assert_eq!((first.stride[3] * 2) % 16, 0);
+    assert!(first.tma_ready() && second.tma_ready(), "{first:?} {second:?}");
 }
