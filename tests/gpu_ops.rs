@@ -5,7 +5,7 @@ use rustile::{bf16, f16, Elem};
 use rustile_host::{Error, Gpu, Tensor};
 use rustile_ops::testing::{assert_close, mean_err, normal, rel_err, rng, tolerance, wide};
 use rustile_ops::{dual_gemm, gemm, gemm_fp8, mlp, norm, reference, softmax, testing, vector};
-use rustile_tests::gpu_or_skip;
+use rustile_tests::{gpu_or_skip, hopper_or_skip};
 
 fn up<T: Elem>(gpu: &Gpu, x: &[T], shape: &[usize]) -> Tensor<T> {
     gpu.upload(x, shape).expect("upload")
@@ -307,11 +307,7 @@ fn fp8_case<T: Elem>(gpu: &Gpu, [m, n, k]: [usize; 3]) {
 #[test]
 #[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
 fn gemm_fp8_matches_float64() {
-    let Some(gpu) = gpu_or_skip("gemm_fp8_matches_float64") else { return };
-    if !gemm_fp8::gemm_fp8_kernel::supported(&gpu) {
-        eprintln!("SKIPPED gemm_fp8_matches_float64: the FP8 GEMM needs Hopper (sm_90a); this GPU is {}", gpu.name());
-        return;
-    }
+    let Some(gpu) = hopper_or_skip("gemm_fp8_matches_float64") else { return };
     for shape in [[1, 1, 16], [70, 33, 48], [300, 517, 272], [777, 1030, 528]] {
         fp8_case::<rustile::F8E4M3>(&gpu, shape);
         fp8_case::<rustile::F8E5M2>(&gpu, shape);
@@ -368,11 +364,7 @@ impl EpilogueCase {
 fn gemm_cast_outputs_match_float64() {
     use gemm::{Cast, Plan};
     use rustile::F8E4M3;
-    let Some(gpu) = gpu_or_skip("gemm_cast_outputs_match_float64") else { return };
-    if !gemm::gemm_tma_kernel::supported(&gpu) {
-        eprintln!("SKIPPED gemm_cast_outputs_match_float64: cast outputs are the TMA kernel's (Hopper, sm_90a); this GPU is {}", gpu.name());
-        return;
-    }
+    let Some(gpu) = hopper_or_skip("gemm_cast_outputs_match_float64") else { return };
     let (m, n, k) = (300, 259, 136);
     let (mut rng, seed) = rng();
     let p = EpilogueCase::new(&gpu, &mut rng, [m, n, k]);

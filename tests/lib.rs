@@ -18,3 +18,14 @@ pub fn gpu_or_skip(test: &str) -> Option<rustile_host::Gpu> {
         }
     }
 }
+
+/// [`gpu_or_skip`] for a test of Hopper-only kernels (`arch = sm_90a`): the
+/// GPU if it is one, else `None` after saying so on the terminal.
+pub fn hopper_or_skip(test: &str) -> Option<rustile_host::Gpu> {
+    let gpu = gpu_or_skip(test)?;
+    if gpu.compute_capability() != (9, 0) {
+        let _ = writeln!(std::io::stderr(), "SKIPPED {test}: needs Hopper (sm_90a); this GPU is {}", gpu.name());
+        return None;
+    }
+    Some(gpu)
+}

@@ -401,6 +401,23 @@ pub struct Cast<'a> {
     pub amax: Option<&'a mut Tensor<f32>>,
 }
 
+impl Cast<'_> {
+    /// The scale and the amax are one element each.
+    pub(crate) fn check(&self) -> Result<()> {
+        for (what, t) in [("the output scale", self.scale), ("amax", self.amax.as_deref())] {
+            if let Some(t) = t {
+                expect_shape(what, t, &[1])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The kernels' [`Out::flags`] bits for this cast.
+    pub(crate) fn flags(&self) -> u32 {
+        Out::flags(self.scale.is_some(), self.amax.is_some())
+    }
+}
+
 /// The output types a GEMM of `T` operands writes: `T`, f32, and e4m3 from bf16.
 fn check_out<T: Elem, C: Elem>() -> Result<()> {
     let ok = C::KIND == T::KIND || C::KIND == Kind::F32 || (T::KIND == Kind::Bf16 && C::KIND == Kind::E4M3);
@@ -438,11 +455,7 @@ pub fn launch_plan_cast<T: Elem, C: Elem>(
     if !c.is_contiguous() {
         return Err(Error::Shape(format!("gemm: c must be contiguous; its strides are {:?}", c.strides())));
     }
-    for (what, t) in [("the output scale", cast.scale), ("amax", cast.amax.as_deref())] {
-        if let Some(t) = t {
-            expect_shape(what, t, &[1])?;
-        }
-    }
+    cast.check()?;
     p.check(e, [a.numel(), b.numel(), c.numel(), bias.numel(), residual.numel()])?;
     let cfg = cfg.unwrap_or_else(|| choose(gpu, p));
     let (m, n, k, batch) = (p.m, p.n, p.k, p.batch);
@@ -486,7 +499,7 @@ fn launch_tma<T: Elem, C: Elem>(gpu: &Gpu, cfg: usize, p: &Plan, [a, b, bias, re
         )));
     }
     let [map_a, map_b] = p.tma_maps(gpu, cfg, a, b)?;
-    let flags = e.flags() | Out::flags(cast.scale.is_some(), cast.amax.is_some());
+    let flags = e.flags() | cast.flags();
     // Placeholders (no allocation) the kernel never reads.
     let (none, mut none_mut) = (gpu.alloc::<f32>(&[0])?, gpu.alloc::<f32>(&[0])?);
     let scale = cast.scale.unwrap_or(&none);

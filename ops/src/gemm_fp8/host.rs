@@ -118,11 +118,7 @@ fn fp8_launch<T: Elem, C: Elem>(
     gpu: &Gpu, cfg: usize, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<C>, [sa, sb]: [Scale; 2], epi: &Epilogue<bf16>, cast: Cast,
 ) -> Result<()> {
     let (m, n, k) = fp8_shape(a, b, c)?;
-    for (what, t) in [("the output scale", cast.scale), ("amax", cast.amax.as_deref())] {
-        if let Some(t) = t {
-            expect_shape(what, t, &[1])?;
-        }
-    }
+    cast.check()?;
     sa.check("a's scale", m)?;
     sb.check("b's scale", n)?;
     let e = epi.epi();
@@ -141,7 +137,7 @@ fn fp8_launch<T: Elem, C: Elem>(
     let (bias, residual) = (epi.bias().unwrap_or(&none16), epi.residual_tensor().unwrap_or(&none16));
     let (ta, tb) = (sa.tensor().unwrap_or(&none32), sb.tensor().unwrap_or(&none32));
     let scales = scale_bits(sa.kind(), sb.kind());
-    let flags = e.flags() | Out::flags(cast.scale.is_some(), cast.amax.is_some());
+    let flags = e.flags() | cast.flags();
     let (tc, amax) = (cast.scale.unwrap_or(&none32), cast.amax.unwrap_or(&mut none_mut));
     gemm_fp8_kernel::launch(gpu, cfg, a, b, c, bias, residual, ta, tb, tc, amax, m, n, k, n, e.alpha, e.beta, flags, scales, map_a, map_b)
 }

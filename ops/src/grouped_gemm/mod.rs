@@ -108,11 +108,13 @@ mod host {
         }
         let (first, second, hp) = heads_plans(rows, d, g, h, out);
         let mut hidden = gpu.alloc::<T>(&[rows, g * hp])?;
-        let mut b1p = gpu.alloc::<T>(&[g, hp])?;
-        if let Some(b) = b1 {
-            gpu.copy_rows(b, &mut b1p, [g, h], [h, hp])?;
-        }
-        let e1 = b1.map_or(Epilogue::new(), |_| Epilogue::new().bias_per_column(&b1p)).act(act);
+        let b1p = b1
+            .map(|b| {
+                let mut p = gpu.alloc::<T>(&[g, hp])?;
+                gpu.copy_rows(b, &mut p, [g, h], [h, hp]).map(|_| p)
+            })
+            .transpose()?;
+        let e1 = b1p.as_ref().map_or(Epilogue::new(), |b| Epilogue::new().bias_per_column(b)).act(act);
         launch_plan(gpu, None, &first, x, w1, &mut hidden, &e1)?;
         let mut w2p = gpu.alloc::<T>(&[g, out, hp])?;
         gpu.copy_rows(w2, &mut w2p, [g * out, h], [h, hp])?;
