@@ -447,16 +447,20 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
     let cubins = args.cubins.map(|p| quote!(#p)).unwrap_or(quote!(crate::CUBINS));
     let name_str = name.to_string();
     let dtype_tags: Vec<String> = instances_types.iter().map(|d| instance_tag(d)).collect();
+    // Each entry's types by their `Elem::NAME` (which is `dtype_tag`), so that
+    // a launch finds its entry by comparing names, with nothing built at run time.
+    let entry_types = instances_types.iter().map(|d| {
+        let names = d.iter().map(dtype_tag);
+        quote!(&[#(#names),*])
+    });
     let dtype_pick = if tparams.is_empty() {
         quote!(let which = 0usize;)
     } else {
         quote! {
-            // The entry's tag, as `instance_tag` wrote it: `bf16`, or `bf16_f32`.
-            let names = [#(<#tparams as ::rustile::Elem>::NAME),*];
-            let tag = if names.iter().all(|n| *n == names[0]) { names[0].to_string() } else { names.join("_") };
-            let Some(which) = DTYPES.iter().position(|d| *d == tag) else {
+            let names: &[&str] = &[#(<#tparams as ::rustile::Elem>::NAME),*];
+            let Some(which) = ENTRY_TYPES.iter().position(|t| *t == names) else {
                 return Err(::rustile_host::Error::DType(format!(
-                    "kernel `{}` has no {} entry (built for: {})", #name_str, tag, DTYPES.join(", "))));
+                    "kernel `{}` has no entry for {} (built for: {})", #name_str, names.join(" → "), DTYPES.join(", "))));
             };
         }
     };
@@ -485,8 +489,13 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
 
             /// Every config this kernel was built with, in `cfg` index order.
             pub const CONFIGS: &[::rustile::KernelConfig] = &[#(#cfg_table),*];
-            /// The element types it was built for.
+            /// The element types it was built for (`bf16`, or `bf16_f32` where
+            /// the output's type differs).
             pub const DTYPES: &[&str] = &[#(#dtype_tags),*];
+            /// Each entry's types (`T`, then the output's where the kernel has
+            /// one), in `DTYPES` order.
+            #[allow(dead_code)]
+            const ENTRY_TYPES: &[&[&str]] = &[#(#entry_types),*];
             const ENTRIES: [&[&str]; #n_cfg] = [#(#launch_names),*];
             /// The oldest GPU arch with this kernel's entries ("sm_80" or "sm_90a").
             pub const ARCH: &str = #arch_name;

@@ -591,13 +591,15 @@ pub fn store_epilogue<T: Elem, C: Elem, const BM: usize, const BN: usize, const 
     let amax = core::cell::Cell::new(0.0f32);
     let finish = #[inline(always)]
     |r: usize, col: usize, x: [f32; 8], (b, rb, res, old, rs, cs): (Fetched<T>, f32, Fetched<T>, Fetched<C>, Option<f32>, Fetched<f32>)| {
-        let x = match (col_scale.is_some(), rs) {
-            (true, rs) => {
-                let (cs, rs) = (cs.get(), rs.unwrap_or(1.0));
-                core::array::from_fn(|i| x[i] * rs * cs[i])
-            }
-            (false, Some(rs)) => x.map(|v| v * rs),
-            (false, None) => x,
+        let x = match rs {
+            Some(rs) => x.map(|v| v * rs),
+            None => x,
+        };
+        let x = if col_scale.is_some() {
+            let cs = cs.get();
+            core::array::from_fn(|i| x[i] * cs[i])
+        } else {
+            x
         };
         let b = match bias_kind {
             Bias::None => [0.0; 8],
