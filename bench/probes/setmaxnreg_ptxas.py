@@ -8,8 +8,9 @@ warpgroup (down to 40) to the others (up to 232). That only helps if ptxas
 allocates the code after `setmaxnreg.inc` against the raised budget.
 
 This writes a 384-thread kernel whose first 256 threads keep 200 values live
-(`.maxntid 384`, so 168 registers at most), builds it with and without the
-`setmaxnreg` pair, and prints ptxas's report and the SASS's highest register.
+(bounded to 168 registers a thread by `.maxnreg`, as our build does, or by
+`.maxntid`), builds it with and without the `setmaxnreg` pair, and prints
+ptxas's report and the SASS's highest register.
 
 Usage here: `python3 bench/probes/setmaxnreg_ptxas.py` (after `cargo xtask setup`,
 which puts ptxas and nvdisasm under `.tools/`).
@@ -30,12 +31,12 @@ def tool(name):
     return str(found[0])
 
 
-def kernel(with_setmaxnreg):
+def kernel(with_setmaxnreg, bound):
     inc = "  setmaxnreg.inc.sync.aligned.u32 232;" if with_setmaxnreg else ""
     dec = "  setmaxnreg.dec.sync.aligned.u32 40;" if with_setmaxnreg else ""
     body = [
         ".version 8.0", ".target sm_90a", ".address_size 64",
-        ".visible .entry k(.param .u64 p)", ".maxntid 384, 1, 1", ".minnctapersm 1", "{",
+        ".visible .entry k(.param .u64 p)", bound, "{",
         "  .reg .pred %q;", "  .reg .b32 %t;", "  .reg .b64 %p, %a;", f"  .reg .f32 %f<{LIVE}>;", "  .reg .f32 %x;",
         "  ld.param.u64 %p, [p];", "  mov.u32 %t, %tid.x;", "  setp.ge.u32 %q, %t, 256;", "  @%q bra COPIER;",
         inc, "  mul.wide.u32 %a, %t, 4;", "  add.u64 %a, %p, %a;",
@@ -52,15 +53,16 @@ def kernel(with_setmaxnreg):
 def main():
     ptxas, nvdisasm = tool("ptxas"), tool("nvdisasm")
     with tempfile.TemporaryDirectory() as d:
-        for flag in (True, False):
+        # `.maxnreg` is what `cargo xtask build` gives each entry (xtask/src/bounds.rs).
+        for flag, bound in ((True, ".maxnreg 168"), (True, ".maxntid 384, 1, 1\n.minnctapersm 1"), (False, ".maxnreg 168")):
             ptx, cubin = pathlib.Path(d, "k.ptx"), pathlib.Path(d, "k.cubin")
-            ptx.write_text(kernel(flag))
+            ptx.write_text(kernel(flag, bound))
             report = subprocess.run([ptxas, "-arch=sm_90a", "-v", str(ptx), "-o", str(cubin)], capture_output=True, text=True, check=True).stderr
             sass = subprocess.run([nvdisasm, str(cubin)], capture_output=True, text=True).stdout
             regs = max((int(r) for r in re.findall(r"\bR(\d+)\b", sass)), default=0)
             used = re.search(r"Used (\d+) registers", report).group(1)
             stack = re.search(r"(\d+) bytes cumulative stack size", report)
-            print(f"{'with' if flag else 'without'} setmaxnreg: ptxas says {used} registers, "
+            print(f"{'with' if flag else 'without'} setmaxnreg, {bound.splitlines()[0]}: ptxas says {used} registers, "
                   f"{stack.group(1) if stack else 0} bytes of stack; highest register in the SASS R{regs}; "
                   f"USETMAXREG in SASS: {'USETMAXREG' in sass}")
 
