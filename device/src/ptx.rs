@@ -9,6 +9,15 @@ pub fn thread_idx() -> u32 {
     unsafe { nvptx::_thread_idx_x() as u32 }
 }
 
+/// `exit`: this thread is done with the program. Barriers of the whole
+/// program stop waiting for it (a warp-specialized program's copy
+/// warpgroup leaves this way, so that no code after it is shared with the
+/// other warps and held to its register budget).
+#[inline(always)]
+pub fn exit() -> ! {
+    unsafe { core::arch::asm!("exit;", options(noreturn, nostack)) }
+}
+
 /// Block index along `axis` (0, 1 or 2).
 #[inline(always)]
 pub fn block_idx(axis: u32) -> u32 {

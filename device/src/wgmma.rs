@@ -27,6 +27,20 @@ pub fn wgmma_wait<const N: u32>() {
     unsafe { asm!("wgmma.wait_group.sync.aligned {n};", n = const N, options(nostack)) };
 }
 
+/// `setmaxnreg.inc`: this warpgroup's threads may use up to `N` registers
+/// (taken from a warpgroup that gave them back with [`setmaxnreg_dec`]).
+/// The four warps call it together; `N` is a multiple of 8 in 24..=256.
+#[inline(always)]
+pub fn setmaxnreg_inc<const N: u32>() {
+    unsafe { asm!("setmaxnreg.inc.sync.aligned.u32 {n};", n = const N, options(nostack)) };
+}
+
+/// `setmaxnreg.dec`: this warpgroup gives back registers down to `N` a thread.
+#[inline(always)]
+pub fn setmaxnreg_dec<const N: u32>() {
+    unsafe { asm!("setmaxnreg.dec.sync.aligned.u32 {n};", n = const N, options(nostack)) };
+}
+
 /// `fence.proxy.async.shared::cta`: this thread's earlier writes to shared
 /// memory (stores, finished `cp.async` copies) become visible to the async
 /// proxy that `wgmma` reads through. Then a barrier, as for ordinary reads.

@@ -286,8 +286,11 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
             label.push(format!("{k}{val}"));
         }
         let (warps, wspan) = warps.ok_or_else(|| Error::new(cfg.span, "each config needs WARPS (the program has 32·WARPS threads)"))?;
-        if !(1..=32).contains(&warps) || !warps.is_power_of_two() {
-            return Err(Error::new(wspan, "WARPS must be a power of two from 1 to 32 (a program has at most 1024 threads)"));
+        // Row reductions split a tile over a power of two of warps; a
+        // warp-specialized program is whole warpgroups (e.g. 12: two that
+        // multiply and one that copies).
+        if !(1..=32).contains(&warps) || !(warps.is_power_of_two() || warps % 4 == 0) {
+            return Err(Error::new(wspan, "WARPS must be a power of two or a multiple of 4, from 1 to 32 (a program has at most 1024 threads)"));
         }
         let threads = warps * 32;
         if let Some((occ, span)) = occ {

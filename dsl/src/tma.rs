@@ -73,8 +73,20 @@ impl Barrier {
     pub fn expect(&self, bytes: usize) {
         #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
         if leader() {
-            unsafe { rustile_device::mbar_arrive_expect(self.addr, bytes as u32) };
+            self.expect_by_this_thread(bytes);
         }
+        #[cfg(not(all(target_arch = "nvptx64", target_feature = "sm_90a")))]
+        let _ = bytes;
+    }
+
+    /// [`Barrier::expect`] by the calling thread, whichever it is: for the
+    /// one thread of a copy warpgroup that issues the copies.
+    #[inline(always)]
+    pub fn expect_by_this_thread(&self, bytes: usize) {
+        #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+        unsafe {
+            rustile_device::mbar_arrive_expect(self.addr, bytes as u32)
+        };
         #[cfg(not(all(target_arch = "nvptx64", target_feature = "sm_90a")))]
         let _ = bytes;
     }
@@ -127,9 +139,20 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
     /// bytes (one swizzled row: `C` 64 for 16-bit elements, 128 for FP8).
     #[inline(always)]
     pub fn load_tma(&self, map: u64, src: &BlockPtr<T, R, C, TH>, z: usize, bar: &Barrier) {
-        assert!(C * core::mem::size_of::<T>() == 128, "load_tma copies rows of 128 bytes (the 128-byte swizzle)");
         #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
         if leader() {
+            self.load_tma_by_this_thread(map, src, z, bar);
+        }
+        #[cfg(not(all(target_arch = "nvptx64", target_feature = "sm_90a")))]
+        self.load_tma_by_this_thread(map, src, z, bar);
+    }
+
+    /// [`Shared::load_tma`] issued by the calling thread, whichever it is.
+    #[inline(always)]
+    pub fn load_tma_by_this_thread(&self, map: u64, src: &BlockPtr<T, R, C, TH>, z: usize, bar: &Barrier) {
+        assert!(C * core::mem::size_of::<T>() == 128, "load_tma copies rows of 128 bytes (the 128-byte swizzle)");
+        #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+        {
             let at = [src.offsets[1] as u32, src.offsets[0] as u32, z as u32];
             unsafe { rustile_device::tma_load_3d(self.base, map, at, bar.addr) };
         }

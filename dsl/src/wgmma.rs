@@ -61,6 +61,57 @@ impl<T, const M: usize, const N: usize, const K: usize, const TH: usize> WgShape
     };
 }
 
+// ---- warp specialization ----------------------------------------------------------------
+
+/// Whether this thread is in the copy warpgroup of a warp-specialized
+/// program: `TH` threads compute (`Acc<_, _, TH, true>`), and the 128 after
+/// them only issue copies. Never in the CPU interpreter, whose one thread
+/// per program does every role.
+#[inline(always)]
+pub fn is_copier<const TH: usize>() -> bool {
+    #[cfg(target_arch = "nvptx64")]
+    return rustile_device::thread_idx() as usize >= TH;
+    #[cfg(not(target_arch = "nvptx64"))]
+    return false;
+}
+
+/// Whether this thread issues the copy warpgroup's copies (its first).
+#[inline(always)]
+pub fn is_copy_issuer<const TH: usize>() -> bool {
+    #[cfg(target_arch = "nvptx64")]
+    return rustile_device::thread_idx() as usize == TH;
+    #[cfg(not(target_arch = "nvptx64"))]
+    return false;
+}
+
+/// Ends this thread of the copy warpgroup (on the GPU: `exit`, so that
+/// whatever the other threads run next is theirs alone; barriers of the
+/// whole program stop counting it).
+#[inline(always)]
+pub fn copier_done() -> ! {
+    #[cfg(target_arch = "nvptx64")]
+    rustile_device::exit();
+    #[cfg(not(target_arch = "nvptx64"))]
+    unreachable!("the interpreter runs no copy warpgroup");
+}
+
+/// This warpgroup may use up to `N` registers a thread, taken from one that
+/// called [`lower_registers`]: a program's launch bound shares the register
+/// file evenly, and a warpgroup that only issues copies needs few
+/// (`setmaxnreg`; every thread of the warpgroup calls it).
+#[inline(always)]
+pub fn raise_registers<const N: u32>() {
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+    rustile_device::setmaxnreg_inc::<N>();
+}
+
+/// This warpgroup gives registers back, down to `N` a thread.
+#[inline(always)]
+pub fn lower_registers<const N: u32>() {
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+    rustile_device::setmaxnreg_dec::<N>();
+}
+
 /// Shared memory that threads wrote (with `copy_from` copies, after
 /// `wait_copies`, or with `Shared::store`) becomes visible to the tensor
 /// cores' reads; `sync()` next, as for reads by other threads.

@@ -32,13 +32,16 @@ pub fn dual_gemm_kernel<T: Elem>(a: Ptr<T>, b1: Ptr<T>, b2: Ptr<T>, c: PtrMut<T>
 }
 
 // `SMEM = pad(32·WARPS) + STAGES·((BM + 2·BN)·BK·2 + 16)`: a stage holds
-// A's tile and both weights'.
+// A's tile and both weights'. `COPIER = 1`: 128 more threads that only
+// issue copies (`mainloop_tma_ws`), whose shared memory is sized for the
+// multiplying threads.
 #[kernel(
     configs = [
-        (BM = 128, BN = 128, BK = 64, WARPS = 8, STAGES = 4, SMEM = 196672),
-        (BM = 128, BN = 64, BK = 64, WARPS = 8, STAGES = 6, SMEM = 196704),
-        (BM = 64, BN = 128, BK = 64, WARPS = 4, STAGES = 5, SMEM = 205392),
-        (BM = 64, BN = 64, BK = 64, WARPS = 4, STAGES = 6, SMEM = 148064),
+        (BM = 128, BN = 128, BK = 64, WARPS = 8, STAGES = 4, COPIER = 0, SMEM = 196672),
+        (BM = 128, BN = 64, BK = 64, WARPS = 8, STAGES = 6, COPIER = 0, SMEM = 196704),
+        (BM = 64, BN = 128, BK = 64, WARPS = 4, STAGES = 5, COPIER = 0, SMEM = 205392),
+        (BM = 64, BN = 64, BK = 64, WARPS = 4, STAGES = 6, COPIER = 0, SMEM = 148064),
+        (BM = 128, BN = 128, BK = 64, WARPS = 12, STAGES = 4, COPIER = 1, SMEM = 196672),
     ],
     grid = [cdiv(m, BM) * cdiv(n, BN)],
     dtypes = [bf16, f16],
@@ -50,13 +53,20 @@ pub fn dual_gemm_kernel<T: Elem>(a: Ptr<T>, b1: Ptr<T>, b2: Ptr<T>, c: PtrMut<T>
 pub fn dual_gemm_tma_kernel<T: Elem>(
     a: Ptr<T>, b1: Ptr<T>, b2: Ptr<T>, c: PtrMut<T>, m: usize, n: usize, k: usize, map_a: u64, map_b1: u64, map_b2: u64,
 ) {
-    use crate::gemm::{mainloop_tma, pad, Mapped, Operand};
+    use crate::gemm::{mainloop_tma, mainloop_tma_ws, pad, Mapped, Operand};
     let at = block::<BM, BN>(m, n);
     let op = |ptr: Ptr<T>, map: u64| Mapped { map, z: 0, op: Operand { ptr, ld: k } };
-    let [gate, up] = mainloop_tma::<T, BM, BN, BK, STAGES, THREADS, 2>(op(a, map_a), [op(b1, map_b1), op(b2, map_b2)], [m, n, k], at);
+    let (a, b) = (op(a, map_a), [op(b1, map_b1), op(b2, map_b2)]);
+    // The threads that multiply (and store): all of them, or all but the copy warpgroup.
+    const TH: usize = THREADS - 128 * COPIER;
+    let [gate, up] = if COPIER == 1 {
+        mainloop_tma_ws::<T, BM, BN, BK, STAGES, TH, 2>(a, b, [m, n, k], at)
+    } else {
+        mainloop_tma::<T, BM, BN, BK, STAGES, TH, 2>(a, b, [m, n, k], at)
+    };
     // rcp.approx: a third of IEEE division's instructions, a few ulp of f32 before the 16-bit store.
     let h = gate.zip(up, |g, u| math::silu_fast(g) * u);
-    store_acc_staged(&BlockPtr::rows(c, m, n, at), &h, pad(THREADS), |_, _, x: [f32; 8]| x);
+    store_acc_staged(&rustile::BlockPtr::<T, BM, BN, TH>::rows(c, m, n, at), &h, pad(TH), |_, _, x: [f32; 8]| x);
 }
 
 // ---- config choice and host API ----------------------------------------------------------
@@ -70,12 +80,12 @@ pub fn default_config(m: usize, n: usize) -> usize {
 }
 
 /// The config `dual_gemm` runs on Hopper where the tuned table has no
-/// entry: the largest blocks (128×128 of each product) that still give
-/// every SM one, else 128×64, else 64×64.
+/// entry: the largest blocks (128×128 of each product, with a copy
+/// warpgroup) that still give every SM one, else 128×64, else 64×64.
 #[cfg(not(target_arch = "nvptx64"))]
 pub fn default_tma_config(m: usize, n: usize) -> usize {
     if cdiv(m, 128) * cdiv(n, 128) >= 132 {
-        0
+        4
     } else if cdiv(m, 128) * cdiv(n, 64) >= 132 {
         1
     } else {

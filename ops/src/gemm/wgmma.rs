@@ -151,58 +151,27 @@ impl<const NB: usize> OneOrTwo<NB> {
 pub fn mainloop_tma<T: Elem, const BM: usize, const BN: usize, const BK: usize, const STAGES: usize, const TH: usize, const NB: usize>(
     a: Mapped<T>,
     b: [Mapped<T>; NB],
-    [m, n, k]: [usize; 3],
+    mnk: [usize; 3],
     at: [usize; 2],
 ) -> [rustile::Acc<BM, BN, TH, true>; NB]
 where
     [(); acc_len(BM, BN, TH)]:,
 {
-    let () = OneOrTwo::<NB>::OK;
-    let row = BK * core::mem::size_of::<T>();
-    let bytes = (BM + NB * BN) * row;
-    let tile_a = #[inline(always)]
-    |s: usize| Shared::<T, BM, BK, TH>::at(pad(TH) + s * bytes);
-    let tile_b = #[inline(always)]
-    |s: usize, i: usize| Shared::<T, BN, BK, TH>::at(pad(TH) + s * bytes + (BM + i * BN) * row);
-    let barriers = pad(TH) + STAGES * bytes;
-    let full = |s: usize| Barrier::at::<TH>(barriers + 8 * s);
-    let empty = |s: usize| Barrier::at::<TH>(barriers + 8 * (STAGES + s));
-    for s in 0..STAGES {
-        full(s).init(1);
-        empty(s).init(TH as u32);
-    }
-    tma::fence_init();
-    sync();
-    let steps = cdiv(k, BK);
-    let fill = #[inline(always)]
-    |kt: usize, s: usize| {
-        full(s).expect(bytes);
-        tile_a(s).load_tma(a.map, &BlockPtr::new(a.op.ptr, [m, k], [a.op.ld, 1], [at[0], kt * BK]), a.z, &full(s));
-        for (i, b) in b.iter().enumerate() {
-            tile_b(s, i).load_tma(b.map, &BlockPtr::new(b.op.ptr, [n, k], [b.op.ld, 1], [at[1], kt * BK]), b.z, &full(s));
-        }
-    };
+    let ring = Ring::<T, BM, BN, BK, STAGES, TH, NB>::new(TH as u32);
+    let steps = cdiv(mnk[2], BK);
     for kt in 0..STAGES.min(steps) {
-        fill(kt, kt);
+        ring.fill(a, &b, mnk, at, kt, false);
     }
     let mut acc = [rustile::Acc::<BM, BN, TH, true>::zeros(); NB];
     for kt in 0..steps {
-        // Stage kt % STAGES, in its (kt / STAGES)-th use: the barrier's phase parity.
-        let (s, use_) = (kt % STAGES, kt / STAGES);
-        full(s).wait(use_ % 2);
-        for (i, acc) in acc.iter_mut().enumerate() {
-            wgmma::dot_async(&tile_a(s), &tile_b(s, i), acc);
-        }
-        // Each `dot_async` is one group: this step's NB may still run.
-        for acc in acc.iter_mut() {
-            if NB == 1 { wgmma::wait::<1, BM, BN, TH>(acc) } else { wgmma::wait::<2, BM, BN, TH>(acc) }
-        }
+        ring.multiply(kt, &mut acc);
         if kt > 0 {
+            // Stage kt − 1 % STAGES, in its (kt − 1) / STAGES-th use: the barrier's phase parity.
             let (p, use_) = ((kt - 1) % STAGES, (kt - 1) / STAGES);
-            empty(p).arrive();
+            ring.empty(p).arrive();
             if kt - 1 + STAGES < steps {
-                empty(p).wait_leader(use_ % 2);
-                fill(kt - 1 + STAGES, p);
+                ring.empty(p).wait_leader(use_ % 2);
+                ring.fill(a, &b, mnk, at, kt - 1 + STAGES, false);
             }
         }
     }
@@ -210,6 +179,148 @@ where
         wgmma::wait::<0, BM, BN, TH>(acc);
     }
     acc
+}
+
+/// [`mainloop_tma`] with a copy warpgroup: the program has `TH + 128`
+/// threads; the first `TH` multiply and get the accumulators, the last
+/// warpgroup never returns (it exits when its copies are issued: code
+/// after the call is the multiplying threads' alone). One of its threads issues
+/// every step's copies as soon as the step `STAGES` earlier released its
+/// stage, so no multiplying warp ever waits to issue a copy and a
+/// warpgroup running behind never holds back the other's next tiles. The
+/// copy warpgroup gives its registers to the others (24 and 240 a thread:
+/// two 64×N accumulators fit at the launch bound of 168). The same `SMEM`
+/// as `mainloop_tma`.
+#[inline(always)]
+pub fn mainloop_tma_ws<T: Elem, const BM: usize, const BN: usize, const BK: usize, const STAGES: usize, const TH: usize, const NB: usize>(
+    a: Mapped<T>,
+    b: [Mapped<T>; NB],
+    mnk: [usize; 3],
+    at: [usize; 2],
+) -> [rustile::Acc<BM, BN, TH, true>; NB]
+where
+    [(); acc_len(BM, BN, TH)]:,
+{
+    let ring = Ring::<T, BM, BN, BK, STAGES, TH, NB>::new(TH as u32);
+    let steps = cdiv(mnk[2], BK);
+    if wgmma::is_copier::<TH>() {
+        wgmma::lower_registers::<24>();
+        if wgmma::is_copy_issuer::<TH>() {
+            for kt in 0..steps {
+                let (s, use_) = (kt % STAGES, kt / STAGES);
+                if use_ > 0 {
+                    ring.empty(s).wait((use_ - 1) % 2);
+                }
+                ring.fill(a, &b, mnk, at, kt, true);
+            }
+        }
+        wgmma::copier_done();
+    }
+    wgmma::raise_registers::<240>();
+    let mut acc = [rustile::Acc::<BM, BN, TH, true>::zeros(); NB];
+    for kt in 0..steps {
+        // The interpreter's one thread is the copier too.
+        if cfg!(not(target_arch = "nvptx64")) {
+            ring.fill(a, &b, mnk, at, kt, true);
+        }
+        ring.multiply(kt, &mut acc);
+        if kt > 0 {
+            ring.empty((kt - 1) % STAGES).arrive();
+        }
+    }
+    for acc in acc.iter_mut() {
+        wgmma::wait::<0, BM, BN, TH>(acc);
+    }
+    acc
+}
+
+/// The shared memory of [`mainloop_tma`] and [`mainloop_tma_ws`]: `STAGES`
+/// stages, each A's `BM×BK` tile then each Bᵢ's `BN×BK` (from the byte
+/// offset that puts every tile on its swizzle period, `pad(TH)`), then a
+/// `full` barrier a stage (its copies landed) and an `empty` one (the
+/// multiplying threads saw the `wgmma`s that read it finish).
+struct Ring<T, const BM: usize, const BN: usize, const BK: usize, const STAGES: usize, const TH: usize, const NB: usize>(core::marker::PhantomData<T>);
+
+impl<T: Elem, const BM: usize, const BN: usize, const BK: usize, const STAGES: usize, const TH: usize, const NB: usize> Ring<T, BM, BN, BK, STAGES, TH, NB> {
+    const ROW: usize = BK * core::mem::size_of::<T>();
+    const BYTES: usize = (BM + NB * BN) * Self::ROW;
+
+    /// Sets up the barriers (`empty` counts `arrivals`) and meets every thread.
+    #[inline(always)]
+    fn new(arrivals: u32) -> Self {
+        let () = OneOrTwo::<NB>::OK;
+        let ring = Ring(core::marker::PhantomData);
+        for s in 0..STAGES {
+            ring.full(s).init(1);
+            ring.empty(s).init(arrivals);
+        }
+        tma::fence_init();
+        sync();
+        ring
+    }
+
+    #[inline(always)]
+    fn a(&self, s: usize) -> Shared<T, BM, BK, TH> {
+        Shared::at(pad(TH) + s * Self::BYTES)
+    }
+
+    #[inline(always)]
+    fn b(&self, s: usize, i: usize) -> Shared<T, BN, BK, TH> {
+        Shared::at(pad(TH) + s * Self::BYTES + (BM + i * BN) * Self::ROW)
+    }
+
+    #[inline(always)]
+    fn full(&self, s: usize) -> Barrier {
+        Barrier::at::<TH>(pad(TH) + STAGES * Self::BYTES + 8 * s)
+    }
+
+    #[inline(always)]
+    fn empty(&self, s: usize) -> Barrier {
+        Barrier::at::<TH>(pad(TH) + STAGES * Self::BYTES + 8 * (STAGES + s))
+    }
+
+    /// Starts k-step `kt`'s copies into its stage: by the program's first
+    /// thread, or (`by_this_thread`) by the caller.
+    #[inline(always)]
+    fn fill(&self, a: Mapped<T>, b: &[Mapped<T>; NB], [m, n, k]: [usize; 3], at: [usize; 2], kt: usize, by_this_thread: bool) {
+        let s = kt % STAGES;
+        let full = self.full(s);
+        let a_src = BlockPtr::new(a.op.ptr, [m, k], [a.op.ld, 1], [at[0], kt * BK]);
+        if by_this_thread {
+            full.expect_by_this_thread(Self::BYTES);
+            self.a(s).load_tma_by_this_thread(a.map, &a_src, a.z, &full);
+        } else {
+            full.expect(Self::BYTES);
+            self.a(s).load_tma(a.map, &a_src, a.z, &full);
+        }
+        for (i, b) in b.iter().enumerate() {
+            let b_src = BlockPtr::new(b.op.ptr, [n, k], [b.op.ld, 1], [at[1], kt * BK]);
+            if by_this_thread {
+                self.b(s, i).load_tma_by_this_thread(b.map, &b_src, b.z, &full);
+            } else {
+                self.b(s, i).load_tma(b.map, &b_src, b.z, &full);
+            }
+        }
+    }
+
+    /// Waits for k-step `kt`'s tiles, starts its `wgmma`s, and waits until
+    /// only they run (so step `kt − 1`'s stage is read).
+    #[inline(always)]
+    fn multiply(&self, kt: usize, acc: &mut [rustile::Acc<BM, BN, TH, true>; NB])
+    where
+        [(); acc_len(BM, BN, TH)]:,
+    {
+        // Stage kt % STAGES, in its (kt / STAGES)-th use: the barrier's phase parity.
+        let (s, use_) = (kt % STAGES, kt / STAGES);
+        self.full(s).wait(use_ % 2);
+        for (i, acc) in acc.iter_mut().enumerate() {
+            wgmma::dot_async(&self.a(s), &self.b(s, i), acc);
+        }
+        // Each `dot_async` is one group: this step's NB may still run.
+        for acc in acc.iter_mut() {
+            if NB == 1 { wgmma::wait::<1, BM, BN, TH>(acc) } else { wgmma::wait::<2, BM, BN, TH>(acc) }
+        }
+    }
 }
 
 // `SMEM = pad(32·WARPS) + STAGES·((BM + BN)·BK·2 + 16)`.
