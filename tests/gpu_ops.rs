@@ -277,10 +277,10 @@ fn dual_gemm_matches_float64() {
     assert!(matches!(dual_gemm::dual_gemm(&gpu, &a, &b, &other, &mut c), Err(Error::Shape(_))));
 }
 
-fn fp8_case<T: Elem>(gpu: &Gpu, [m, n, k]: [usize; 3]) {
+fn fp8_case<TA: Elem, TB: Elem>(gpu: &Gpu, [m, n, k]: [usize; 3]) {
     use gemm_fp8::Scale;
     let (mut rng, seed) = rng();
-    let (a, b): (Vec<T>, Vec<T>) = (normal(&mut rng, m * k, 0.0, 2.0), normal(&mut rng, n * k, 0.0, 2.0));
+    let (a, b): (Vec<TA>, Vec<TB>) = (normal(&mut rng, m * k, 0.0, 2.0), normal(&mut rng, n * k, 0.0, 2.0));
     let (sa, sb): (Vec<f32>, Vec<f32>) = (normal(&mut rng, m, 1.0, 0.5), vec![0.37]);
     let bias: Vec<bf16> = normal(&mut rng, n, 0.0, 3.0);
     let (da, db, dsa, dsb, dbias) = (up(gpu, &a, &[m, k]), up(gpu, &b, &[n, k]), up(gpu, &sa, &[m]), up(gpu, &sb, &[1]), up(gpu, &bias, &[n]));
@@ -291,7 +291,7 @@ fn fp8_case<T: Elem>(gpu: &Gpu, [m, n, k]: [usize; 3]) {
     for cfg in 0..gemm_fp8::gemm_fp8_kernel::CONFIGS.len() {
         let mut c = poisoned::<bf16>(gpu, &[m, n]);
         gemm_fp8::gemm_fp8_with_config(gpu, cfg, &da, &db, &mut c, Scale::Rows(&dsa), Scale::Tensor(&dsb), &epi).unwrap();
-        assert_close(&gpu.download(&c).unwrap(), &want, &format!("gemm_fp8<{}> {m}×{n}×{k} cfg={cfg} (seed {seed})", T::NAME));
+        assert_close(&gpu.download(&c).unwrap(), &want, &format!("gemm_fp8<{} × {}> {m}×{n}×{k} cfg={cfg} (seed {seed})", TA::NAME, TB::NAME));
     }
     // The plain product, per-column scales of b, through the tuned dispatch.
     let sbn: Vec<f32> = normal(&mut rng, n, 1.0, 0.5);
@@ -299,18 +299,20 @@ fn fp8_case<T: Elem>(gpu: &Gpu, [m, n, k]: [usize; 3]) {
     let want: Vec<f64> = (0..m * n).map(|i| ab[i] * sbn[i % n] as f64).collect();
     let mut c = poisoned::<bf16>(gpu, &[m, n]);
     gemm_fp8::gemm_fp8(gpu, &da, &db, &mut c, Scale::None, Scale::Rows(&dsbn), &gemm::Epilogue::new()).unwrap();
-    assert_close(&gpu.download(&c).unwrap(), &want, &format!("gemm_fp8<{}> {m}×{n}×{k} default (seed {seed})", T::NAME));
+    assert_close(&gpu.download(&c).unwrap(), &want, &format!("gemm_fp8<{} × {}> {m}×{n}×{k} default (seed {seed})", TA::NAME, TB::NAME));
 }
 
-/// Every config of the FP8 GEMM, both formats, at odd M and N, with the
+/// Every config of the FP8 GEMM, both formats and their mixes, at odd M and N, with the
 /// scales and a fused epilogue; and what it refuses.
 #[test]
 #[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
 fn gemm_fp8_matches_float64() {
     let Some(gpu) = hopper_or_skip("gemm_fp8_matches_float64") else { return };
     for shape in [[1, 1, 16], [70, 33, 48], [300, 517, 272], [777, 1030, 528]] {
-        fp8_case::<rustile::F8E4M3>(&gpu, shape);
-        fp8_case::<rustile::F8E5M2>(&gpu, shape);
+        fp8_case::<rustile::F8E4M3, rustile::F8E4M3>(&gpu, shape);
+        fp8_case::<rustile::F8E5M2, rustile::F8E5M2>(&gpu, shape);
+        fp8_case::<rustile::F8E5M2, rustile::F8E4M3>(&gpu, shape);
+        fp8_case::<rustile::F8E4M3, rustile::F8E5M2>(&gpu, shape);
     }
     let (a, b) = (gpu.alloc::<rustile::F8E4M3>(&[8, 40]).unwrap(), gpu.alloc::<rustile::F8E4M3>(&[4, 40]).unwrap());
     let mut c = gpu.alloc::<bf16>(&[8, 4]).unwrap();
@@ -354,8 +356,9 @@ impl EpilogueCase {
     }
 }
 
-/// Outputs of another type than the operands, each config of the TMA
-/// kernel, beside the same program in the CPU interpreter and float64:
+/// Outputs of another type than the operands, each config of every GEMM
+/// kernel and each layout it takes, beside the same program in the CPU
+/// interpreter and float64:
 /// bf16 → f32 with the whole epilogue (β reading f32) and an output scale,
 /// bf16 → e4m3 scaled to saturate, both with the amax; the FP8 GEMM's
 /// e4m3 → e4m3; and what is refused.
@@ -378,22 +381,33 @@ fn gemm_cast_outputs_match_float64() {
     let s8 = (600.0 / y8.iter().fold(0.0f64, |t, v| t.max(v.abs()))) as f32;
     let (two, ds8) = (up(&gpu, &[2.0f32], &[1]), up(&gpu, &[s8], &[1]));
     let fused8 = fused.accumulate(0.0);
-    for cfg in 0..gemm::gemm_tma_kernel::CONFIGS.len() {
-        let ctx = format!("gemm_tma {m}×{n}×{k} cfg={cfg} (seed {seed})");
+    // Every kernel and config in the layout it takes (A [m, k], B [n, k]),
+    // and the mma.sync kernels in the other three (A stored [k, m], B [k, n]).
+    let (at, bt) = (testing::transpose(a, 1, m, k), testing::transpose(b, 1, n, k));
+    let (dat, dbt) = (up(&gpu, &at, &[k, m]), up(&gpu, &bt, &[k, n]));
+    let mut cases: Vec<(bool, bool, gemm::Config)> = nt_configs(&gpu).into_iter().map(|c| (false, true, c)).collect();
+    for (ta, tb) in [(false, false), (true, false), (true, true)] {
+        cases.extend((0..gemm::gemm_nt_kernel::CONFIGS.len()).map(|c| (ta, tb, gemm::Config::Mma(c))));
+    }
+    for (ta, tb, cfg) in cases {
+        let ctx = format!("gemm ta={ta} tb={tb} {m}×{n}×{k} {cfg:?} (seed {seed})");
+        let plan = Plan { m, n, k, batch: 1, ld: [if ta { m } else { k }, if tb { k } else { n }, n], stride: [0, 0, m * n, 0], ta, tb };
+        let (da, db) = (if ta { &dat } else { da }, if tb { db } else { &dbt });
+        let (ha, hb) = (if ta { &at } else { a }, if tb { b } else { &bt });
         let (mut c, mut amax) = (up(&gpu, &old, &[m, n]), up(&gpu, &[0.0f32], &[1]));
-        gemm::launch_plan_cast(&gpu, Some(gemm::Config::Tma(cfg)), &Plan::nt(m, n, k), da, db, &mut c, &fused, Cast { scale: Some(&two), amax: Some(&mut amax) }).unwrap();
+        gemm::launch_plan_cast(&gpu, Some(cfg), &plan, da, db, &mut c, &fused, Cast { scale: Some(&two), amax: Some(&mut amax) }).unwrap();
         assert_close(&gpu.download(&c).unwrap(), &y32.iter().map(|v| 2.0 * v).collect::<Vec<_>>(), &format!("{ctx} → f32"));
         let got = gpu.download(&amax).unwrap()[0];
         let (top, ok) = testing::amax_matches(got, &y32, 1e-5);
         assert!(ok, "{ctx} → f32: amax {got} instead of {top}");
 
         let (mut c8, mut amax) = (poisoned::<F8E4M3>(&gpu, &[m, n]), up(&gpu, &[0.0f32], &[1]));
-        gemm::launch_plan_cast(&gpu, Some(gemm::Config::Tma(cfg)), &Plan::nt(m, n, k), da, db, &mut c8, &fused8, Cast { scale: Some(&ds8), amax: Some(&mut amax) }).unwrap();
+        gemm::launch_plan_cast(&gpu, Some(cfg), &plan, da, db, &mut c8, &fused8, Cast { scale: Some(&ds8), amax: Some(&mut amax) }).unwrap();
         let got8 = gpu.download(&c8).unwrap();
         testing::assert_e4m3_close(&got8, &y8.iter().map(|v| s8 as f64 * v).collect::<Vec<_>>(), &format!("{ctx} → e4m3"));
         // Hopper's paired conversion against the interpreter's: the same bytes.
         let mut cpu8 = vec![F8E4M3(0); m * n];
-        gemm::launch_plan_cast_cpu(cfg, &Plan::nt(m, n, k), [&a[..], &b[..], &bias[..], &res[..]], &mut cpu8, fused8.epi(), &[s8], &mut []);
+        gemm::launch_plan_cast_cpu(cfg, &plan, [&ha[..], &hb[..], &bias[..], &res[..]], &mut cpu8, fused8.epi(), &[s8], &mut []);
         let differ = got8.iter().zip(&cpu8).filter(|(g, c)| g != c).count();
         assert!(differ * 1000 <= m * n, "{ctx} → e4m3: {differ} of {} bytes differ from the interpreter's", m * n);
         let got = gpu.download(&amax).unwrap()[0];
@@ -421,13 +435,15 @@ fn gemm_cast_outputs_match_float64() {
     let got = gpu.download(&amax).unwrap()[0];
     let (top, ok) = testing::amax_matches(got, &y, 1e-3);
     assert!(ok, "gemm_fp8_cast: amax {got} instead of {top}");
-    // Refused: f16 → e4m3; a cast where the TMA kernel cannot read (k = 77).
+    // Refused: f16 → e4m3.
     let mut c8 = gpu.alloc::<F8E4M3>(&[m, n]).unwrap();
     assert!(matches!(gemm::gemm_cast(&gpu, &da16, db16.t(), &mut c8, &gemm::Epilogue::new(), Cast::default()), Err(Error::DType(_))));
-    let (a77, b77) = (gpu.alloc::<bf16>(&[m, 77]).unwrap(), gpu.alloc::<bf16>(&[n, 77]).unwrap());
-    let mut c = gpu.alloc::<f32>(&[m, n]).unwrap();
-    let err = gemm::gemm_cast(&gpu, &a77, b77.t(), &mut c, &gemm::Epilogue::new(), Cast::default()).unwrap_err();
-    assert!(matches!(&err, Error::Shape(msg) if msg.contains("TMA")), "k = 77: {err}");
+    // Rows the copy engine cannot read (k = 77): the tuned dispatch's cp.async kernel writes f32.
+    let (a77, b77): (Vec<bf16>, Vec<bf16>) = (normal(&mut rng, m * 77, 0.0, 1.0), normal(&mut rng, n * 77, 0.0, 1.0));
+    let want = reference::matmul_nt(&wide(&a77), &wide(&b77), m, n, 77);
+    let mut c = poisoned::<f32>(&gpu, &[m, n]);
+    gemm::gemm_cast(&gpu, &up(&gpu, &a77, &[m, 77]), up(&gpu, &b77, &[n, 77]).t(), &mut c, &gemm::Epilogue::new(), Cast::default()).unwrap();
+    assert_close(&gpu.download(&c).unwrap(), &want, &format!("gemm_cast<bf16 → f32> k = 77 (seed {seed})"));
 }
 
 /// The MLP blocks at d_model 512 / d_ff 1365 (the hidden rows are not

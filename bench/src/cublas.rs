@@ -123,8 +123,10 @@ impl BlasLt {
     /// and bf16 `c` `[m, n]`, all row-major, in cuBLASLt's fast-accumulation
     /// mode (see `Plan::new`). The scales are one-element device tensors,
     /// read by the GPU when the GEMM runs.
-    pub fn gemm_fp8_nt<T: Elem>(&self, gpu: &Gpu, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<bf16>, scale_a: &Tensor<f32>, scale_b: &Tensor<f32>) -> Result<()> {
-        let [a_type, b_type] = fp8_types([(T::KIND, T::NAME), (T::KIND, T::NAME)])?;
+    pub fn gemm_fp8_nt<TA: Elem, TB: Elem>(
+        &self, gpu: &Gpu, a: &Tensor<TA>, b: &Tensor<TB>, c: &mut Tensor<bf16>, scale_a: &Tensor<f32>, scale_b: &Tensor<f32>,
+    ) -> Result<()> {
+        let [a_type, b_type] = fp8_types([(TA::KIND, TA::NAME), (TB::KIND, TB::NAME)])?;
         let [m, n, k] = fp8_nt_dims(a.shape(), b.shape(), c.shape(), scale_a.shape(), scale_b.shape())?;
         if !Arc::ptr_eq(gpu.cuda_stream(), &self.stream) {
             return Err(Error::Invalid("this BlasLt was made for another Gpu (its workspace lives on that one's stream)".into()));

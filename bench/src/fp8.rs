@@ -1,11 +1,12 @@
 //! The FP8 GEMM's bench: ours (e4m3, per-tensor scales, and without
 //! scales) beside cuBLASLt's FP8 GEMM on the same operands and scales, and
 //! beside our bf16 GEMM on the same values (the target is FP8 over
-//! our own bf16).
+//! our own bf16); then a backward pass's mix, e5m2 A by e4m3 B, beside
+//! cuBLASLt's.
 use crate::cublas::BlasLt;
 use crate::gemm::{close, product_rows, sample_rows};
 use crate::harness::{measure, MeasureCfg, Row, Stats, RUSTILE};
-use rustile::{bf16, Elem, F8E4M3};
+use rustile::{bf16, Elem, F8E4M3, F8E5M2};
 use rustile_host::{Gpu, Result};
 use rustile_ops::gemm_fp8::{self, Scale};
 use rustile_ops::testing::{cast, normal, rng, wide};
@@ -87,6 +88,53 @@ pub fn bench_fp8(gpu: &Gpu, mcfg: &MeasureCfg, lt: Option<&BlasLt>, shapes: &[[u
         rows.push(row(&format!("{RUSTILE} no scales"), unscaled, bytes));
         rows.push(row(&format!("{RUSTILE} bf16 (same values)"), bf16_stats, 2.0 * (m * k + n * k + m * n) as f64));
         rows.extend(lt_stats.map(|s| row("cublaslt fp8", s, bytes)));
+        rows.extend(bench_mixed(gpu, mcfg, lt, shape, (&b, &db), [&dsa, &dsb], check_only, &say)?);
     }
+    Ok(rows)
+}
+
+/// e5m2 `a` (a gradient) by the e4m3 `b` (weights), per-tensor scales:
+/// ours checked on sampled rows against float64 and on every element
+/// against cuBLASLt, then both timed.
+#[allow(clippy::too_many_arguments)]
+fn bench_mixed(
+    gpu: &Gpu, mcfg: &MeasureCfg, lt: Option<&BlasLt>, [m, n, k]: [usize; 3], (b, db): (&[F8E4M3], &rustile_host::Tensor<F8E4M3>),
+    [dsa, dsb]: [&rustile_host::Tensor<f32>; 2], check_only: bool, say: &dyn Fn(String),
+) -> Result<Vec<Row>> {
+    let (mut rng, _) = rng();
+    let a: Vec<F8E5M2> = normal(&mut rng, m * k, 0.0, 4.0);
+    let da = gpu.upload(&a, &[m, k])?;
+    let mut c = gpu.alloc::<bf16>(&[m, n])?;
+    gpu.fill_bytes(&mut c, 0xFF)?;
+    let run = |c: &mut _| gemm_fp8(gpu, &da, db, c, Scale::Tensor(dsa), Scale::Tensor(dsb), &gemm::Epilogue::new());
+    run(&mut c)?;
+    let got = gpu.download(&c)?;
+    let s = (gpu.download(dsa)?[0] * gpu.download(dsb)?[0]) as f64;
+    for r in sample_rows(m, 4) {
+        let want: Vec<f64> = product_rows(&a, b, r.clone(), n, k).iter().map(|x| x * s).collect();
+        say(close("e5m2 × e4m3, sampled rows vs float64", &got[r.start * n..r.end * n], &want)?);
+    }
+    let mut lt_stats = None;
+    if let Some(lt) = lt {
+        let mut base = gpu.alloc::<bf16>(&[m, n])?;
+        match lt.gemm_fp8_nt(gpu, &da, db, &mut base, dsa, dsb) {
+            Err(rustile_host::Error::Shape(why)) => say(format!("cuBLASLt e5m2 × e4m3 skipped: {why}")),
+            r => {
+                r?;
+                say(close("e5m2 × e4m3, every element vs cuBLASLt", &got, &wide(&gpu.download(&base)?))?);
+                if check_only {
+                    return Ok(vec![]);
+                }
+                lt_stats = Some(measure(gpu, mcfg, || lt.gemm_fp8_nt(gpu, &da, db, &mut base, dsa, dsb))?);
+            }
+        }
+    }
+    if check_only {
+        return Ok(vec![]);
+    }
+    let (flops, bytes) = (2.0 * (m * n * k) as f64, (m * k + n * k) as f64 + 2.0 * (m * n) as f64);
+    let row = |imp: &str, stats: Stats| Row::new("gemm_fp8", &[m, n, k], "e5m2_e4m3", imp, stats).flops(flops).bytes(bytes);
+    let mut rows = vec![row(RUSTILE, measure(gpu, mcfg, || run(&mut c))?)];
+    rows.extend(lt_stats.map(|s| row("cublaslt fp8", s)));
     Ok(rows)
 }

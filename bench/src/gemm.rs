@@ -48,7 +48,7 @@ pub fn close<T: Elem>(what: &str, out: &[T], baseline: &[f64]) -> Result<String>
 }
 
 /// Rows `rows` of `a·bᵀ` in float64 (`a` `[m, k]`, `b` `[n, k]`).
-pub(crate) fn product_rows<T: Elem>(a: &[T], b: &[T], rows: std::ops::Range<usize>, n: usize, k: usize) -> Vec<f64> {
+pub(crate) fn product_rows<TA: Elem, TB: Elem>(a: &[TA], b: &[TB], rows: std::ops::Range<usize>, n: usize, k: usize) -> Vec<f64> {
     reference::matmul_nt(&wide(&a[rows.start * k..rows.end * k]), &wide(b), rows.len(), n, k)
 }
 

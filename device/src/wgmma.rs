@@ -76,13 +76,13 @@ pub fn wgmma_desc(addr: u32, row_bytes: u32) -> u64 {
 }
 
 macro_rules! wgmma_m64 {
-    ($(#[$doc:meta])* $name:ident, $n:literal, $k:literal, $ty:literal, $tail:literal, $d0:tt $($d:tt)*) => {
+    ($(#[$doc:meta])* $name:ident, $n:literal, $k:literal, $ta:literal, $tb:literal, $tail:literal, $d0:tt $($d:tt)*) => {
         $(#[$doc])*
         #[inline(always)]
         pub unsafe fn $name(d: &mut [f32; $n / 2], a: u64, b: u64) {
             unsafe {
                 asm!(
-                    concat!("wgmma.mma_async.sync.aligned.m64n", $n, "k", $k, ".f32.", $ty, ".", $ty, " {{",
+                    concat!("wgmma.mma_async.sync.aligned.m64n", $n, "k", $k, ".f32.", $ta, ".", $tb, " {{",
                             "{", $d0, "}" $(, ", {", $d, "}")*, "}}, {a}, {b}, 1, 1, 1", $tail, ";"),
                     inout(reg32) d[$d0], $(inout(reg32) d[$d],)*
                     a = in(reg64) a, b = in(reg64) b, options(nostack));
@@ -91,33 +91,32 @@ macro_rules! wgmma_m64 {
     };
 }
 
-// The 16-bit forms end in the two transpose flags (0: K-major); the 8-bit
-// forms have none, since they read K-major operands only.
-wgmma_m64!(/// `d += A·Bᵀ` for a warpgroup: A 64×16 and B N×16, both bf16 and
-    /// K-major in shared memory (descriptors `a`, `b`), `d` the 64×N f32
-    /// accumulator (thread `t` holds rows `16·(t/32) + (t%32)/4 (+8)`,
-    /// column pairs `8j + 2·(t%4)`: the `mma.sync` m16n8 layout, N/8 times).
-    wgmma_m64n64k16_bf16, 64, 16, "bf16", ", 0, 0", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31);
-wgmma_m64!(/// `wgmma_m64n64k16_bf16` with N = 64, f16.
-    wgmma_m64n64k16_f16, 64, 16, "f16", ", 0, 0", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31);
-wgmma_m64!(/// `wgmma_m64n64k16_bf16` with N = 128, bf16.
-    wgmma_m64n128k16_bf16, 128, 16, "bf16", ", 0, 0", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63);
-wgmma_m64!(/// `wgmma_m64n64k16_bf16` with N = 128, f16.
-    wgmma_m64n128k16_f16, 128, 16, "f16", ", 0, 0", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63);
-wgmma_m64!(/// `wgmma_m64n64k16_bf16` with N = 256, bf16.
-    wgmma_m64n256k16_bf16, 256, 16, "bf16", ", 0, 0", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63 64 65 66 67 68 69 70 71 72 73 74 75 76 77 78 79 80 81 82 83 84 85 86 87 88 89 90 91 92 93 94 95 96 97 98 99 100 101 102 103 104 105 106 107 108 109 110 111 112 113 114 115 116 117 118 119 120 121 122 123 124 125 126 127);
-wgmma_m64!(/// `wgmma_m64n64k16_bf16` with N = 256, f16.
-    wgmma_m64n256k16_f16, 256, 16, "f16", ", 0, 0", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63 64 65 66 67 68 69 70 71 72 73 74 75 76 77 78 79 80 81 82 83 84 85 86 87 88 89 90 91 92 93 94 95 96 97 98 99 100 101 102 103 104 105 106 107 108 109 110 111 112 113 114 115 116 117 118 119 120 121 122 123 124 125 126 127);
-wgmma_m64!(/// `d += A·Bᵀ` over 32 deep with FP8 e4m3 operands (one 32-byte row
-    /// slice, as a bf16 k16), the same accumulator layout as the 16-bit forms.
-    wgmma_m64n64k32_e4m3, 64, 32, "e4m3", "", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31);
-wgmma_m64!(/// `wgmma_m64n64k32_e4m3` with N = 64, e5m2.
-    wgmma_m64n64k32_e5m2, 64, 32, "e5m2", "", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31);
-wgmma_m64!(/// `wgmma_m64n64k32_e4m3` with N = 128, e4m3.
-    wgmma_m64n128k32_e4m3, 128, 32, "e4m3", "", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63);
-wgmma_m64!(/// `wgmma_m64n64k32_e4m3` with N = 128, e5m2.
-    wgmma_m64n128k32_e5m2, 128, 32, "e5m2", "", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63);
-wgmma_m64!(/// `wgmma_m64n64k32_e4m3` with N = 256, e4m3.
-    wgmma_m64n256k32_e4m3, 256, 32, "e4m3", "", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63 64 65 66 67 68 69 70 71 72 73 74 75 76 77 78 79 80 81 82 83 84 85 86 87 88 89 90 91 92 93 94 95 96 97 98 99 100 101 102 103 104 105 106 107 108 109 110 111 112 113 114 115 116 117 118 119 120 121 122 123 124 125 126 127);
-wgmma_m64!(/// `wgmma_m64n64k32_e4m3` with N = 256, e5m2.
-    wgmma_m64n256k32_e5m2, 256, 32, "e5m2", "", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63 64 65 66 67 68 69 70 71 72 73 74 75 76 77 78 79 80 81 82 83 84 85 86 87 88 89 90 91 92 93 94 95 96 97 98 99 100 101 102 103 104 105 106 107 108 109 110 111 112 113 114 115 116 117 118 119 120 121 122 123 124 125 126 127);
+/// One `wgmma_m64!` per block width N = 64, 128, 256 (the accumulator's
+/// N/2 registers a thread, listed because `asm!` names each operand).
+macro_rules! wgmma_widths {
+    ($(#[$doc:meta])* [$n64:ident, $n128:ident, $n256:ident], $k:literal, $ta:literal, $tb:literal, $tail:literal) => {
+        wgmma_m64!($(#[$doc])* $n64, 64, $k, $ta, $tb, $tail, 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31);
+        wgmma_m64!($(#[$doc])* $n128, 128, $k, $ta, $tb, $tail, 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63);
+        wgmma_m64!($(#[$doc])* $n256, 256, $k, $ta, $tb, $tail, 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63 64 65 66 67 68 69 70 71 72 73 74 75 76 77 78 79 80 81 82 83 84 85 86 87 88 89 90 91 92 93 94 95 96 97 98 99 100 101 102 103 104 105 106 107 108 109 110 111 112 113 114 115 116 117 118 119 120 121 122 123 124 125 126 127);
+    };
+}
+
+// `d += A·Bᵀ` for a warpgroup: A 64×K and B N×K, K-major in shared memory
+// (descriptors `a`, `b`), `d` the 64×N f32 accumulator (thread `t` holds
+// rows `16·(t/32) + (t%32)/4 (+8)`, column pairs `8j + 2·(t%4)`: the
+// `mma.sync` m16n8 layout, N/8 times). The 16-bit forms end in the two
+// transpose flags (0: K-major); the 8-bit forms have none, since they read
+// K-major operands only, and multiply 32 deep (one 32-byte row slice, as a
+// 16-bit k16). FP8 operands may mix formats (e5m2 gradients × e4m3 weights).
+wgmma_widths!(/// `d += A·Bᵀ`, bf16 operands 16 deep.
+    [wgmma_m64n64k16_bf16, wgmma_m64n128k16_bf16, wgmma_m64n256k16_bf16], 16, "bf16", "bf16", ", 0, 0");
+wgmma_widths!(/// `d += A·Bᵀ`, f16 operands 16 deep.
+    [wgmma_m64n64k16_f16, wgmma_m64n128k16_f16, wgmma_m64n256k16_f16], 16, "f16", "f16", ", 0, 0");
+wgmma_widths!(/// `d += A·Bᵀ`, e4m3 operands 32 deep.
+    [wgmma_m64n64k32_e4m3, wgmma_m64n128k32_e4m3, wgmma_m64n256k32_e4m3], 32, "e4m3", "e4m3", "");
+wgmma_widths!(/// `d += A·Bᵀ`, e5m2 operands 32 deep.
+    [wgmma_m64n64k32_e5m2, wgmma_m64n128k32_e5m2, wgmma_m64n256k32_e5m2], 32, "e5m2", "e5m2", "");
+wgmma_widths!(/// `d += A·Bᵀ`, A e4m3 and B e5m2, 32 deep.
+    [wgmma_m64n64k32_e4m3_e5m2, wgmma_m64n128k32_e4m3_e5m2, wgmma_m64n256k32_e4m3_e5m2], 32, "e4m3", "e5m2", "");
+wgmma_widths!(/// `d += A·Bᵀ`, A e5m2 and B e4m3, 32 deep.
+    [wgmma_m64n64k32_e5m2_e4m3, wgmma_m64n128k32_e5m2_e4m3, wgmma_m64n256k32_e5m2_e4m3], 32, "e5m2", "e4m3", "");

@@ -20,7 +20,9 @@
 //! A kernel may have a second type parameter, its output's element type
 //! (`fn gemm<T: Elem, C: Elem>(a: Ptr<T>, .., c: PtrMut<C>)`): then each
 //! `dtypes` item is `bf16` (both bf16) or a pair `(bf16, f32)`, and a pair's
-//! entries are named `…__bf16_f32`.
+//! entries are named `…__bf16_f32`. With three (`<TA, TB, C>`: operands of
+//! two types, as FP8 GEMMs of e5m2 gradients by e4m3 weights), an item may
+//! also be a triple `(F8E5M2, F8E4M3, bf16)`, named `…__e5m2_e4m3_bf16`.
 //!
 //! `arch = sm_90a` marks a kernel that uses Hopper-only instructions
 //! (`rustile::wgmma`): its entries exist in the sm_90a build only, and
@@ -171,13 +173,17 @@ fn classify(ty: &Type) -> Option<ArgKind> {
 
 const DTYPES: &[&str] = &["f32", "bf16", "f16", "F8E4M3", "F8E5M2"];
 
-/// An entry's dtype tag: `bf16`, or `bf16_f32` when the output's type differs.
+/// An entry's dtype tag, the shortest form of its `dtypes` item: `bf16`;
+/// `bf16_f32` when the output's type differs; `e4m3_e5m2_bf16` when the
+/// operands' types differ too.
 fn instance_tag(types: &[Ident]) -> String {
-    if types.iter().all(|t| t == &types[0]) {
-        dtype_tag(&types[0]).to_string()
+    let (ops, out) = types.split_at(types.len().saturating_sub(1).max(1));
+    let short: Vec<&Ident> = if ops.iter().all(|t| t == &ops[0]) {
+        std::iter::once(&ops[0]).chain(out.iter().filter(|o| *o != &ops[0])).collect()
     } else {
-        types.iter().map(dtype_tag).collect::<Vec<_>>().join("_")
-    }
+        types.iter().collect()
+    };
+    short.into_iter().map(dtype_tag).collect::<Vec<_>>().join("_")
 }
 
 fn dtype_tag(d: &Ident) -> &'static str {
@@ -210,8 +216,8 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
 
     // ---- the dtype parameter --------------------------------------------------------------
     let tparams: Vec<Ident> = func.sig.generics.type_params().map(|t| t.ident.clone()).collect();
-    if tparams.len() > 2 {
-        return Err(Error::new(func.sig.generics.span(), "a kernel has at most two type parameters (its element type and its output's)"));
+    if tparams.len() > 3 {
+        return Err(Error::new(func.sig.generics.span(), "a kernel has at most three type parameters (its operands' element types and its output's)"));
     }
     if func.sig.generics.lifetimes().next().is_some() || func.sig.generics.const_params().next().is_some() {
         return Err(Error::new(func.sig.generics.span(), "a kernel's only generic parameters are element types; sizes go in `configs`"));
@@ -231,9 +237,14 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
         }
         instances_types.push(match (item.len(), tparams.len()) {
             (1, n) => vec![item[0].clone(); n],
-            (2, 2) => item.clone(),
+            (2, 2) | (3, 3) => item.clone(),
+            (2, 3) => vec![item[0].clone(), item[0].clone(), item[1].clone()],
             _ => {
-                let what = if tparams.len() == 2 { "an element type, or a pair (operands, output)" } else { "one element type (the kernel has one type parameter)" };
+                let what = match tparams.len() {
+                    3 => "an element type, a pair (operands, output) or a triple (A, B, output)",
+                    2 => "an element type, or a pair (operands, output)",
+                    _ => "one element type (the kernel has one type parameter)",
+                };
                 return Err(Error::new(item[0].span(), format!("each `dtypes` item is {what}")));
             }
         });

@@ -88,6 +88,22 @@ impl<T> PtrMut<T> {
     }
 }
 
+impl<T: crate::Elem> PtrMut<T> {
+    /// This pointer as `PtrMut<U>` when `U` is `T` (the same [`Elem::KIND`](crate::Elem::KIND)),
+    /// else `None`: for a kernel generic over its output type that takes
+    /// another path where the output is the operands' type.
+    #[inline(always)]
+    pub fn as_elem<U: crate::Elem>(self) -> Option<PtrMut<U>> {
+        if T::KIND != U::KIND {
+            return None;
+        }
+        #[cfg(target_arch = "nvptx64")]
+        return Some(PtrMut(Raw { p: self.0.p as *mut U }));
+        #[cfg(not(target_arch = "nvptx64"))]
+        return Some(PtrMut(Raw { p: self.0.p as *mut U, len: self.0.len, writable: self.0.writable }));
+    }
+}
+
 impl PtrMut<f32> {
     /// Raises element 0 to the largest `x` that any thread of the program
     /// passes (`x ≥ 0`; NaN counts as missing, as in `math::max`). Every

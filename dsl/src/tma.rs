@@ -31,10 +31,14 @@ pub struct Barrier {
     addr: u32,
 }
 
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+/// Whether this thread issues the program's copies and barrier setup: its
+/// first on the GPU; the interpreter's one thread a program.
 #[inline(always)]
-fn leader() -> bool {
-    rustile_device::thread_idx() == 0
+pub fn leader() -> bool {
+    #[cfg(target_arch = "nvptx64")]
+    return rustile_device::thread_idx() == 0;
+    #[cfg(not(target_arch = "nvptx64"))]
+    return true;
 }
 
 impl Barrier {
@@ -71,12 +75,9 @@ impl Barrier {
     /// [`Shared::load_tma`] copies complete on.
     #[inline(always)]
     pub fn expect(&self, bytes: usize) {
-        #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
         if leader() {
             self.expect_by_this_thread(bytes);
         }
-        #[cfg(not(all(target_arch = "nvptx64", target_feature = "sm_90a")))]
-        let _ = bytes;
     }
 
     /// [`Barrier::expect`] by the calling thread, whichever it is: for the
@@ -114,12 +115,9 @@ impl Barrier {
     /// [`Barrier::wait`] by the one thread that issues copies only.
     #[inline(always)]
     pub fn wait_leader(&self, parity: usize) {
-        #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
         if leader() {
             self.wait(parity);
         }
-        #[cfg(not(all(target_arch = "nvptx64", target_feature = "sm_90a")))]
-        let _ = parity;
     }
 }
 
@@ -139,12 +137,9 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
     /// bytes (one swizzled row: `C` 64 for 16-bit elements, 128 for FP8).
     #[inline(always)]
     pub fn load_tma(&self, map: u64, src: &BlockPtr<T, R, C, TH>, z: usize, bar: &Barrier) {
-        #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
         if leader() {
             self.load_tma_by_this_thread(map, src, z, bar);
         }
-        #[cfg(not(all(target_arch = "nvptx64", target_feature = "sm_90a")))]
-        self.load_tma_by_this_thread(map, src, z, bar);
     }
 
     /// [`Shared::load_tma`] issued by the calling thread, whichever it is.

@@ -23,7 +23,8 @@
 //! columns (64, 128 or 256). Operand tiles are K-major (`Shared<T, M, K>`,
 //! `Shared<T, N, K>`) with rows of 32, 64 or 128 bytes (`K` 16, 32 or 64
 //! for bf16/f16; 32, 64 or 128 for the FP8 formats e4m3/e5m2, which the
-//! tensor cores multiply twice as deep per instruction), which is exactly
+//! tensor cores multiply twice as deep per instruction, and which A and B
+//! may mix), which is exactly
 //! the swizzle `Shared` and the copy engine store (16-byte chunk `c` of row
 //! `r` at `c ^ f(r)`): the descriptors name the hardware's matching mode, so
 //! the tile must start at a multiple of 8 rows.
@@ -31,20 +32,22 @@
 //! On the CPU `dot_async` multiplies at once and `wait` does nothing: the
 //! interpreter runs the same kernel source to the same result.
 use crate::mma::{acc_len, Acc, Shared};
-use crate::Elem;
+use crate::{Elem, Kind};
 
-/// Why an `M×N` accumulator over `K`-deep operands of `bytes`-byte
-/// elements cannot be a `wgmma` product on `TH` threads, or `None`.
-pub const fn check(m: usize, n: usize, k: usize, bytes: usize, th: usize) -> Option<&'static str> {
+/// Why an `M×N` accumulator over `K`-deep operands of kinds `a` and `b`
+/// cannot be a `wgmma` product on `TH` threads, or `None`.
+pub const fn check(m: usize, n: usize, k: usize, a: Kind, b: Kind, th: usize) -> Option<&'static str> {
     if th % 128 != 0 || m != 64 * (th / 128) {
         return Some("wgmma: the program is TH/128 warpgroups, 64 rows each: M must be 64·WARPS/4");
     }
     if !(n == 64 || n == 128 || n == 256) {
         return Some("wgmma: N (the block's columns) must be 64, 128 or 256");
     }
-    if !(bytes == 1 || bytes == 2) {
-        return Some("wgmma: operands are 16-bit (bf16, f16) or 8-bit (e4m3, e5m2)");
-    }
+    let bytes = match (a, b) {
+        (Kind::Bf16, Kind::Bf16) | (Kind::F16, Kind::F16) => 2,
+        (Kind::E4M3 | Kind::E5M2, Kind::E4M3 | Kind::E5M2) => 1,
+        _ => return Some("wgmma: operands are both bf16, both f16, or FP8 (e4m3 or e5m2, either with either)"),
+    };
     let row = k * bytes;
     if !(row == 32 || row == 64 || row == 128) {
         return Some("wgmma: a shared tile's row (K elements) must be 32, 64 or 128 bytes: K 16, 32 or 64 for 16-bit operands, 32, 64 or 128 for 8-bit");
@@ -53,9 +56,9 @@ pub const fn check(m: usize, n: usize, k: usize, bytes: usize, th: usize) -> Opt
 }
 
 /// Compile-time form of [`check`].
-pub struct WgShape<T, const M: usize, const N: usize, const K: usize, const TH: usize>(core::marker::PhantomData<T>);
-impl<T, const M: usize, const N: usize, const K: usize, const TH: usize> WgShape<T, M, N, K, TH> {
-    pub const OK: () = match check(M, N, K, core::mem::size_of::<T>(), TH) {
+pub struct WgShape<TA, TB, const M: usize, const N: usize, const K: usize, const TH: usize>(core::marker::PhantomData<(TA, TB)>);
+impl<TA: Elem, TB: Elem, const M: usize, const N: usize, const K: usize, const TH: usize> WgShape<TA, TB, M, N, K, TH> {
+    pub const OK: () = match check(M, N, K, TA::KIND, TB::KIND, TH) {
         None => (),
         Some(msg) => panic!("{}", msg),
     };
@@ -125,19 +128,19 @@ pub fn fence_shared() {
 /// (one `wgmma` per 16-deep slice, committed as one group). `acc` must not
 /// be read until [`wait`] says this group finished.
 #[inline(always)]
-pub fn dot_async<T: Elem, const M: usize, const N: usize, const K: usize, const TH: usize>(
-    a: &Shared<T, M, K, TH>,
-    b: &Shared<T, N, K, TH>,
+pub fn dot_async<TA: Elem, TB: Elem, const M: usize, const N: usize, const K: usize, const TH: usize>(
+    a: &Shared<TA, M, K, TH>,
+    b: &Shared<TB, N, K, TH>,
     acc: &mut Acc<M, N, TH, true>,
 ) where
     [(); acc_len(M, N, TH)]:,
 {
-    let () = WgShape::<T, M, N, K, TH>::OK;
+    let () = WgShape::<TA, TB, M, N, K, TH>::OK;
     #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
     {
         use rustile_device as d;
         let warpgroup = d::thread_idx() / 128;
-        let row_bytes = (K * core::mem::size_of::<T>()) as u32;
+        let row_bytes = (K * core::mem::size_of::<TA>()) as u32;
         // A descriptor's address field counts 16-byte units, and one
         // instruction reads 32 bytes along a row (16 deep at 16 bits, 32 at
         // 8): the next slice is the descriptor + 2.
@@ -161,12 +164,14 @@ pub fn dot_async<T: Elem, const M: usize, const N: usize, const K: usize, const 
                 };
             }
             unsafe {
-                match T::KIND {
-                    crate::Kind::Bf16 => issue!(wgmma_m64n64k16_bf16, wgmma_m64n128k16_bf16, wgmma_m64n256k16_bf16),
-                    crate::Kind::F16 => issue!(wgmma_m64n64k16_f16, wgmma_m64n128k16_f16, wgmma_m64n256k16_f16),
-                    crate::Kind::E4M3 => issue!(wgmma_m64n64k32_e4m3, wgmma_m64n128k32_e4m3, wgmma_m64n256k32_e4m3),
-                    crate::Kind::E5M2 => issue!(wgmma_m64n64k32_e5m2, wgmma_m64n128k32_e5m2, wgmma_m64n256k32_e5m2),
-                    crate::Kind::F32 => unreachable!(),
+                match (TA::KIND, TB::KIND) {
+                    (Kind::Bf16, _) => issue!(wgmma_m64n64k16_bf16, wgmma_m64n128k16_bf16, wgmma_m64n256k16_bf16),
+                    (Kind::F16, _) => issue!(wgmma_m64n64k16_f16, wgmma_m64n128k16_f16, wgmma_m64n256k16_f16),
+                    (Kind::E4M3, Kind::E4M3) => issue!(wgmma_m64n64k32_e4m3, wgmma_m64n128k32_e4m3, wgmma_m64n256k32_e4m3),
+                    (Kind::E5M2, Kind::E5M2) => issue!(wgmma_m64n64k32_e5m2, wgmma_m64n128k32_e5m2, wgmma_m64n256k32_e5m2),
+                    (Kind::E4M3, _) => issue!(wgmma_m64n64k32_e4m3_e5m2, wgmma_m64n128k32_e4m3_e5m2, wgmma_m64n256k32_e4m3_e5m2),
+                    (Kind::E5M2, _) => issue!(wgmma_m64n64k32_e5m2_e4m3, wgmma_m64n128k32_e5m2_e4m3, wgmma_m64n256k32_e5m2_e4m3),
+                    (Kind::F32, _) => unreachable!(), // refused by `check`
                 }
             }
         }

@@ -4,7 +4,7 @@
 //! in the CPU interpreter; checked against float64 either way.
 //! `cargo run --release --example fp8_out -p rustile-ops`
 use rustile::{bf16, F8E4M3};
-use rustile_ops::gemm::{gemm_cast, launch_plan_cast_cpu, Act, Bias, Cast, Epi, Epilogue, Plan, Transpose};
+use rustile_ops::gemm::{gemm_cast, launch_plan_cast_cpu, Act, Bias, Cast, Config, Epi, Epilogue, Plan, Transpose};
 use rustile_ops::reference;
 use rustile_ops::testing::{assert_e4m3_close, normal, rng, wide};
 
@@ -31,7 +31,7 @@ fn main() {
         None => {
             println!("no Hopper GPU: running the CPU interpreter instead");
             let (mut y8, mut amax) = (vec![F8E4M3(0); m * n], [0.0f32]);
-            launch_plan_cast_cpu(0, &Plan::nt(m, n, k), [&x, &w, &b, &[]], &mut y8, epi, &[s], &mut amax);
+            launch_plan_cast_cpu(Config::Tma(0), &Plan::nt(m, n, k), [&x, &w, &b, &[]], &mut y8, epi, &[s], &mut amax);
             (y8, amax[0])
         }
     };

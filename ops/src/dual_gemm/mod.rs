@@ -53,17 +53,13 @@ pub fn dual_gemm_kernel<T: Elem>(a: Ptr<T>, b1: Ptr<T>, b2: Ptr<T>, c: PtrMut<T>
 pub fn dual_gemm_tma_kernel<T: Elem>(
     a: Ptr<T>, b1: Ptr<T>, b2: Ptr<T>, c: PtrMut<T>, m: usize, n: usize, k: usize, map_a: u64, map_b1: u64, map_b2: u64,
 ) {
-    use crate::gemm::{mainloop_tma, mainloop_tma_ws, pad, Mapped, Operand};
+    use crate::gemm::{mainloop_tma_cfg, pad, Mapped, Operand};
     let at = block::<BM, BN>(m, n);
     let op = |ptr: Ptr<T>, map: u64| Mapped { map, z: 0, op: Operand { ptr, ld: k } };
     let (a, b) = (op(a, map_a), [op(b1, map_b1), op(b2, map_b2)]);
     // The threads that multiply (and store): all of them, or all but the copy warpgroup.
     const TH: usize = THREADS - 128 * COPIER;
-    let [gate, up] = if COPIER == 1 {
-        mainloop_tma_ws::<T, BM, BN, BK, STAGES, TH, 2>(a, b, [m, n, k], at)
-    } else {
-        mainloop_tma::<T, BM, BN, BK, STAGES, TH, 2>(a, b, [m, n, k], at)
-    };
+    let [gate, up] = mainloop_tma_cfg::<T, T, BM, BN, BK, STAGES, TH, 2, COPIER>(a, b, [m, n, k], at);
     // rcp.approx: a third of IEEE division's instructions, a few ulp of f32 before the 16-bit store.
     let h = gate.zip(up, |g, u| math::silu_fast(g) * u);
     store_acc_staged(&rustile::BlockPtr::<T, BM, BN, TH>::rows(c, m, n, at), &h, pad(TH), |_, _, x: [f32; 8]| x);

@@ -15,7 +15,7 @@ pub(crate) fn check_dtype<T: Elem>(op: &str) -> Result<()> {
 /// `(m, n, k)` of `c = a·bᵀ` for 2-D row-major `a` `[m, k]`, `b` `[n, k]`
 /// and `c` `[m, n]` (of its own element type: FP8 in, bf16 out), or an
 /// error naming what does not fit.
-pub(crate) fn gemm_shape<T: Elem, C: Elem>(a: &Tensor<T>, b: &Tensor<T>, c: &Tensor<C>) -> Result<(usize, usize, usize)> {
+pub(crate) fn gemm_shape<TA: Elem, TB: Elem, C: Elem>(a: &Tensor<TA>, b: &Tensor<TB>, c: &Tensor<C>) -> Result<(usize, usize, usize)> {
     let (m, k) = matrix("a", a)?;
     let (n, kb) = matrix("b", b)?;
     if kb != k {
@@ -320,9 +320,9 @@ pub fn gemm<'a, T: Elem>(gpu: &Gpu, a: impl Into<Mat<'a, T>>, b: impl Into<Mat<'
 
 /// [`gemm`] into an output of another type: `c = scale·epilogue(a·wᵀ)` in
 /// f32, or in e4m3 from bf16 operands (saturating at ±448), with the
-/// largest |epilogue(a·wᵀ)| raised into `amax` (see [`Cast`]). Hopper's
-/// TMA kernel writes it, so `a` is `[m, k]` and `b` is `w.t()`, with rows
-/// and batch strides multiples of 8 elements.
+/// largest |epilogue(a·wᵀ)| raised into `amax` (see [`Cast`]). Every
+/// layout (`a.t()`, `w` as `[k, n]`) and kernel writes it: a weight
+/// gradient `dw = dyᵀ·x` in f32 is `gemm_cast(&gpu, dy.t(), &x, &mut dw32, ..)`.
 ///
 /// ```ignore
 /// // y8 = e4m3(s·gelu(x·wᵀ + b)), amax = max |gelu(x·wᵀ + b)|
@@ -427,9 +427,9 @@ fn check_out<T: Elem, C: Elem>() -> Result<()> {
     Ok(())
 }
 
-/// [`launch_plan`] with an output of its own type and a [`Cast`]. Outputs
-/// that are not the operands' type, a scale and an amax are the TMA
-/// kernel's (Hopper; `a` `[m, k]`, `b` `w.t()`, strides multiples of 8).
+/// [`launch_plan`] with an output of its own type (the operands', f32, or
+/// e4m3 from bf16) and a [`Cast`]; every kernel and layout writes them
+/// (the `mma.sync` kernels scale and record the amax of f32 and e4m3 only).
 #[allow(clippy::too_many_arguments)]
 pub fn launch_plan_cast<T: Elem, C: Elem>(
     gpu: &Gpu,
@@ -458,22 +458,26 @@ pub fn launch_plan_cast<T: Elem, C: Elem>(
     cast.check()?;
     p.check(e, [a.numel(), b.numel(), c.numel(), bias.numel(), residual.numel()])?;
     let cfg = cfg.unwrap_or_else(|| choose(gpu, p));
-    let (m, n, k, batch) = (p.m, p.n, p.k, p.batch);
-    let ([lda, ldb, ldc], [sa, sb, sc, sbias]) = (p.ld, p.stride);
     if let Config::Tma(cfg) = cfg {
         return launch_tma(gpu, cfg, p, [a, b, bias, residual], c, e, cast);
     }
-    // The other kernels write the operands' type, as it comes.
-    let plain = cast.scale.is_none() && cast.amax.is_none();
-    let Some(c) = (c as &mut dyn std::any::Any).downcast_mut::<Tensor<T>>().filter(|_| plain) else {
+    if matches!(cfg, Config::Mma(_)) && C::KIND == T::KIND && cast.flags() != 0 {
         return Err(Error::Shape(format!(
-            "gemm: an output of another type than the operands, an output scale or an amax needs the TMA kernel \
-             (a Hopper GPU, a as [m, k], b as w.t(), row and batch strides multiples of 8 elements); this plan runs {cfg:?}"
+            "gemm: the mma.sync kernels scale or record the amax of f32 and e4m3 outputs only, not of {} (their per-element epilogue has no room); \
+             write f32, or run a Hopper kernel",
+            C::NAME
         )));
-    };
+    }
+    let (m, n, k, batch) = (p.m, p.n, p.k, p.batch);
+    let ([lda, ldb, ldc], [sa, sb, sc, sbias]) = (p.ld, p.stride);
+    let flags = e.flags() | cast.flags();
+    // Placeholders (no allocation) the kernel never reads.
+    let (none, mut none_mut) = (gpu.alloc::<f32>(&[0])?, gpu.alloc::<f32>(&[0])?);
+    let scale = cast.scale.unwrap_or(&none);
+    let amax = cast.amax.unwrap_or(&mut none_mut);
     macro_rules! launch {
         ($kernel:ident, $cfg:expr) => {
-            $kernel::launch(gpu, $cfg, a, b, c, bias, residual, m, n, k, batch, lda, ldb, ldc, sa, sb, sc, sbias, e.alpha, e.beta, e.flags())
+            $kernel::launch(gpu, $cfg, a, b, c, bias, residual, scale, amax, m, n, k, batch, lda, ldb, ldc, sa, sb, sc, sbias, e.alpha, e.beta, flags)
         };
     }
     match (cfg, p.ta, p.tb) {
@@ -518,35 +522,14 @@ fn wgmma_layout() -> Error {
 /// `residual` may be empty where `epi` does not use them).
 #[allow(clippy::too_many_arguments)]
 pub fn launch_plan_cpu<T: Elem>(cfg: impl Into<Config>, p: &Plan, a: &[T], b: &[T], c: &mut [T], bias: &[T], residual: &[T], epi: Epi) {
-    if let Err(e) = p.check(epi, [a.len(), b.len(), c.len(), bias.len(), residual.len()]) {
-        panic!("{e}");
-    }
-    let (m, n, k, batch) = (p.m, p.n, p.k, p.batch);
-    let ([lda, ldb, ldc], [sa, sb, sc, sbias]) = (p.ld, p.stride);
-    macro_rules! run {
-        ($kernel:ident, $cfg:expr) => {
-            $kernel::cpu($cfg, a, b, c, bias, residual, m, n, k, batch, lda, ldb, ldc, sa, sb, sc, sbias, epi.alpha, epi.beta, epi.flags())
-        };
-    }
-    match (cfg.into(), p.ta, p.tb) {
-        (Config::Wgmma(cfg), false, true) => run!(gemm_wgmma_kernel, cfg),
-        (Config::Tma(cfg), false, true) => {
-            let (scale, amax) = (&[][..], &mut [][..]);
-            gemm_tma_kernel::cpu(cfg, a, b, c, bias, residual, scale, amax, m, n, k, batch, lda, ldb, ldc, sa, sb, sc, sbias, epi.alpha, epi.beta, epi.flags(), 0, 0)
-        }
-        (Config::Wgmma(_) | Config::Tma(_), ..) => panic!("{}", wgmma_layout()),
-        (Config::Mma(cfg), false, true) => run!(gemm_nt_kernel, cfg),
-        (Config::Mma(cfg), false, false) => run!(gemm_nn_kernel, cfg),
-        (Config::Mma(cfg), true, false) => run!(gemm_tn_kernel, cfg),
-        (Config::Mma(cfg), true, true) => run!(gemm_tt_kernel, cfg),
-    }
+    launch_plan_cast_cpu(cfg, p, [a, b, bias, residual], c, epi, &[], &mut [])
 }
 
-/// [`launch_plan_cast`] in the CPU interpreter, on `gemm_tma_kernel` config
-/// `cfg` (`scale` empty or one value, `amax` empty or one value).
+/// [`launch_plan_cast`] in the CPU interpreter (`scale` empty or one
+/// value, `amax` empty or one value).
 #[allow(clippy::too_many_arguments)]
 pub fn launch_plan_cast_cpu<T: Elem, C: Elem>(
-    cfg: usize,
+    cfg: impl Into<Config>,
     p: &Plan,
     [a, b, bias, residual]: [&[T]; 4],
     c: &mut [C],
@@ -557,12 +540,29 @@ pub fn launch_plan_cast_cpu<T: Elem, C: Elem>(
     if let Err(e) = check_out::<T, C>().and_then(|_| p.check(epi, [a.len(), b.len(), c.len(), bias.len(), residual.len()])) {
         panic!("{e}");
     }
-    assert!(!p.ta && p.tb, "{}", wgmma_layout());
     let flags = epi.flags() | Out::flags(!scale.is_empty(), !amax.is_empty());
+    let cfg = cfg.into();
+    assert!(
+        !(matches!(cfg, Config::Mma(_)) && C::KIND == T::KIND && flags != epi.flags()),
+        "gemm: the mma.sync kernels scale or record the amax of f32 and e4m3 outputs only"
+    );
+    let (m, n, k, batch) = (p.m, p.n, p.k, p.batch);
     let ([lda, ldb, ldc], [sa, sb, sc, sbias]) = (p.ld, p.stride);
-    gemm_tma_kernel::cpu(
-        cfg, a, b, c, bias, residual, scale, amax, p.m, p.n, p.k, p.batch, lda, ldb, ldc, sa, sb, sc, sbias, epi.alpha, epi.beta, flags, 0, 0,
-    )
+    let (alpha, beta) = (epi.alpha, epi.beta);
+    macro_rules! run {
+        ($kernel:ident, $cfg:expr $(, $maps:expr)*) => {
+            $kernel::cpu($cfg, a, b, c, bias, residual, scale, amax, m, n, k, batch, lda, ldb, ldc, sa, sb, sc, sbias, alpha, beta, flags $(, $maps)*)
+        };
+    }
+    match (cfg, p.ta, p.tb) {
+        (Config::Wgmma(cfg), false, true) => run!(gemm_wgmma_kernel, cfg),
+        (Config::Tma(cfg), false, true) => run!(gemm_tma_kernel, cfg, 0, 0),
+        (Config::Wgmma(_) | Config::Tma(_), ..) => panic!("{}", wgmma_layout()),
+        (Config::Mma(cfg), false, true) => run!(gemm_nt_kernel, cfg),
+        (Config::Mma(cfg), false, false) => run!(gemm_nn_kernel, cfg),
+        (Config::Mma(cfg), true, false) => run!(gemm_tn_kernel, cfg),
+        (Config::Mma(cfg), true, true) => run!(gemm_tt_kernel, cfg),
+    }
 }
 
 /// `a·bᵀ` in the CPU interpreter (`a` `[m, k]`, `b` `[n, k]`, row-major).

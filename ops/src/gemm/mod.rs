@@ -366,10 +366,11 @@ impl Act {
 
 /// The GEMM config space, wrapped around a `#[kernel]` that calls
 /// [`mainloop`] with `BM`, `BN`, `BK` and `STAGES` (`SMEM` must equal
-/// `STAGES·(BM + BN)·BK·2`; the interpreter checks it).
+/// `STAGES·(BM + BN)·BK·2`; the interpreter checks it). `dtypes` defaults
+/// to `[bf16, f16]`.
 #[macro_export]
 macro_rules! gemm_kernel {
-    (grid = $grid:tt, $($item:tt)*) => {
+    (grid = $grid:tt, dtypes = $dtypes:tt, $($item:tt)*) => {
         #[::rustile::kernel(
             configs = [
                 (BM = 64, BN = 64, BK = 32, WARPS = 4, STAGES = 3, SMEM = 24576),
@@ -378,9 +379,12 @@ macro_rules! gemm_kernel {
                 (BM = 128, BN = 256, BK = 64, WARPS = 8, STAGES = 3, SMEM = 147456),
             ],
             grid = $grid,
-            dtypes = [bf16, f16],
+            dtypes = $dtypes,
         )]
         $($item)*
+    };
+    (grid = $grid:tt, $($item:tt)*) => {
+        $crate::gemm_kernel!(grid = $grid, dtypes = [bf16, f16], $($item)*);
     };
 }
 
@@ -389,16 +393,18 @@ macro_rules! gemm_kernel {
 /// batch starts `z·stride` elements in (`[sa, sb, sc, sbias]`; 0: shared by
 /// the whole batch); the residual has C's layout.
 #[inline(always)]
-pub fn gemm_program<T: Elem, const BM: usize, const BN: usize, const BK: usize, const STAGES: usize, const TH: usize, const TA: bool, const TB: bool>(
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_program<T: Elem, C: Elem, const BM: usize, const BN: usize, const BK: usize, const STAGES: usize, const TH: usize, const TA: bool, const TB: bool>(
     a: Operand<T>,
     b: Operand<T>,
-    c: PtrMut<T>,
+    c: PtrMut<C>,
     ldc: usize,
     bias: Ptr<T>,
     residual: Ptr<T>,
     [m, n, k]: [usize; 3],
     [sa, sb, sc, sbias]: [usize; 4],
     epi: Epi,
+    out: Out,
 ) where
     [(); acc_len(BM, BN, TH)]:,
     [(); { STAGES as u32 - 2 } as usize]:,
@@ -407,7 +413,14 @@ pub fn gemm_program<T: Elem, const BM: usize, const BN: usize, const BK: usize, 
     let (a, b) = (Operand { ptr: a.ptr.offset(z * sa), ..a }, Operand { ptr: b.ptr.offset(z * sb), ..b });
     let at = block::<BM, BN>(m, n);
     let acc = mainloop::<T, BM, BN, BK, STAGES, TH, TA, TB>(a, b, m, n, k, at);
-    store_epilogue_direct(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi);
+    if let Some(c) = c.as_elem::<T>() {
+        // The operands' type: no `Out` (the host refuses one here).
+        let _ = out;
+        store_epilogue_direct(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi);
+    } else {
+        // f32 or e4m3 through the finished stages (`SMEM ≥ 4·BM·BN` in every config).
+        store_epilogue(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi, Dequant::NONE, out, 0);
+    }
 }
 
 /// Batch `z`'s windows of a fused epilogue at block `at`.
@@ -445,8 +458,10 @@ fn epilogue_windows<T: Elem, C: Elem, const BM: usize, const BN: usize, const TH
 }
 
 /// [`store_epilogue`] straight from the registers, element by element: the
-/// `mma.sync` kernels' epilogue (staged, their widest blocks in the
-/// transposed layouts spilled at the 255-register cap).
+/// `mma.sync` kernels' epilogue for outputs of the operands' type (staged,
+/// their widest blocks in the transposed layouts spilled at the 255-register
+/// cap). It has no [`Out`]: a longer per-element body is not unrolled, and
+/// the accumulator, indexed at run time, goes to local memory.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub fn store_epilogue_direct<T: Elem, const BM: usize, const BN: usize, const TH: usize>(
@@ -631,22 +646,25 @@ pub fn store_epilogue<T: Elem, C: Elem, const BM: usize, const BN: usize, const 
 }
 
 /// One `#[kernel]` per operand layout, all with the same arguments: `a`
-/// row stride `lda`, batch strides `sa`/`sb`/`sc`/`sbias`, and the epilogue
-/// as `alpha`, `beta` and `Epi::flags`.
+/// row stride `lda`, batch strides `sa`/`sb`/`sc`/`sbias`, the epilogue
+/// as `alpha`, `beta` and `Epi::flags`, and C of the operands' type, f32,
+/// or (from bf16) e4m3, scaled by `scale_c[0]` and its amax raised into
+/// `amax[0]` as `flags` say ([`Out`]).
 macro_rules! gemm_layouts {
     ($($(#[$doc:meta])* $name:ident: TA = $ta:literal, TB = $tb:literal;)*) => {$(
         gemm_kernel! {
         grid = [cdiv(m, BM) * cdiv(n, BN), batch],
+        dtypes = [bf16, f16, (bf16, f32), (f16, f32), (bf16, F8E4M3)],
         $(#[$doc])*
-        pub fn $name<T: Elem>(
-            a: Ptr<T>, b: Ptr<T>, c: PtrMut<T>, bias: Ptr<T>, residual: Ptr<T>,
+        pub fn $name<T: Elem, C: Elem>(
+            a: Ptr<T>, b: Ptr<T>, c: PtrMut<C>, bias: Ptr<T>, residual: Ptr<T>, scale_c: Ptr<f32>, amax: PtrMut<f32>,
             m: usize, n: usize, k: usize, batch: usize, lda: usize, ldb: usize, ldc: usize,
             sa: usize, sb: usize, sc: usize, sbias: usize, alpha: f32, beta: f32, flags: u32,
         ) {
             let _ = batch; // the grid's second dimension
-            gemm_program::<T, BM, BN, BK, STAGES, THREADS, $ta, $tb>(
+            gemm_program::<T, C, BM, BN, BK, STAGES, THREADS, $ta, $tb>(
                 Operand { ptr: a, ld: lda }, Operand { ptr: b, ld: ldb }, c, ldc, bias, residual,
-                [m, n, k], [sa, sb, sc, sbias], Epi::from_flags(flags, alpha, beta),
+                [m, n, k], [sa, sb, sc, sbias], Epi::from_flags(flags, alpha, beta), Out::from_flags(flags, scale_c, amax),
             );
         }
         }

@@ -197,11 +197,11 @@ fn plans_that_reach_past_a_tensor_are_refused() {
     assert!(narrow.check(e, [100, 100, 100, 100, 0]).is_err(), "a row stride below the row length overlaps rows");
 }
 
-/// The TMA kernel's outputs of other types (interpreter, every config): f32
-/// with the whole epilogue, β included, and an output scale; e4m3 at a scale
-/// that saturates the largest values; both with the amax of the values
-/// before the scale, which an edge block's rows past `m` (bias only) must
-/// not reach.
+/// Outputs of other types, from every kernel, config and operand layout
+/// (interpreter): f32 with the whole epilogue, β included, and an output
+/// scale; e4m3 at a scale that saturates the largest values; both with the
+/// amax of the values before the scale, which an edge block's rows past `m`
+/// (bias only) must not reach.
 #[test]
 fn cast_outputs_match_float64() {
     let (m, n, k) = (131, 45, 72);
@@ -221,17 +221,21 @@ fn cast_outputs_match_float64() {
     let y = |e: &Epi, i: usize| reference::epilogue(e, ab[i], bias[i % n].to_f32() as f64, residual[i].to_f32() as f64, old[i] as f64);
     let (y32, y8): (Vec<f64>, Vec<f64>) = (0..m * n).map(|i| (y(&e, i), y(&Epi { beta: 0.0, ..e }, i))).unzip();
     let s8 = (600.0 / y8.iter().fold(0.0f64, |t, v| t.max(v.abs()))) as f32;
-    let plan = Plan::nt(m, n, k);
-    for cfg in 0..gemm_tma_kernel::CONFIGS.len() {
-        let ctx = format!("gemm_tma {m}×{n}×{k} cfg={cfg} (seed {seed})");
+    for (ta, tb, cfg) in every_kernel_and_layout() {
+        // Stored forms: A [k, m] when ta, B [n, k] when tb (else [k, n]).
+        let sa = if ta { transpose(&a, 1, m, k) } else { a.clone() };
+        let sb = if tb { b.clone() } else { transpose(&b, 1, n, k) };
+        let plan = plan_shapes((&if ta { [k, m] } else { [m, k] }, ta), (&if tb { [n, k] } else { [k, n] }, tb), &[m, n]).unwrap();
+        let (a, b) = (&sa, &sb);
+        let ctx = format!("gemm ta={ta} tb={tb} {m}×{n}×{k} {cfg:?} (seed {seed})");
         let (mut c, mut amax) = (old.clone(), vec![0.0f32]);
-        launch_plan_cast_cpu(cfg, &plan, [&a, &b, &bias, &residual], &mut c, e, &[2.0], &mut amax);
+        launch_plan_cast_cpu(cfg, &plan, [a, b, &bias, &residual], &mut c, e, &[2.0], &mut amax);
         assert_close(&c, &y32.iter().map(|v| 2.0 * v).collect::<Vec<_>>(), &format!("{ctx} → f32"));
         let (top, ok) = amax_matches(amax[0], &y32, 1e-5);
         assert!(ok, "{ctx} → f32: amax {} instead of {top}", amax[0]);
 
         let (mut c8, mut amax) = (poisoned::<F8E4M3>(m * n), vec![0.0f32]);
-        launch_plan_cast_cpu(cfg, &plan, [&a, &b, &bias, &residual], &mut c8, Epi { beta: 0.0, ..e }, &[s8], &mut amax);
+        launch_plan_cast_cpu(cfg, &plan, [a, b, &bias, &residual], &mut c8, Epi { beta: 0.0, ..e }, &[s8], &mut amax);
         assert_e4m3_close(&c8, &y8.iter().map(|v| s8 as f64 * v).collect::<Vec<_>>(), &format!("{ctx} → e4m3"));
         assert!(c8.iter().any(|v| v.to_f32().abs() == 448.0), "{ctx} → e4m3: nothing saturated at scale {s8}");
         let (top, ok) = amax_matches(amax[0], &y8, 1e-5);
@@ -245,9 +249,18 @@ fn cast_outputs_match_float64() {
 fn plain_f32_outputs_match_float64() {
     let (m, n, k) = (70, 33, 48);
     let (a, b, ab, seed) = operands::<f16>(m, n, k);
-    for cfg in 0..gemm_tma_kernel::CONFIGS.len() {
+    for (_, _, cfg) in every_kernel_and_layout().filter(|&(ta, tb, _)| !ta && tb) {
         let mut c = poisoned::<f32>(m * n);
         launch_plan_cast_cpu(cfg, &Plan::nt(m, n, k), [&a, &b, &[], &[]], &mut c, Epi::NONE, &[], &mut []);
-        assert_close(&c, &ab, &format!("gemm_tma<f16 → f32> cfg={cfg} (seed {seed})"));
+        assert_close(&c, &ab, &format!("gemm<f16 → f32> {cfg:?} (seed {seed})"));
     }
+}
+
+/// `(ta, tb, config)` for every config of every GEMM kernel, each with
+/// every layout it takes (the `wgmma` kernels take A `[m, k]`, B `[n, k]`).
+fn every_kernel_and_layout() -> impl Iterator<Item = (bool, bool, Config)> {
+    let layouts = [(false, true), (false, false), (true, false), (true, true)];
+    let mma = layouts.into_iter().flat_map(|(ta, tb)| (0..gemm_nt_kernel::CONFIGS.len()).map(move |c| (ta, tb, Config::Mma(c))));
+    let wgmma = (0..gemm_wgmma_kernel::CONFIGS.len()).map(|c| (false, true, Config::Wgmma(c)));
+    mma.chain(wgmma).chain((0..gemm_tma_kernel::CONFIGS.len()).map(|c| (false, true, Config::Tma(c))))
 }

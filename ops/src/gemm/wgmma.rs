@@ -92,13 +92,13 @@ pub const fn pad(th: usize) -> usize {
         (BM = 128, BN = 128, BK = 64, WARPS = 8, STAGES = 3, OCC = 2, SMEM = 98304),
     ],
     grid = [cdiv(m, BM) * cdiv(n, BN), batch],
-    dtypes = [bf16, f16],
+    dtypes = [bf16, f16, (bf16, f32), (f16, f32), (bf16, F8E4M3)],
     arch = sm_90a,
 )]
 /// [`gemm_nt_kernel`](super::gemm_nt_kernel) on `wgmma`: A `[m, k]`, B
 /// `[n, k]`, the same arguments.
-pub fn gemm_wgmma_kernel<T: Elem>(
-    a: Ptr<T>, b: Ptr<T>, c: PtrMut<T>, bias: Ptr<T>, residual: Ptr<T>,
+pub fn gemm_wgmma_kernel<T: Elem, C: Elem>(
+    a: Ptr<T>, b: Ptr<T>, c: PtrMut<C>, bias: Ptr<T>, residual: Ptr<T>, scale_c: Ptr<f32>, amax: PtrMut<f32>,
     m: usize, n: usize, k: usize, batch: usize, lda: usize, ldb: usize, ldc: usize,
     sa: usize, sb: usize, sc: usize, sbias: usize, alpha: f32, beta: f32, flags: u32,
 ) {
@@ -108,8 +108,8 @@ pub fn gemm_wgmma_kernel<T: Elem>(
     let (a, b) = (Operand { ptr: a.offset(z * sa), ld: lda }, Operand { ptr: b.offset(z * sb), ld: ldb });
     let acc = mainloop_wgmma::<T, BM, BN, BK, STAGES, THREADS>(a, b, m, n, k, at);
     let epi = crate::gemm::Epi::from_flags(flags, alpha, beta);
-    let (dq, out) = (crate::gemm::Dequant::NONE, crate::gemm::Out::NONE);
-    crate::gemm::store_epilogue(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi, dq, out, pad(THREADS));
+    let out = crate::gemm::Out::from_flags(flags, scale_c, amax);
+    crate::gemm::store_epilogue(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi, crate::gemm::Dequant::NONE, out, pad(THREADS));
 }
 
 // ---- with the copy engine --------------------------------------------------------------
@@ -133,9 +133,10 @@ impl<const NB: usize> OneOrTwo<NB> {
 
 /// [`mainloop_wgmma`] with the tiles brought in by the copy engine, for
 /// `A·Bᵢᵀ` against `NB` B operands at once (the dual GEMM's gate and up
-/// weights share each A tile): A `[m, k]`, each Bᵢ `[n, k]`. The K edge and
-/// the block edges are zero-filled by the hardware, and no thread computes
-/// a copy address.
+/// weights share each A tile): A `[m, k]`, each Bᵢ `[n, k]`, of types that
+/// `wgmma` multiplies together (the same 16-bit type, or FP8 of either
+/// format each). The K edge and the block edges are zero-filled by the
+/// hardware, and no thread computes a copy address.
 ///
 /// Each of the `STAGES` stages (A's tile, then each Bᵢ's) has two
 /// barriers: `full` completes when its tiles have landed, `empty` when
@@ -148,16 +149,16 @@ impl<const NB: usize> OneOrTwo<NB> {
 /// `SMEM`, where a row of `BK` elements of `size` bytes is 128 bytes (BK 64
 /// for bf16/f16, 128 for FP8).
 #[inline(always)]
-pub fn mainloop_tma<T: Elem, const BM: usize, const BN: usize, const BK: usize, const STAGES: usize, const TH: usize, const NB: usize>(
-    a: Mapped<T>,
-    b: [Mapped<T>; NB],
+pub fn mainloop_tma<TA: Elem, TB: Elem, const BM: usize, const BN: usize, const BK: usize, const STAGES: usize, const TH: usize, const NB: usize>(
+    a: Mapped<TA>,
+    b: [Mapped<TB>; NB],
     mnk: [usize; 3],
     at: [usize; 2],
 ) -> [rustile::Acc<BM, BN, TH, true>; NB]
 where
     [(); acc_len(BM, BN, TH)]:,
 {
-    let ring = Ring::<T, BM, BN, BK, STAGES, TH, NB>::new(TH as u32);
+    let ring = Ring::<TA, TB, BM, BN, BK, STAGES, TH, NB>::new(TH as u32);
     let steps = cdiv(mnk[2], BK);
     for kt in 0..STAGES.min(steps) {
         ring.fill(a, &b, mnk, at, kt, false);
@@ -175,9 +176,7 @@ where
             }
         }
     }
-    for acc in acc.iter_mut() {
-        wgmma::wait::<0, BM, BN, TH>(acc);
-    }
+    ring.finish(&mut acc);
     acc
 }
 
@@ -192,16 +191,16 @@ where
 /// two 64×N accumulators fit at the launch bound of 168). The same `SMEM`
 /// as `mainloop_tma`.
 #[inline(always)]
-pub fn mainloop_tma_ws<T: Elem, const BM: usize, const BN: usize, const BK: usize, const STAGES: usize, const TH: usize, const NB: usize>(
-    a: Mapped<T>,
-    b: [Mapped<T>; NB],
+pub fn mainloop_tma_ws<TA: Elem, TB: Elem, const BM: usize, const BN: usize, const BK: usize, const STAGES: usize, const TH: usize, const NB: usize>(
+    a: Mapped<TA>,
+    b: [Mapped<TB>; NB],
     mnk: [usize; 3],
     at: [usize; 2],
 ) -> [rustile::Acc<BM, BN, TH, true>; NB]
 where
     [(); acc_len(BM, BN, TH)]:,
 {
-    let ring = Ring::<T, BM, BN, BK, STAGES, TH, NB>::new(TH as u32);
+    let ring = Ring::<TA, TB, BM, BN, BK, STAGES, TH, NB>::new(TH as u32);
     let steps = cdiv(mnk[2], BK);
     if wgmma::is_copier::<TH>() {
         wgmma::lower_registers::<24>();
@@ -228,10 +227,27 @@ where
             ring.empty((kt - 1) % STAGES).arrive();
         }
     }
-    for acc in acc.iter_mut() {
-        wgmma::wait::<0, BM, BN, TH>(acc);
-    }
+    ring.finish(&mut acc);
     acc
+}
+
+/// The TMA main loop a config's `COPIER` knob picks: [`mainloop_tma`]
+/// (0) or [`mainloop_tma_ws`] (1, with `TH + 128` threads).
+#[inline(always)]
+pub fn mainloop_tma_cfg<TA: Elem, TB: Elem, const BM: usize, const BN: usize, const BK: usize, const STAGES: usize, const TH: usize, const NB: usize, const COPIER: usize>(
+    a: Mapped<TA>,
+    b: [Mapped<TB>; NB],
+    mnk: [usize; 3],
+    at: [usize; 2],
+) -> [rustile::Acc<BM, BN, TH, true>; NB]
+where
+    [(); acc_len(BM, BN, TH)]:,
+{
+    if COPIER == 1 {
+        mainloop_tma_ws::<TA, TB, BM, BN, BK, STAGES, TH, NB>(a, b, mnk, at)
+    } else {
+        mainloop_tma::<TA, TB, BM, BN, BK, STAGES, TH, NB>(a, b, mnk, at)
+    }
 }
 
 /// The shared memory of [`mainloop_tma`] and [`mainloop_tma_ws`]: `STAGES`
@@ -239,10 +255,15 @@ where
 /// offset that puts every tile on its swizzle period, `pad(TH)`), then a
 /// `full` barrier a stage (its copies landed) and an `empty` one (the
 /// multiplying threads saw the `wgmma`s that read it finish).
-struct Ring<T, const BM: usize, const BN: usize, const BK: usize, const STAGES: usize, const TH: usize, const NB: usize>(core::marker::PhantomData<T>);
+struct Ring<TA, TB, const BM: usize, const BN: usize, const BK: usize, const STAGES: usize, const TH: usize, const NB: usize>(
+    core::marker::PhantomData<(TA, TB)>,
+);
 
-impl<T: Elem, const BM: usize, const BN: usize, const BK: usize, const STAGES: usize, const TH: usize, const NB: usize> Ring<T, BM, BN, BK, STAGES, TH, NB> {
-    const ROW: usize = BK * core::mem::size_of::<T>();
+impl<TA: Elem, TB: Elem, const BM: usize, const BN: usize, const BK: usize, const STAGES: usize, const TH: usize, const NB: usize>
+    Ring<TA, TB, BM, BN, BK, STAGES, TH, NB>
+{
+    /// A's and B's rows are the same bytes (`wgmma` pairs 16-bit with 16-bit, 8 with 8).
+    const ROW: usize = BK * core::mem::size_of::<TA>();
     const BYTES: usize = (BM + NB * BN) * Self::ROW;
 
     /// Sets up the barriers (`empty` counts `arrivals`) and meets every thread.
@@ -260,12 +281,12 @@ impl<T: Elem, const BM: usize, const BN: usize, const BK: usize, const STAGES: u
     }
 
     #[inline(always)]
-    fn a(&self, s: usize) -> Shared<T, BM, BK, TH> {
+    fn a(&self, s: usize) -> Shared<TA, BM, BK, TH> {
         Shared::at(pad(TH) + s * Self::BYTES)
     }
 
     #[inline(always)]
-    fn b(&self, s: usize, i: usize) -> Shared<T, BN, BK, TH> {
+    fn b(&self, s: usize, i: usize) -> Shared<TB, BN, BK, TH> {
         Shared::at(pad(TH) + s * Self::BYTES + (BM + i * BN) * Self::ROW)
     }
 
@@ -279,27 +300,21 @@ impl<T: Elem, const BM: usize, const BN: usize, const BK: usize, const STAGES: u
         Barrier::at::<TH>(pad(TH) + STAGES * Self::BYTES + 8 * (STAGES + s))
     }
 
-    /// Starts k-step `kt`'s copies into its stage: by the program's first
-    /// thread, or (`by_this_thread`) by the caller.
+    /// Starts k-step `kt`'s copies into its stage: by the program's copy
+    /// leader ([`tma::leader`]), or (`by_this_thread`) by the caller; other
+    /// threads return at once.
     #[inline(always)]
-    fn fill(&self, a: Mapped<T>, b: &[Mapped<T>; NB], [m, n, k]: [usize; 3], at: [usize; 2], kt: usize, by_this_thread: bool) {
-        let s = kt % STAGES;
-        let full = self.full(s);
-        let a_src = BlockPtr::new(a.op.ptr, [m, k], [a.op.ld, 1], [at[0], kt * BK]);
-        if by_this_thread {
-            full.expect_by_this_thread(Self::BYTES);
-            self.a(s).load_tma_by_this_thread(a.map, &a_src, a.z, &full);
-        } else {
-            full.expect(Self::BYTES);
-            self.a(s).load_tma(a.map, &a_src, a.z, &full);
+    fn fill(&self, a: Mapped<TA>, b: &[Mapped<TB>; NB], [m, n, k]: [usize; 3], at: [usize; 2], kt: usize, by_this_thread: bool) {
+        if !(by_this_thread || tma::leader()) {
+            return;
         }
+        let (s, full) = (kt % STAGES, self.full(kt % STAGES));
+        full.expect_by_this_thread(Self::BYTES);
+        let a_src = BlockPtr::new(a.op.ptr, [m, k], [a.op.ld, 1], [at[0], kt * BK]);
+        self.a(s).load_tma_by_this_thread(a.map, &a_src, a.z, &full);
         for (i, b) in b.iter().enumerate() {
             let b_src = BlockPtr::new(b.op.ptr, [n, k], [b.op.ld, 1], [at[1], kt * BK]);
-            if by_this_thread {
-                self.b(s, i).load_tma_by_this_thread(b.map, &b_src, b.z, &full);
-            } else {
-                self.b(s, i).load_tma(b.map, &b_src, b.z, &full);
-            }
+            self.b(s, i).load_tma_by_this_thread(b.map, &b_src, b.z, &full);
         }
     }
 
@@ -321,15 +336,29 @@ impl<T: Elem, const BM: usize, const BN: usize, const BK: usize, const STAGES: u
             if NB == 1 { wgmma::wait::<1, BM, BN, TH>(acc) } else { wgmma::wait::<2, BM, BN, TH>(acc) }
         }
     }
+
+    /// Waits for the last step's `wgmma`s: the accumulators are final.
+    #[inline(always)]
+    fn finish(&self, acc: &mut [rustile::Acc<BM, BN, TH, true>; NB])
+    where
+        [(); acc_len(BM, BN, TH)]:,
+    {
+        for acc in acc.iter_mut() {
+            wgmma::wait::<0, BM, BN, TH>(acc);
+        }
+    }
 }
 
-// `SMEM = pad(32·WARPS) + STAGES·((BM + BN)·BK·2 + 16)`.
+// `SMEM = pad(TH) + STAGES·((BM + BN)·BK·2 + 16)`, where `TH = 32·WARPS −
+// 128·COPIER` threads multiply. `COPIER = 1`: a copy warpgroup
+// ([`mainloop_tma_ws`]) beside two that multiply.
 #[kernel(
     configs = [
-        (BM = 128, BN = 256, BK = 64, WARPS = 8, STAGES = 4, SMEM = 196672),
-        (BM = 128, BN = 128, BK = 64, WARPS = 8, STAGES = 6, SMEM = 196704),
-        (BM = 64, BN = 256, BK = 64, WARPS = 4, STAGES = 5, SMEM = 205392),
-        (BM = 64, BN = 128, BK = 64, WARPS = 4, STAGES = 6, SMEM = 148064),
+        (BM = 128, BN = 256, BK = 64, WARPS = 8, STAGES = 4, COPIER = 0, SMEM = 196672),
+        (BM = 128, BN = 128, BK = 64, WARPS = 8, STAGES = 6, COPIER = 0, SMEM = 196704),
+        (BM = 64, BN = 256, BK = 64, WARPS = 4, STAGES = 5, COPIER = 0, SMEM = 205392),
+        (BM = 64, BN = 128, BK = 64, WARPS = 4, STAGES = 6, COPIER = 0, SMEM = 148064),
+        (BM = 128, BN = 256, BK = 64, WARPS = 12, STAGES = 4, COPIER = 1, SMEM = 196672),
     ],
     grid = [cdiv(m, BM) * cdiv(n, BN), batch],
     dtypes = [bf16, f16, (bf16, f32), (f16, f32), (bf16, F8E4M3)],
@@ -352,8 +381,9 @@ pub fn gemm_tma_kernel<T: Elem, C: Elem>(
     // A batch stride of 0 is matrix 0 of a one-matrix map.
     let a = Mapped { map: map_a, z: if sa == 0 { 0 } else { z }, op: Operand { ptr: a.offset(z * sa), ld: lda } };
     let b = Mapped { map: map_b, z: if sb == 0 { 0 } else { z }, op: Operand { ptr: b.offset(z * sb), ld: ldb } };
-    let [acc] = mainloop_tma::<T, BM, BN, BK, STAGES, THREADS, 1>(a, [b], [m, n, k], at);
+    const TH: usize = THREADS - 128 * COPIER;
+    let [acc] = mainloop_tma_cfg::<T, T, BM, BN, BK, STAGES, TH, 1, COPIER>(a, [b], [m, n, k], at);
     let epi = crate::gemm::Epi::from_flags(flags, alpha, beta);
     let out = crate::gemm::Out::from_flags(flags, scale_c, amax);
-    crate::gemm::store_epilogue(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi, crate::gemm::Dequant::NONE, out, pad(THREADS));
+    crate::gemm::store_epilogue(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi, crate::gemm::Dequant::NONE, out, pad(TH));
 }

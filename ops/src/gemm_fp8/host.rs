@@ -44,20 +44,25 @@ impl Scale<'_> {
     }
 }
 
-/// The FP8 formats the tensor cores multiply, and the outputs: bf16, or
-/// e4m3 from e4m3.
-fn check_fp8<T: Elem, C: Elem>() -> Result<()> {
-    if !matches!(T::KIND, Kind::E4M3 | Kind::E5M2) {
-        return Err(Error::DType(format!("gemm_fp8 takes e4m3 or e5m2 operands, not {}", T::NAME)));
+/// The FP8 formats the tensor cores multiply (either for each operand),
+/// and the outputs: bf16, or e4m3 from e4m3 × e4m3.
+fn check_fp8<TA: Elem, TB: Elem, C: Elem>() -> Result<()> {
+    for (what, kind, name) in [("a", TA::KIND, TA::NAME), ("b", TB::KIND, TB::NAME)] {
+        if !matches!(kind, Kind::E4M3 | Kind::E5M2) {
+            return Err(Error::DType(format!("gemm_fp8 takes e4m3 or e5m2 operands; {what} is {name}")));
+        }
     }
-    if !(C::KIND == Kind::Bf16 || (C::KIND == Kind::E4M3 && T::KIND == Kind::E4M3)) {
-        return Err(Error::DType(format!("gemm_fp8 of {} operands writes bf16{}, not {}", T::NAME, if T::KIND == Kind::E4M3 { " or e4m3" } else { "" }, C::NAME)));
+    let e4m3 = TA::KIND == Kind::E4M3 && TB::KIND == Kind::E4M3;
+    if !(C::KIND == Kind::Bf16 || (C::KIND == Kind::E4M3 && e4m3)) {
+        let also = if e4m3 { " or e4m3" } else { "" };
+        return Err(Error::DType(format!("gemm_fp8 of {} × {} operands writes bf16{also}, not {}", TA::NAME, TB::NAME, C::NAME)));
     }
     Ok(())
 }
 
 /// `c = epilogue(sa·sb·(a·bᵀ))` on a Hopper GPU: `a` `[m, k]` and `b`
-/// `[n, k]` in FP8 (e4m3 or e5m2, both the same), `c` `[m, n]` bf16, `k`
+/// `[n, k]` in FP8 (e4m3 or e5m2 each: e5m2 gradients by e4m3 weights
+/// work as they are), `c` `[m, n]` bf16, `k`
 /// a multiple of 16 (the copy engine reads rows of 16-byte multiples).
 /// `sa`, `sb` are how `a` and `b` were scaled; the epilogue is the bf16
 /// GEMM's (bias, activation, residual, α, β), applied after the scales.
@@ -66,7 +71,7 @@ fn check_fp8<T: Elem, C: Elem>() -> Result<()> {
 /// let (qa, qb) = (quantize(&x)?, quantize(&w)?);          // F8E4M3 tensors and their scales
 /// gemm_fp8(&gpu, &qa, &qb, &mut y, Scale::Rows(&sx), Scale::Tensor(&sw), &Epilogue::new().bias_per_column(&b))?;
 /// ```
-pub fn gemm_fp8<T: Elem>(gpu: &Gpu, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<bf16>, sa: Scale, sb: Scale, epi: &Epilogue<bf16>) -> Result<()> {
+pub fn gemm_fp8<TA: Elem, TB: Elem>(gpu: &Gpu, a: &Tensor<TA>, b: &Tensor<TB>, c: &mut Tensor<bf16>, sa: Scale, sb: Scale, epi: &Epilogue<bf16>) -> Result<()> {
     gemm_fp8_cast(gpu, a, b, c, sa, sb, epi, Cast::default())
 }
 
@@ -79,8 +84,8 @@ pub fn gemm_fp8<T: Elem>(gpu: &Gpu, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor
 ///               &Epilogue::new().act(Act::GeluTanh), Cast { scale: Some(&s_h), amax: Some(&mut amax_h) })?;
 /// ```
 #[allow(clippy::too_many_arguments)]
-pub fn gemm_fp8_cast<T: Elem, C: Elem>(
-    gpu: &Gpu, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<C>, sa: Scale, sb: Scale, epi: &Epilogue<bf16>, cast: Cast,
+pub fn gemm_fp8_cast<TA: Elem, TB: Elem, C: Elem>(
+    gpu: &Gpu, a: &Tensor<TA>, b: &Tensor<TB>, c: &mut Tensor<C>, sa: Scale, sb: Scale, epi: &Epilogue<bf16>, cast: Cast,
 ) -> Result<()> {
     let (m, n, _) = fp8_shape(a, b, c)?;
     let cfg = crate::tune::config(gpu.compute_capability(), "gemm_fp8", gemm_fp8_kernel::CONFIGS, &[m, n, a.shape()[1]], || default_config(m, n));
@@ -89,8 +94,8 @@ pub fn gemm_fp8_cast<T: Elem, C: Elem>(
 
 /// `(m, n, k)` of `c = a·bᵀ` ([`gemm_shape`]) for FP8 operands whose rows
 /// the copy engine can read, or an error naming what does not fit.
-fn fp8_shape<T: Elem, C: Elem>(a: &Tensor<T>, b: &Tensor<T>, c: &Tensor<C>) -> Result<(usize, usize, usize)> {
-    check_fp8::<T, C>()?;
+fn fp8_shape<TA: Elem, TB: Elem, C: Elem>(a: &Tensor<TA>, b: &Tensor<TB>, c: &Tensor<C>) -> Result<(usize, usize, usize)> {
+    check_fp8::<TA, TB, C>()?;
     let (m, n, k) = gemm_shape(a, b, c)?;
     if k % 16 != 0 {
         return Err(Error::Shape(format!("gemm_fp8: k = {k} is not a multiple of 16 (the copy engine reads rows of 16-byte multiples; pad k with zeros)")));
@@ -107,15 +112,15 @@ fn scale_bits(a: ScaleKind, b: ScaleKind) -> u32 {
 /// `gemm_fp8` with config `cfg` of `gemm_fp8_kernel::CONFIGS` (for tests,
 /// sweeps and the tuner).
 #[allow(clippy::too_many_arguments)]
-pub fn gemm_fp8_with_config<T: Elem>(
-    gpu: &Gpu, cfg: usize, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<bf16>, sa: Scale, sb: Scale, epi: &Epilogue<bf16>,
+pub fn gemm_fp8_with_config<TA: Elem, TB: Elem>(
+    gpu: &Gpu, cfg: usize, a: &Tensor<TA>, b: &Tensor<TB>, c: &mut Tensor<bf16>, sa: Scale, sb: Scale, epi: &Epilogue<bf16>,
 ) -> Result<()> {
     fp8_launch(gpu, cfg, a, b, c, [sa, sb], epi, Cast::default())
 }
 
 #[allow(clippy::too_many_arguments)]
-fn fp8_launch<T: Elem, C: Elem>(
-    gpu: &Gpu, cfg: usize, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<C>, [sa, sb]: [Scale; 2], epi: &Epilogue<bf16>, cast: Cast,
+fn fp8_launch<TA: Elem, TB: Elem, C: Elem>(
+    gpu: &Gpu, cfg: usize, a: &Tensor<TA>, b: &Tensor<TB>, c: &mut Tensor<C>, [sa, sb]: [Scale; 2], epi: &Epilogue<bf16>, cast: Cast,
 ) -> Result<()> {
     let (m, n, k) = fp8_shape(a, b, c)?;
     cast.check()?;
@@ -146,8 +151,8 @@ fn fp8_launch<T: Elem, C: Elem>(
 /// hold nothing (no scale), one value (per tensor) or one a row; `bias`
 /// and `residual` may be empty where `epi` does not use them.
 #[allow(clippy::too_many_arguments)]
-pub fn gemm_fp8_cpu<T: Elem>(
-    cfg: usize, a: &[T], b: &[T], mnk: [usize; 3], scale_a: &[f32], scale_b: &[f32], bias: &[bf16], residual: &[bf16], epi: crate::gemm::Epi,
+pub fn gemm_fp8_cpu<TA: Elem, TB: Elem>(
+    cfg: usize, a: &[TA], b: &[TB], mnk: [usize; 3], scale_a: &[f32], scale_b: &[f32], bias: &[bf16], residual: &[bf16], epi: crate::gemm::Epi,
 ) -> Vec<bf16> {
     gemm_fp8_cast_cpu(cfg, a, b, mnk, [scale_a, scale_b, &[]], bias, residual, epi, &mut [])
 }
@@ -156,11 +161,11 @@ pub fn gemm_fp8_cpu<T: Elem>(
 /// scale in `scales[2]` (empty or one value) and its amax in `amax` (empty
 /// or one value).
 #[allow(clippy::too_many_arguments)]
-pub fn gemm_fp8_cast_cpu<T: Elem, C: Elem>(
-    cfg: usize, a: &[T], b: &[T], [m, n, k]: [usize; 3], [scale_a, scale_b, scale_c]: [&[f32]; 3], bias: &[bf16], residual: &[bf16],
+pub fn gemm_fp8_cast_cpu<TA: Elem, TB: Elem, C: Elem>(
+    cfg: usize, a: &[TA], b: &[TB], [m, n, k]: [usize; 3], [scale_a, scale_b, scale_c]: [&[f32]; 3], bias: &[bf16], residual: &[bf16],
     epi: crate::gemm::Epi, amax: &mut [f32],
 ) -> Vec<C> {
-    check_fp8::<T, C>().unwrap_or_else(|e| panic!("{e}"));
+    check_fp8::<TA, TB, C>().unwrap_or_else(|e| panic!("{e}"));
     assert!(a.len() == m * k && b.len() == n * k, "gemm_fp8_cpu: a holds {}, b {} elements; expected {m}×{k} and {n}×{k}", a.len(), b.len());
     let kind = |s: &[f32], rows: usize| match s.len() {
         0 => ScaleKind::None,

@@ -1,7 +1,7 @@
 //! CPU-interpreter checks of the FP8 GEMM against float64 of the stored
 //! FP8 values: every config at odd M and N (K a multiple of 16, shorter
-//! and longer than one 128-deep step), every scale kind, both formats, and
-//! the epilogue after the scales.
+//! and longer than one 128-deep step), every scale kind, both formats and
+//! their mixes, and the epilogue after the scales.
 use super::*;
 use crate::gemm::{Act, Bias, Epi};
 use crate::reference;
@@ -9,10 +9,10 @@ use crate::testing::*;
 
 /// FP8 operands `a` `[m, k]`, `b` `[n, k]` (values of a few units, as a
 /// scaled tensor holds) and their float64 product.
-fn operands<T: Elem>(m: usize, n: usize, k: usize) -> (Vec<T>, Vec<T>, Vec<f64>, u64) {
+fn operands<TA: Elem, TB: Elem>(m: usize, n: usize, k: usize) -> (Vec<TA>, Vec<TB>, Vec<f64>, u64) {
     let (mut rng, seed) = rng();
-    let a: Vec<T> = normal(&mut rng, m * k, 0.0, 2.0);
-    let b: Vec<T> = normal(&mut rng, n * k, 0.0, 2.0);
+    let a: Vec<TA> = normal(&mut rng, m * k, 0.0, 2.0);
+    let b: Vec<TB> = normal(&mut rng, n * k, 0.0, 2.0);
     let ab = reference::matmul_nt(&wide(&a), &wide(&b), m, n, k);
     (a, b, ab, seed)
 }
@@ -34,8 +34,8 @@ fn at(s: &[f32], i: usize) -> f64 {
     }
 }
 
-fn check<T: Elem>(m: usize, n: usize, k: usize) {
-    let (a, b, ab, seed) = operands::<T>(m, n, k);
+fn check<TA: Elem, TB: Elem>(m: usize, n: usize, k: usize) {
+    let (a, b, ab, seed) = operands::<TA, TB>(m, n, k);
     let (mut rng, _) = rng();
     let kinds = [ScaleKind::None, ScaleKind::Tensor, ScaleKind::Row];
     for cfg in 0..gemm_fp8_kernel::CONFIGS.len() {
@@ -44,22 +44,25 @@ fn check<T: Elem>(m: usize, n: usize, k: usize) {
         let (sa, sb) = (scales(ka, m, &mut rng), scales(kb, n, &mut rng));
         let want: Vec<f64> = (0..m * n).map(|i| ab[i] * at(&sa, i / n) * at(&sb, i % n)).collect();
         let c = gemm_fp8_cpu(cfg, &a, &b, [m, n, k], &sa, &sb, &[], &[], Epi::NONE);
-        assert_close(&c, &want, &format!("gemm_fp8<{}> {m}×{n}×{k} cfg={cfg} scales {ka:?}/{kb:?} (seed {seed})", T::NAME));
+        assert_close(&c, &want, &format!("gemm_fp8<{} × {}> {m}×{n}×{k} cfg={cfg} scales {ka:?}/{kb:?} (seed {seed})", TA::NAME, TB::NAME));
     }
 }
 
 #[test]
 fn gemm_fp8_matches_float64_at_odd_shapes() {
     for (m, n, k) in [(1, 1, 16), (17, 9, 48), (129, 131, 144), (200, 300, 256)] {
-        check::<F8E4M3>(m, n, k);
-        check::<F8E5M2>(m, n, k);
+        check::<F8E4M3, F8E4M3>(m, n, k);
+        check::<F8E5M2, F8E5M2>(m, n, k);
+        // A backward pass's mixes: e5m2 gradients by e4m3 weights, and the other way.
+        check::<F8E5M2, F8E4M3>(m, n, k);
+        check::<F8E4M3, F8E5M2>(m, n, k);
     }
 }
 
 #[test]
 fn the_epilogue_follows_the_scales() {
     let (m, n, k) = (70, 45, 160);
-    let (a, b, ab, seed) = operands::<F8E4M3>(m, n, k);
+    let (a, b, ab, seed) = operands::<F8E4M3, F8E4M3>(m, n, k);
     let (mut rng, _) = rng();
     let (sa, sb) = (scales(ScaleKind::Row, m, &mut rng), scales(ScaleKind::Row, n, &mut rng));
     let bias: Vec<bf16> = normal(&mut rng, n, 0.0, 3.0);
@@ -77,7 +80,7 @@ fn the_epilogue_follows_the_scales() {
 #[test]
 fn e4m3_outputs_match_float64() {
     let (m, n, k) = (70, 45, 160);
-    let (a, b, ab, seed) = operands::<F8E4M3>(m, n, k);
+    let (a, b, ab, seed) = operands::<F8E4M3, F8E4M3>(m, n, k);
     let (mut rng, _) = rng();
     let bias: Vec<bf16> = normal(&mut rng, n, 0.0, 3.0);
     let e = Epi { alpha: 0.37, bias: Bias::PerColumn, act: Act::GeluTanh, ..Epi::NONE };
@@ -95,9 +98,16 @@ fn e4m3_outputs_match_float64() {
 
 #[test]
 fn e5m2_outputs_are_refused() {
-    let r = std::panic::catch_unwind(|| gemm_fp8_cast_cpu::<F8E4M3, F8E5M2>(0, &[F8E4M3(0); 16], &[F8E4M3(0); 16], [1, 1, 16], [&[], &[], &[]], &[], &[], Epi::NONE, &mut []));
+    let r = std::panic::catch_unwind(|| gemm_fp8_cast_cpu::<F8E4M3, F8E4M3, F8E5M2>(0, &[F8E4M3(0); 16], &[F8E4M3(0); 16], [1, 1, 16], [&[], &[], &[]], &[], &[], Epi::NONE, &mut []));
     let msg = *r.expect_err("an e5m2 output ran").downcast::<String>().unwrap();
     assert!(msg.contains("writes bf16 or e4m3"), "{msg}");
+}
+
+#[test]
+fn mixed_operands_write_bf16_only() {
+    let r = std::panic::catch_unwind(|| gemm_fp8_cast_cpu::<F8E5M2, F8E4M3, F8E4M3>(0, &[F8E5M2(0); 16], &[F8E4M3(0); 16], [1, 1, 16], [&[], &[], &[]], &[], &[], Epi::NONE, &mut []));
+    let msg = *r.expect_err("an e4m3 output of mixed operands ran").downcast::<String>().unwrap();
+    assert!(msg.contains("e5m2 × e4m3 operands writes bf16, not e4m3"), "{msg}");
 }
 
 #[test]
