@@ -32,7 +32,6 @@ const HOST_ONLY: &[&str] = &[
     "ops/src/dual_gemm/host.rs",
     "ops/src/gemm_fp8/host.rs",
     "ops/src/gemm/host.rs",
-    "ops/src/grouped_gemm/mod.rs",
     "ops/src/grouped_gemm/tests.rs",
     "ops/src/reference.rs",
     "ops/src/testing.rs",

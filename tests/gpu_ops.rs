@@ -242,6 +242,41 @@ fn grouped_gemms_match_float64() {
     assert!(matches!(grouped_gemm::shared_input(&gpu, &x, &w, &mut y_bad, &gemm::Epilogue::new()), Err(Error::Shape(_))));
 }
 
+/// Groups of different sizes in one launch (packed, odd sizes, a group
+/// without rows and one with K = 0), every config of each kernel this GPU
+/// has, beside float64; and what `gemm_groups` refuses.
+#[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
+fn gemm_groups_match_float64() {
+    use rustile_ops::grouped_gemm::{gemm_groups, grouped_gemm_kernel, grouped_gemm_wgmma_kernel, Groups};
+    let Some(gpu) = gpu_or_skip("gemm_groups_match_float64") else { return };
+    let sizes = [[300, 517, 72], [0, 64, 64], [1, 1030, 520], [777, 130, 77], [64, 64, 0], [2048, 256, 128]];
+    let (mut rng, seed) = rng();
+    let [la, lb, lc] = sizes.iter().fold([0; 3], |[a, b, c], &[m, n, k]| [a + m * k, b + n * k, c + m * n]);
+    let (a, b): (Vec<bf16>, Vec<bf16>) = (normal(&mut rng, la, 0.0, 1.0), normal(&mut rng, lb, 0.0, 1.0));
+    let (mut want, mut at) = (Vec::with_capacity(lc), [0, 0]);
+    for &[m, n, k] in &sizes {
+        want.extend(reference::matmul_nt(&wide(&a[at[0]..at[0] + m * k]), &wide(&b[at[1]..at[1] + n * k]), m, n, k));
+        at = [at[0] + m * k, at[1] + n * k];
+    }
+    let (da, db) = (up(&gpu, &a, &[la]), up(&gpu, &b, &[lb]));
+    let mut configs: Vec<gemm::Config> = (0..grouped_gemm_kernel::CONFIGS.len()).map(gemm::Config::Mma).collect();
+    if grouped_gemm_wgmma_kernel::supported(&gpu) {
+        configs.extend((0..grouped_gemm_wgmma_kernel::CONFIGS.len()).map(gemm::Config::Wgmma));
+    }
+    let default = Groups::new(&gpu, &sizes).unwrap();
+    for groups in configs.into_iter().map(|cfg| Groups::with_config(&gpu, &sizes, cfg).unwrap()).chain([default]) {
+        let mut c = poisoned::<bf16>(&gpu, &[lc]);
+        gemm_groups(&gpu, &groups, &da, &db, &mut c).unwrap();
+        assert_close(&gpu.download(&c).unwrap(), &want, &format!("gemm_groups {sizes:?} (seed {seed})"));
+    }
+    let groups = Groups::new(&gpu, &sizes).unwrap();
+    let mut short = gpu.alloc::<bf16>(&[lc - 1]).unwrap();
+    let err = gemm_groups(&gpu, &groups, &da, &db, &mut short).unwrap_err();
+    assert!(matches!(&err, Error::Shape(msg) if msg.contains("c must hold")), "{err}");
+    assert!(matches!(Groups::with_config(&gpu, &sizes, gemm::Config::Tma(0)), Err(Error::Launch { .. })));
+}
+
 /// Every config of the dual GEMM (`silu(a·b1ᵀ) ⊙ a·b2ᵀ`) at odd shapes,
 /// plus its host API's shape checks.
 #[test]

@@ -150,7 +150,9 @@ pub fn bench_family(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, op: &str,
         if op == "mlp" {
             bench_mlp::<T>(gpu, mcfg, blas, check_only)
         } else if op == "grouped" {
-            crate::grouped::bench_heads::<T>(gpu, mcfg, blas, check_only)
+            let mut rows = crate::grouped::bench_heads::<T>(gpu, mcfg, blas, check_only)?;
+            rows.extend(crate::grouped::bench_groups::<T>(gpu, mcfg, blas, check_only)?);
+            Ok(rows)
         } else {
             bench::<T>(gpu, mcfg, blas, op, shapes, sweep, check_only)
         }

@@ -1,15 +1,17 @@
 //! The grouped GEMM's bench: G heads sharing one input (`grouped_gemm::heads_mlp`,
 //! two launches) beside the loop of cuBLAS calls a user would write (two a
-//! head, each reading and writing the same strided head slices in place).
+//! head, each reading and writing the same strided head slices in place);
+//! then groups of different sizes (`grouped_gemm::gemm_groups`, one launch)
+//! beside one cuBLAS call a group.
 use crate::cublas::Blas;
 use crate::gemm::{baseline, close, sample_rows};
 use crate::harness::{measure, MeasureCfg, Row, Stats, RUSTILE};
 use rustile::Elem;
 use rustile_host::{Gpu, Result};
 use rustile_ops::gemm::Act;
-use rustile_ops::grouped_gemm::{heads_mlp, heads_plans};
+use rustile_ops::grouped_gemm::{gemm_groups, heads_mlp, heads_plans, Groups};
 use rustile_ops::reference;
-use rustile_ops::testing::{heads_inputs, rng, wide};
+use rustile_ops::testing::{heads_inputs, normal, rng, wide};
 
 /// (rows, d, G, h, out): ten heads of 512 → 1365 → 3 on 16k and 65k rows.
 pub const HEADS_SHAPES: &[[usize; 5]] = &[[16384, 512, 10, 1365, 3], [65536, 512, 10, 1365, 3]];
@@ -71,6 +73,71 @@ pub fn bench_heads<T: Elem>(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, c
         rows_out.push(row("rustile +bias+gelu", fused));
         if let Some(stats) = base_stats {
             rows_out.push(row(&format!("cublas loop ×{}", 2 * g), stats));
+        }
+    }
+    Ok(rows_out)
+}
+
+/// Groups of different sizes, `[m, n, k]` each: a mixture of experts'
+/// up-projection (8 experts of 4096 → 14336, unequal token counts), and 64
+/// small products of 16 to 1024 rows.
+pub fn group_shapes() -> Vec<Vec<[usize; 3]>> {
+    let experts = [384, 1024, 128, 640, 896, 256, 512, 768].map(|m| [m, 14336, 4096]).to_vec();
+    let small = (0..64).map(|g| [16 + (g * 37) % 1009, 1024, 1024]).collect();
+    vec![experts, small]
+}
+
+/// `gemm_groups` at [`group_shapes`]: every element checked against the
+/// cuBLAS loop (one call a group, on views of the same packed tensors),
+/// sampled groups against float64, then both timed.
+pub fn bench_groups<T: Elem>(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, check_only: bool) -> Result<Vec<Row>> {
+    let mut rows_out = vec![];
+    for sizes in group_shapes() {
+        let (mut rng, seed) = rng();
+        let g = sizes.len();
+        let say = |line: String| eprintln!("grouped {g} groups of different sizes: {line} (seed {seed})");
+        let groups = Groups::new(gpu, &sizes)?;
+        let [la, lb, lc] = groups.lens();
+        let (a, b): (Vec<T>, Vec<T>) = (normal(&mut rng, la, 0.0, 1.0), normal(&mut rng, lb, 0.0, 1.0));
+        let (da, db) = (gpu.upload(&a, &[la])?, gpu.upload(&b, &[lb])?);
+        let mut c = gpu.alloc::<T>(&[lc])?;
+        gpu.fill_bytes(&mut c, 0xFF)?;
+        gemm_groups(gpu, &groups, &da, &db, &mut c)?;
+        let got = gpu.download(&c)?;
+        // Offsets of each group's a, b, c in the packed tensors.
+        let mut at = vec![[0usize; 3]];
+        for &[m, n, k] in &sizes {
+            let [x, y, z] = at[at.len() - 1];
+            at.push([x + m * k, y + n * k, z + m * n]);
+        }
+        for i in [0, g / 2, g - 1] {
+            let ([m, n, k], [oa, ob, oc]) = (sizes[i], at[i]);
+            let rows = m.min(4);
+            let want = reference::matmul_nt(&wide(&a[oa..oa + rows * k]), &wide(&b[ob..ob + n * k]), rows, n, k);
+            say(close(&format!("group {i}, first rows vs float64"), &got[oc..oc + rows * n], &want)?);
+        }
+        let mut base_stats = None;
+        if let Some(blas) = blas {
+            let mut base = gpu.alloc::<T>(&[lc])?;
+            let (line, stats) = baseline(gpu, mcfg, "a loop of cuBLAS calls", &got, &mut base, check_only, |cb| {
+                for (&[m, n, k], &[oa, ob, oc]) in sizes.iter().zip(&at) {
+                    blas.gemm_nt_view([m, n, k], (&da, oa, k), (&db, ob, k), (cb, oc, n))?;
+                }
+                Ok(())
+            })?;
+            say(line);
+            base_stats = stats;
+        }
+        if check_only {
+            continue;
+        }
+        let flops: f64 = sizes.iter().map(|&[m, n, k]| 2.0 * (m * n * k) as f64).sum();
+        let bytes = ((la + lb + lc) * std::mem::size_of::<T>()) as f64;
+        let [m_total, n, k] = [sizes.iter().map(|s| s[0]).sum(), sizes[0][1], sizes[0][2]];
+        let row = |imp: &str, stats: Stats| Row::new("grouped_sizes", &[m_total, n, k], T::NAME, imp, stats).flops(flops).bytes(bytes);
+        rows_out.push(row(&format!("{RUSTILE} ({g} groups)"), measure(gpu, mcfg, || gemm_groups(gpu, &groups, &da, &db, &mut c))?));
+        if let Some(stats) = base_stats {
+            rows_out.push(row(&format!("cublas loop ×{g}"), stats));
         }
     }
     Ok(rows_out)

@@ -12,6 +12,8 @@ pub enum Kind {
     F16,
     E4M3,
     E5M2,
+    /// Indices and offsets (a kernel's tables, read with [`Ptr::read`](crate::Ptr::read)), not tile data.
+    U32,
 }
 
 /// An element type that lives in device memory: f32, bf16, f16, fp8 (e4m3 / e5m2).
@@ -46,6 +48,22 @@ unsafe impl Elem for f32 {
     #[inline(always)]
     fn from_f32(x: f32) -> Self {
         x
+    }
+}
+
+/// Indices and offsets in device memory: a grouped GEMM's table of sizes,
+/// a batch's cumulative sequence lengths. Kernels read them whole with
+/// [`Ptr::read`](crate::Ptr::read); as tile data they convert like any number.
+unsafe impl Elem for u32 {
+    const NAME: &'static str = "u32";
+    const KIND: Kind = Kind::U32;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self as f32
+    }
+    #[inline(always)]
+    fn from_f32(x: f32) -> Self {
+        x as u32
     }
 }
 

@@ -88,6 +88,16 @@ impl<T> PtrMut<T> {
     }
 }
 
+impl<T: crate::Elem> Ptr<T> {
+    /// Element `idx`, as stored (no conversion): one scalar load, for a
+    /// table a kernel looks things up in (`Ptr<u32>` of sizes or offsets).
+    #[inline(always)]
+    pub fn read(self, idx: usize) -> T {
+        self.0.check("Ptr::read", idx, 1, 1, false);
+        unsafe { *self.0.at(idx) }
+    }
+}
+
 impl<T: crate::Elem> PtrMut<T> {
     /// This pointer as `PtrMut<U>` when `U` is `T` (the same [`Elem::KIND`](crate::Elem::KIND)),
     /// else `None`: for a kernel generic over its output type that takes

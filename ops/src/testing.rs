@@ -113,6 +113,7 @@ pub fn tolerance<T: Elem>() -> f64 {
         Kind::Bf16 => 1e-2,
         Kind::F16 => 2e-3,
         Kind::E4M3 | Kind::E5M2 => 1e-1,
+        Kind::U32 => 0.0,
     }
 }
 

@@ -16,12 +16,16 @@
 //!   scalar loads, 3.3× the plain GEMM's time), and the second GEMM could
 //!   not use the copy engine.
 //!
-//! Groups of different M, N and K in one launch (a pointer table) are not
-//! written yet.
+//! - [`gemm_groups`]: groups of different M, N and K in one launch, packed
+//!   back to back in three tensors ([`sizes`](self::sizes) has the kernels).
+mod sizes;
+pub use sizes::*;
+
 #[cfg(not(target_arch = "nvptx64"))]
 mod host {
     use crate::check::{expect_shape, matrix};
-    use crate::gemm::{launch_plan, launch_plan_cpu, Act, Bias, Epi, Epilogue, Plan};
+    use super::{grouped_gemm_kernel, grouped_gemm_wgmma_kernel, WORDS};
+    use crate::gemm::{check_dtype, launch_plan, launch_plan_cpu, Act, Bias, Config, Epi, Epilogue, Plan};
     use rustile::Elem;
     use rustile_host::{Error, Gpu, Result, Tensor};
 
@@ -135,6 +139,130 @@ mod host {
         let mut y = vec![T::default(); rows * g * out];
         launch_plan_cpu(cfg, &second, &hidden, &pad_rows(w2, g * out, h, hp), &mut y, b2, &[], e2);
         y
+    }
+
+    /// The sizes of a grouped GEMM (`[m, n, k]` a group) and what its kernel
+    /// needs: the kernel and config, and the table (on the GPU) that maps
+    /// each program to its group. Build it once for sizes that repeat
+    /// (every step of a model whose experts see the same token counts).
+    pub struct Groups {
+        sizes: Vec<[usize; 3]>,
+        cfg: Config,
+        blocks: usize,
+        table: Tensor<u32>,
+    }
+
+    impl Groups {
+        /// The sizes with the kernel this GPU runs best: `wgmma` on Hopper
+        /// (128×128 blocks where they fill its SMs, else 64×128), else
+        /// `mma.sync` (128×128 where they fill the SMs twice, else 64×64).
+        pub fn new(gpu: &Gpu, sizes: &[[usize; 3]]) -> Result<Groups> {
+            let big = blocks(sizes, [128, 128]);
+            let cfg = if grouped_gemm_wgmma_kernel::supported(gpu) {
+                Config::Wgmma(if big >= 132 { 0 } else { 1 })
+            } else {
+                Config::Mma(if big >= 264 { 2 } else { 0 })
+            };
+            Groups::with_config(gpu, sizes, cfg)
+        }
+
+        /// [`Groups::new`] with a given kernel and config (`Config::Mma`
+        /// indexes `grouped_gemm_kernel::CONFIGS`, `Config::Wgmma`
+        /// `grouped_gemm_wgmma_kernel::CONFIGS`).
+        pub fn with_config(gpu: &Gpu, sizes: &[[usize; 3]], cfg: Config) -> Result<Groups> {
+            let (table, blocks) = group_table(sizes, block_of(cfg)?)?;
+            let table = gpu.upload(&table, &[table.len()])?;
+            Ok(Groups { sizes: sizes.to_vec(), cfg, blocks, table })
+        }
+
+        /// Elements the packed `a`, `b` and `c` hold: `Σ m·k`, `Σ n·k`, `Σ m·n`.
+        pub fn lens(&self) -> [usize; 3] {
+            packed_lens(&self.sizes)
+        }
+    }
+
+    /// Elements of the packed `a`, `b` and `c` for these sizes.
+    fn packed_lens(sizes: &[[usize; 3]]) -> [usize; 3] {
+        sizes.iter().fold([0; 3], |[a, b, c], &[m, n, k]| [a + m * k, b + n * k, c + m * n])
+    }
+
+    /// The programs of these sizes at `[BM, BN]` blocks.
+    fn blocks(sizes: &[[usize; 3]], [bm, bn]: [usize; 2]) -> usize {
+        sizes.iter().map(|&[m, n, _]| m.div_ceil(bm) * n.div_ceil(bn)).sum()
+    }
+
+    /// `[BM, BN]` of a grouped kernel config, or the error for one that does not exist.
+    fn block_of(cfg: Config) -> Result<[usize; 2]> {
+        let (name, configs, i) = match cfg {
+            Config::Mma(i) => ("grouped_gemm_kernel", grouped_gemm_kernel::CONFIGS, i),
+            Config::Wgmma(i) => ("grouped_gemm_wgmma_kernel", grouped_gemm_wgmma_kernel::CONFIGS, i),
+            Config::Tma(_) => return Err(Error::Launch { kernel: "grouped_gemm".into(), msg: "the grouped GEMM has no TMA kernel; use Config::Wgmma".into() }),
+        };
+        let c = configs.get(i).ok_or_else(|| Error::Launch { kernel: name.into(), msg: format!("config {i} does not exist (there are {})", configs.len()) })?;
+        Ok(["BM", "BN"].map(|p| c.get(p).expect("every GEMM config names BM and BN")))
+    }
+
+    /// The kernels' table ([`WORDS`] words a group) and the programs to launch.
+    pub(crate) fn group_table(sizes: &[[usize; 3]], bmn: [usize; 2]) -> Result<(Vec<u32>, usize)> {
+        let word = |x: usize, what: &str| {
+            u32::try_from(x).map_err(|_| Error::Shape(format!("gemm_groups: {what} = {x} does not fit the table's 32 bits")))
+        };
+        let (mut table, mut first, mut at) = (Vec::with_capacity(sizes.len() * WORDS), 0, [0usize; 3]);
+        for &[m, n, k] in sizes {
+            table.extend([word(m, "m")?, word(n, "n")?, word(k, "k")?, word(first, "a block number")?]);
+            for x in at {
+                table.extend([x as u32, (x >> 32) as u32]);
+            }
+            first += blocks(&[[m, n, k]], bmn);
+            at = [at[0] + m * k, at[1] + n * k, at[2] + m * n];
+        }
+        Ok((table, first))
+    }
+
+    /// `c_g = a_g·b_gᵀ` for every group, in one launch: `a` holds every `a_g`
+    /// (`[m_g, k_g]`) back to back, `b` every `b_g` (`[n_g, k_g]`), `c` every
+    /// `c_g` (`[m_g, n_g]`); each tensor's shape is free, its length must be
+    /// [`Groups::lens`]. bf16 or f16, f32 accumulation.
+    ///
+    /// ```ignore
+    /// // Tokens sorted by expert: a [Σ m_g, 4096], experts' weights b [G, 14336, 4096].
+    /// let groups = Groups::new(&gpu, &tokens_per_expert.iter().map(|&m| [m, 14336, 4096]).collect::<Vec<_>>())?;
+    /// gemm_groups(&gpu, &groups, &a, &b, &mut c)?;
+    /// ```
+    pub fn gemm_groups<T: Elem>(gpu: &Gpu, groups: &Groups, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<T>) -> Result<()> {
+        check_dtype::<T>("gemm_groups")?;
+        let lens = groups.lens();
+        for (what, len, want, contiguous) in [("a", a.numel(), lens[0], a.is_contiguous()), ("b", b.numel(), lens[1], b.is_contiguous()), ("c", c.numel(), lens[2], c.is_contiguous())] {
+            if len != want || !contiguous {
+                return Err(Error::Shape(format!("gemm_groups: {what} must hold its groups' {want} elements, contiguous; it has {len} (shape {:?})", if what == "a" { a.shape() } else if what == "b" { b.shape() } else { c.shape() })));
+            }
+        }
+        if groups.blocks == 0 {
+            return Ok(());
+        }
+        let g = groups.sizes.len();
+        match groups.cfg {
+            Config::Wgmma(cfg) => grouped_gemm_wgmma_kernel::launch(gpu, cfg, a, b, c, &groups.table, g, groups.blocks),
+            cfg => {
+                let Config::Mma(cfg) = cfg else { unreachable!("Groups::with_config refuses TMA") };
+                grouped_gemm_kernel::launch(gpu, cfg, a, b, c, &groups.table, g, groups.blocks)
+            }
+        }
+    }
+
+    /// [`gemm_groups`] in the CPU interpreter, on packed slices.
+    pub fn gemm_groups_cpu<T: Elem>(cfg: Config, sizes: &[[usize; 3]], a: &[T], b: &[T], c: &mut [T]) {
+        let lens = packed_lens(sizes);
+        assert_eq!([a.len(), b.len(), c.len()], lens, "gemm_groups_cpu: a, b, c hold these elements; the sizes need {lens:?}");
+        let (table, blocks) = group_table(sizes, block_of(cfg).unwrap_or_else(|e| panic!("{e}"))).unwrap_or_else(|e| panic!("{e}"));
+        if blocks == 0 {
+            return;
+        }
+        match cfg {
+            Config::Wgmma(cfg) => grouped_gemm_wgmma_kernel::cpu(cfg, a, b, c, &table, sizes.len(), blocks),
+            Config::Mma(cfg) => grouped_gemm_kernel::cpu(cfg, a, b, c, &table, sizes.len(), blocks),
+            Config::Tma(_) => unreachable!("block_of refuses TMA"),
+        }
     }
 }
 #[cfg(not(target_arch = "nvptx64"))]

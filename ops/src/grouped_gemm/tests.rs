@@ -34,3 +34,40 @@ fn the_padded_hidden_stride_keeps_every_head_aligned() {
     assert_eq!((first.stride[3] * 2) % 16, 0);
     assert!(first.tma_ready() && second.tma_ready(), "{first:?} {second:?}");
 }
+
+/// Groups of different sizes, packed: odd M, N and K, a group without rows,
+/// one with K = 0 (its C is zeros), every config of both kernels.
+#[test]
+fn gemm_groups_match_float64() {
+    use crate::gemm::Config;
+    let sizes = [[37, 45, 70], [0, 16, 8], [1, 130, 33], [129, 7, 0], [200, 64, 136], [5, 5, 5]];
+    let (mut rng, seed) = rng();
+    let [la, lb, lc] = sizes.iter().fold([0; 3], |[a, b, c], &[m, n, k]| [a + m * k, b + n * k, c + m * n]);
+    let a: Vec<bf16> = normal(&mut rng, la, 0.0, 1.0);
+    let b: Vec<bf16> = normal(&mut rng, lb, 0.0, 1.0);
+    let mut want = Vec::with_capacity(lc);
+    let (mut at_a, mut at_b) = (0, 0);
+    for &[m, n, k] in &sizes {
+        want.extend(reference::matmul_nt(&wide(&a[at_a..at_a + m * k]), &wide(&b[at_b..at_b + n * k]), m, n, k));
+        (at_a, at_b) = (at_a + m * k, at_b + n * k);
+    }
+    let mma = (0..grouped_gemm_kernel::CONFIGS.len()).map(Config::Mma);
+    for cfg in mma.chain((0..grouped_gemm_wgmma_kernel::CONFIGS.len()).map(Config::Wgmma)) {
+        let mut c = poisoned::<bf16>(lc);
+        gemm_groups_cpu(cfg, &sizes, &a, &b, &mut c);
+        assert_close(&c, &want, &format!("gemm_groups {sizes:?} {cfg:?} (seed {seed})"));
+    }
+}
+
+/// The table: sizes, each group's first block (groups without blocks share
+/// the next one's), and 64-bit offsets into the packed tensors.
+#[test]
+fn the_group_table_numbers_blocks_group_after_group() {
+    let (table, blocks) = group_table(&[[100, 300, 8], [0, 64, 8], [1, 1, 1]], [64, 128]).unwrap();
+    assert_eq!(blocks, 2 * 3 + 0 + 1);
+    assert_eq!(table.len(), 3 * WORDS);
+    assert_eq!(&table[..4], &[100, 300, 8, 0]);
+    assert_eq!(&table[WORDS..WORDS + 10], &[0, 64, 8, 6, 800, 0, 2400, 0, 30000, 0]);
+    assert_eq!(table[2 * WORDS + 3], 6, "after a group without blocks");
+    assert!(group_table(&[[1 << 32, 1, 1]], [64, 64]).unwrap_err().to_string().contains("32 bits"));
+}
