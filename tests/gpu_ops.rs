@@ -248,16 +248,16 @@ fn grouped_gemms_match_float64() {
 #[test]
 #[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
 fn gemm_groups_match_float64() {
-    use rustile_ops::grouped_gemm::{gemm_groups, grouped_gemm_kernel, grouped_gemm_wgmma_kernel, Groups};
+    use rustile_ops::grouped_gemm::{gemm_groups, grouped_gemm_kernel, grouped_gemm_wgmma_kernel, packed_offsets, Groups};
     let Some(gpu) = gpu_or_skip("gemm_groups_match_float64") else { return };
     let sizes = [[300, 517, 72], [0, 64, 64], [1, 1030, 520], [777, 130, 77], [64, 64, 0], [2048, 256, 128]];
     let (mut rng, seed) = rng();
-    let [la, lb, lc] = sizes.iter().fold([0; 3], |[a, b, c], &[m, n, k]| [a + m * k, b + n * k, c + m * n]);
+    let at = packed_offsets(&sizes);
+    let [la, lb, lc] = at[sizes.len()];
     let (a, b): (Vec<bf16>, Vec<bf16>) = (normal(&mut rng, la, 0.0, 1.0), normal(&mut rng, lb, 0.0, 1.0));
-    let (mut want, mut at) = (Vec::with_capacity(lc), [0, 0]);
-    for &[m, n, k] in &sizes {
-        want.extend(reference::matmul_nt(&wide(&a[at[0]..at[0] + m * k]), &wide(&b[at[1]..at[1] + n * k]), m, n, k));
-        at = [at[0] + m * k, at[1] + n * k];
+    let mut want = Vec::with_capacity(lc);
+    for (&[m, n, k], &[oa, ob, _]) in sizes.iter().zip(&at) {
+        want.extend(reference::matmul_nt(&wide(&a[oa..oa + m * k]), &wide(&b[ob..ob + n * k]), m, n, k));
     }
     let (da, db) = (up(&gpu, &a, &[la]), up(&gpu, &b, &[lb]));
     let mut configs: Vec<gemm::Config> = (0..grouped_gemm_kernel::CONFIGS.len()).map(gemm::Config::Mma).collect();

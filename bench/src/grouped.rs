@@ -9,7 +9,7 @@ use crate::harness::{measure, MeasureCfg, Row, Stats, RUSTILE};
 use rustile::Elem;
 use rustile_host::{Gpu, Result};
 use rustile_ops::gemm::Act;
-use rustile_ops::grouped_gemm::{gemm_groups, heads_mlp, heads_plans, Groups};
+use rustile_ops::grouped_gemm::{gemm_groups, heads_mlp, heads_plans, packed_offsets, Groups};
 use rustile_ops::reference;
 use rustile_ops::testing::{heads_inputs, normal, rng, wide};
 
@@ -104,12 +104,7 @@ pub fn bench_groups<T: Elem>(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, 
         gpu.fill_bytes(&mut c, 0xFF)?;
         gemm_groups(gpu, &groups, &da, &db, &mut c)?;
         let got = gpu.download(&c)?;
-        // Offsets of each group's a, b, c in the packed tensors.
-        let mut at = vec![[0usize; 3]];
-        for &[m, n, k] in &sizes {
-            let [x, y, z] = at[at.len() - 1];
-            at.push([x + m * k, y + n * k, z + m * n]);
-        }
+        let at = packed_offsets(&sizes);
         for i in [0, g / 2, g - 1] {
             let ([m, n, k], [oa, ob, oc]) = (sizes[i], at[i]);
             let rows = m.min(4);

@@ -2,7 +2,7 @@
 //! and leaves tuned tables current.
 use super::*;
 use crate::check::expect_shape;
-use crate::gemm::{check_dtype, gemm_shape, tma_boxes, tma_map, Config};
+use crate::gemm::{check_dtype, gemm_shape, block_shape, tma_map, Config};
 use rustile_host::{Error, Gpu, Result, Tensor};
 
 /// `c = silu(a·b1ᵀ) ⊙ (a·b2ᵀ)` on the GPU: `a` `[m, k]`, `b1` and `b2` `[n, k]`, `c` `[m, n]`.
@@ -39,7 +39,7 @@ pub fn dual_gemm_with_config<T: Elem>(gpu: &Gpu, cfg: impl Into<Config>, a: &Ten
     match cfg.into() {
         Config::Mma(cfg) => dual_gemm_kernel::launch(gpu, cfg, a, b1, b2, c, m, n, k),
         Config::Tma(cfg) if k % 8 == 0 => {
-            let [bm, bn] = tma_boxes("dual_gemm_tma_kernel", dual_gemm_tma_kernel::CONFIGS, cfg)?;
+            let [bm, bn] = block_shape("dual_gemm_tma_kernel", dual_gemm_tma_kernel::CONFIGS, cfg)?;
             let map = |t: &Tensor<T>, rows: usize, box_rows: usize| tma_map(gpu, t, [k, rows, 1], [k, k * rows], box_rows);
             let (ma, mb1, mb2) = (map(a, m, bm)?, map(b1, n, bn)?, map(b2, n, bn)?);
             dual_gemm_tma_kernel::launch(gpu, cfg, a, b1, b2, c, m, n, k, ma, mb1, mb2)

@@ -84,7 +84,7 @@ impl Plan {
     /// The tensor maps of A and B for a `gemm_tma_kernel` config (device
     /// addresses; built once per tensor and box, `rustile_host::TileMap`).
     fn tma_maps<T: Elem>(&self, gpu: &Gpu, cfg: usize, a: &Tensor<T>, b: &Tensor<T>) -> Result<[u64; 2]> {
-        let [bm, bn] = tma_boxes("gemm_tma_kernel", gemm_tma_kernel::CONFIGS, cfg)?;
+        let [bm, bn] = block_shape("gemm_tma_kernel", gemm_tma_kernel::CONFIGS, cfg)?;
         let map = |t: &Tensor<T>, rows: usize, ld: usize, stride: usize, box_rows: usize| {
             let batch = if stride == 0 { 1 } else { self.batch };
             tma_map(gpu, t, [self.k, rows, batch], [ld, if stride == 0 { ld * rows } else { stride }], box_rows)
@@ -128,11 +128,12 @@ impl Plan {
     }
 }
 
-/// The box heights (`[BM, BN]`) of config `cfg` of a TMA kernel, or the
-/// launcher's error for a config that does not exist (before any map is built).
-pub(crate) fn tma_boxes(kernel: &str, configs: &[rustile::KernelConfig], cfg: usize) -> Result<[usize; 2]> {
+/// The block (`[BM, BN]`) of config `cfg` of a GEMM-family kernel (a TMA
+/// kernel's box heights, a grouped kernel's blocks), or the launcher's error
+/// for a config that does not exist (before any map or table is built).
+pub(crate) fn block_shape(kernel: &str, configs: &[rustile::KernelConfig], cfg: usize) -> Result<[usize; 2]> {
     let c = configs.get(cfg).ok_or_else(|| Error::Launch { kernel: kernel.into(), msg: format!("config {cfg} does not exist (there are {})", configs.len()) })?;
-    Ok(["BM", "BN"].map(|p| c.get(p).expect("every TMA kernel config names BM and BN")))
+    Ok(["BM", "BN"].map(|p| c.get(p).expect("every GEMM-family config names BM and BN")))
 }
 
 /// The tensor map (device address) of `batch` matrices of `rows×k` in
@@ -427,6 +428,20 @@ fn check_out<T: Elem, C: Elem>() -> Result<()> {
     Ok(())
 }
 
+/// The `mma.sync` kernels write their own 16-bit type through the direct
+/// epilogue, which has no [`Out`]: a scale or an amax (`out_flags`) there
+/// is refused.
+fn check_cast_kernel<T: Elem, C: Elem>(cfg: Config, out_flags: u32) -> Result<()> {
+    if matches!(cfg, Config::Mma(_)) && C::KIND == T::KIND && out_flags != 0 {
+        return Err(Error::Shape(format!(
+            "gemm: the mma.sync kernels scale or record the amax of f32 and e4m3 outputs only, not of {} (their per-element epilogue has no room); \
+             write f32, or run a Hopper kernel",
+            C::NAME
+        )));
+    }
+    Ok(())
+}
+
 /// [`launch_plan`] with an output of its own type (the operands', f32, or
 /// e4m3 from bf16) and a [`Cast`]; every kernel and layout writes them
 /// (the `mma.sync` kernels scale and record the amax of f32 and e4m3 only).
@@ -458,16 +473,7 @@ pub fn launch_plan_cast<T: Elem, C: Elem>(
     cast.check()?;
     p.check(e, [a.numel(), b.numel(), c.numel(), bias.numel(), residual.numel()])?;
     let cfg = cfg.unwrap_or_else(|| choose(gpu, p));
-    if let Config::Tma(cfg) = cfg {
-        return launch_tma(gpu, cfg, p, [a, b, bias, residual], c, e, cast);
-    }
-    if matches!(cfg, Config::Mma(_)) && C::KIND == T::KIND && cast.flags() != 0 {
-        return Err(Error::Shape(format!(
-            "gemm: the mma.sync kernels scale or record the amax of f32 and e4m3 outputs only, not of {} (their per-element epilogue has no room); \
-             write f32, or run a Hopper kernel",
-            C::NAME
-        )));
-    }
+    check_cast_kernel::<T, C>(cfg, cast.flags())?;
     let (m, n, k, batch) = (p.m, p.n, p.k, p.batch);
     let ([lda, ldb, ldc], [sa, sb, sc, sbias]) = (p.ld, p.stride);
     let flags = e.flags() | cast.flags();
@@ -476,11 +482,19 @@ pub fn launch_plan_cast<T: Elem, C: Elem>(
     let scale = cast.scale.unwrap_or(&none);
     let amax = cast.amax.unwrap_or(&mut none_mut);
     macro_rules! launch {
-        ($kernel:ident, $cfg:expr) => {
-            $kernel::launch(gpu, $cfg, a, b, c, bias, residual, scale, amax, m, n, k, batch, lda, ldb, ldc, sa, sb, sc, sbias, e.alpha, e.beta, flags)
+        ($kernel:ident, $cfg:expr $(, $maps:expr)*) => {
+            $kernel::launch(gpu, $cfg, a, b, c, bias, residual, scale, amax, m, n, k, batch, lda, ldb, ldc, sa, sb, sc, sbias, e.alpha, e.beta, flags $(, $maps)*)
         };
     }
     match (cfg, p.ta, p.tb) {
+        (Config::Tma(_), false, true) if !p.tma_ready() => Err(Error::Shape(format!(
+            "gemm: the TMA kernel needs row and batch strides that are multiples of 8 elements; these are {:?} and {:?}",
+            p.ld, p.stride
+        ))),
+        (Config::Tma(cfg), false, true) => {
+            let [map_a, map_b] = p.tma_maps(gpu, cfg, a, b)?;
+            launch!(gemm_tma_kernel, cfg, map_a, map_b)
+        }
         (Config::Wgmma(cfg), false, true) => launch!(gemm_wgmma_kernel, cfg),
         (Config::Wgmma(_) | Config::Tma(_), ..) => Err(wgmma_layout()),
         (Config::Mma(cfg), false, true) => launch!(gemm_nt_kernel, cfg),
@@ -488,30 +502,6 @@ pub fn launch_plan_cast<T: Elem, C: Elem>(
         (Config::Mma(cfg), true, false) => launch!(gemm_tn_kernel, cfg),
         (Config::Mma(cfg), true, true) => launch!(gemm_tt_kernel, cfg),
     }
-}
-
-/// [`launch_plan_cast`]'s launch of `gemm_tma_kernel` config `cfg`
-/// (operands `[a, b, bias, residual]`, checked).
-fn launch_tma<T: Elem, C: Elem>(gpu: &Gpu, cfg: usize, p: &Plan, [a, b, bias, residual]: [&Tensor<T>; 4], c: &mut Tensor<C>, e: Epi, cast: Cast) -> Result<()> {
-    if p.ta || !p.tb {
-        return Err(wgmma_layout());
-    }
-    if !p.tma_ready() {
-        return Err(Error::Shape(format!(
-            "gemm: the TMA kernel needs row and batch strides that are multiples of 8 elements; these are {:?} and {:?}",
-            p.ld, p.stride
-        )));
-    }
-    let [map_a, map_b] = p.tma_maps(gpu, cfg, a, b)?;
-    let flags = e.flags() | cast.flags();
-    // Placeholders (no allocation) the kernel never reads.
-    let (none, mut none_mut) = (gpu.alloc::<f32>(&[0])?, gpu.alloc::<f32>(&[0])?);
-    let scale = cast.scale.unwrap_or(&none);
-    let amax = cast.amax.unwrap_or(&mut none_mut);
-    let ([lda, ldb, ldc], [sa, sb, sc, sbias]) = (p.ld, p.stride);
-    gemm_tma_kernel::launch(
-        gpu, cfg, a, b, c, bias, residual, scale, amax, p.m, p.n, p.k, p.batch, lda, ldb, ldc, sa, sb, sc, sbias, e.alpha, e.beta, flags, map_a, map_b,
-    )
 }
 
 fn wgmma_layout() -> Error {
@@ -540,12 +530,12 @@ pub fn launch_plan_cast_cpu<T: Elem, C: Elem>(
     if let Err(e) = check_out::<T, C>().and_then(|_| p.check(epi, [a.len(), b.len(), c.len(), bias.len(), residual.len()])) {
         panic!("{e}");
     }
-    let flags = epi.flags() | Out::flags(!scale.is_empty(), !amax.is_empty());
+    let out_flags = Out::flags(!scale.is_empty(), !amax.is_empty());
     let cfg = cfg.into();
-    assert!(
-        !(matches!(cfg, Config::Mma(_)) && C::KIND == T::KIND && flags != epi.flags()),
-        "gemm: the mma.sync kernels scale or record the amax of f32 and e4m3 outputs only"
-    );
+    if let Err(e) = check_cast_kernel::<T, C>(cfg, out_flags) {
+        panic!("{e}");
+    }
+    let flags = epi.flags() | out_flags;
     let (m, n, k, batch) = (p.m, p.n, p.k, p.batch);
     let ([lda, ldb, ldc], [sa, sb, sc, sbias]) = (p.ld, p.stride);
     let (alpha, beta) = (epi.alpha, epi.beta);
@@ -589,10 +579,10 @@ mod host_tests {
     }
 
     #[test]
-    fn tma_boxes_name_a_missing_config() {
-        assert_eq!(tma_boxes("gemm_tma_kernel", gemm_tma_kernel::CONFIGS, 0).unwrap(), [128, 256]);
+    fn block_shape_names_a_missing_config() {
+        assert_eq!(block_shape("gemm_tma_kernel", gemm_tma_kernel::CONFIGS, 0).unwrap(), [128, 256]);
         let n = gemm_tma_kernel::CONFIGS.len();
-        match tma_boxes("gemm_tma_kernel", gemm_tma_kernel::CONFIGS, n) {
+        match block_shape("gemm_tma_kernel", gemm_tma_kernel::CONFIGS, n) {
             Err(Error::Launch { kernel, msg }) => assert!(kernel == "gemm_tma_kernel" && msg.contains("does not exist"), "{msg}"),
             other => panic!("config {n} of {n}: {other:?}"),
         }

@@ -2,7 +2,7 @@
 //! and leaves tuned tables current.
 use super::*;
 use crate::check::expect_shape;
-use crate::gemm::{gemm_shape, tma_boxes, tma_map, Cast, Epilogue, Out};
+use crate::gemm::{gemm_shape, block_shape, tma_map, Cast, Epilogue, Out};
 use rustile_host::{Error, Gpu, Result, Tensor};
 
 /// How an FP8 operand was quantized: `x ≈ s·q` for the stored `q`, and the
@@ -135,7 +135,7 @@ fn fp8_launch<TA: Elem, TB: Elem, C: Elem>(
     if let Some(r) = epi.residual_tensor() {
         expect_shape("residual", r, &[m, n])?;
     }
-    let [bm, bn] = tma_boxes("gemm_fp8_kernel", gemm_fp8_kernel::CONFIGS, cfg)?;
+    let [bm, bn] = block_shape("gemm_fp8_kernel", gemm_fp8_kernel::CONFIGS, cfg)?;
     let (map_a, map_b) = (tma_map(gpu, a, [k, m, 1], [k, k * m], bm)?, tma_map(gpu, b, [k, n, 1], [k, k * n], bn)?);
     // Unused operands are empty placeholders (no allocation) the kernel never reads.
     let (none16, none32, mut none_mut) = (gpu.alloc::<bf16>(&[0])?, gpu.alloc::<f32>(&[0])?, gpu.alloc::<f32>(&[0])?);

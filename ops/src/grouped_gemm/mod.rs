@@ -25,7 +25,7 @@ pub use sizes::*;
 mod host {
     use crate::check::{expect_shape, matrix};
     use super::{grouped_gemm_kernel, grouped_gemm_wgmma_kernel, WORDS};
-    use crate::gemm::{check_dtype, launch_plan, launch_plan_cpu, Act, Bias, Config, Epi, Epilogue, Plan};
+    use crate::gemm::{block_shape, check_dtype, launch_plan, launch_plan_cpu, Act, Bias, Config, Epi, Epilogue, Plan};
     use rustile::Elem;
     use rustile_host::{Error, Gpu, Result, Tensor};
 
@@ -146,7 +146,9 @@ mod host {
     /// each program to its group. Build it once for sizes that repeat
     /// (every step of a model whose experts see the same token counts).
     pub struct Groups {
-        sizes: Vec<[usize; 3]>,
+        /// The groups, and the packed tensors' lengths.
+        groups: usize,
+        lens: [usize; 3],
         cfg: Config,
         blocks: usize,
         table: Tensor<u32>,
@@ -172,18 +174,29 @@ mod host {
         pub fn with_config(gpu: &Gpu, sizes: &[[usize; 3]], cfg: Config) -> Result<Groups> {
             let (table, blocks) = group_table(sizes, block_of(cfg)?)?;
             let table = gpu.upload(&table, &[table.len()])?;
-            Ok(Groups { sizes: sizes.to_vec(), cfg, blocks, table })
+            Ok(Groups { groups: sizes.len(), lens: packed_lens(sizes), cfg, blocks, table })
         }
 
         /// Elements the packed `a`, `b` and `c` hold: `Σ m·k`, `Σ n·k`, `Σ m·n`.
         pub fn lens(&self) -> [usize; 3] {
-            packed_lens(&self.sizes)
+            self.lens
         }
+    }
+
+    /// Where each group's `a_g`, `b_g` and `c_g` start in the packed tensors,
+    /// then (one more entry) their lengths.
+    pub fn packed_offsets(sizes: &[[usize; 3]]) -> Vec<[usize; 3]> {
+        let mut at = vec![[0; 3]];
+        for &[m, n, k] in sizes {
+            let [a, b, c] = at[at.len() - 1];
+            at.push([a + m * k, b + n * k, c + m * n]);
+        }
+        at
     }
 
     /// Elements of the packed `a`, `b` and `c` for these sizes.
     fn packed_lens(sizes: &[[usize; 3]]) -> [usize; 3] {
-        sizes.iter().fold([0; 3], |[a, b, c], &[m, n, k]| [a + m * k, b + n * k, c + m * n])
+        packed_offsets(sizes)[sizes.len()]
     }
 
     /// The programs of these sizes at `[BM, BN]` blocks.
@@ -193,13 +206,11 @@ mod host {
 
     /// `[BM, BN]` of a grouped kernel config, or the error for one that does not exist.
     fn block_of(cfg: Config) -> Result<[usize; 2]> {
-        let (name, configs, i) = match cfg {
-            Config::Mma(i) => ("grouped_gemm_kernel", grouped_gemm_kernel::CONFIGS, i),
-            Config::Wgmma(i) => ("grouped_gemm_wgmma_kernel", grouped_gemm_wgmma_kernel::CONFIGS, i),
-            Config::Tma(_) => return Err(Error::Launch { kernel: "grouped_gemm".into(), msg: "the grouped GEMM has no TMA kernel; use Config::Wgmma".into() }),
-        };
-        let c = configs.get(i).ok_or_else(|| Error::Launch { kernel: name.into(), msg: format!("config {i} does not exist (there are {})", configs.len()) })?;
-        Ok(["BM", "BN"].map(|p| c.get(p).expect("every GEMM config names BM and BN")))
+        match cfg {
+            Config::Mma(i) => block_shape("grouped_gemm_kernel", grouped_gemm_kernel::CONFIGS, i),
+            Config::Wgmma(i) => block_shape("grouped_gemm_wgmma_kernel", grouped_gemm_wgmma_kernel::CONFIGS, i),
+            Config::Tma(_) => Err(Error::Launch { kernel: "grouped_gemm".into(), msg: "the grouped GEMM has no TMA kernel; use Config::Wgmma".into() }),
+        }
     }
 
     /// The kernels' table ([`WORDS`] words a group) and the programs to launch.
@@ -207,14 +218,13 @@ mod host {
         let word = |x: usize, what: &str| {
             u32::try_from(x).map_err(|_| Error::Shape(format!("gemm_groups: {what} = {x} does not fit the table's 32 bits")))
         };
-        let (mut table, mut first, mut at) = (Vec::with_capacity(sizes.len() * WORDS), 0, [0usize; 3]);
-        for &[m, n, k] in sizes {
+        let (mut table, mut first) = (Vec::with_capacity(sizes.len() * WORDS), 0);
+        for (&[m, n, k], at) in sizes.iter().zip(packed_offsets(sizes)) {
             table.extend([word(m, "m")?, word(n, "n")?, word(k, "k")?, word(first, "a block number")?]);
             for x in at {
                 table.extend([x as u32, (x >> 32) as u32]);
             }
             first += blocks(&[[m, n, k]], bmn);
-            at = [at[0] + m * k, at[1] + n * k, at[2] + m * n];
         }
         Ok((table, first))
     }
@@ -231,22 +241,23 @@ mod host {
     /// ```
     pub fn gemm_groups<T: Elem>(gpu: &Gpu, groups: &Groups, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<T>) -> Result<()> {
         check_dtype::<T>("gemm_groups")?;
-        let lens = groups.lens();
-        for (what, len, want, contiguous) in [("a", a.numel(), lens[0], a.is_contiguous()), ("b", b.numel(), lens[1], b.is_contiguous()), ("c", c.numel(), lens[2], c.is_contiguous())] {
-            if len != want || !contiguous {
-                return Err(Error::Shape(format!("gemm_groups: {what} must hold its groups' {want} elements, contiguous; it has {len} (shape {:?})", if what == "a" { a.shape() } else if what == "b" { b.shape() } else { c.shape() })));
+        for ((what, t), want) in [("a", a), ("b", b), ("c", &*c)].into_iter().zip(groups.lens()) {
+            if t.numel() != want || !t.is_contiguous() {
+                return Err(Error::Shape(format!(
+                    "gemm_groups: {what} must hold its groups' {want} elements, contiguous; it has {} (shape {:?})",
+                    t.numel(),
+                    t.shape()
+                )));
             }
         }
         if groups.blocks == 0 {
             return Ok(());
         }
-        let g = groups.sizes.len();
+        let g = groups.groups;
         match groups.cfg {
             Config::Wgmma(cfg) => grouped_gemm_wgmma_kernel::launch(gpu, cfg, a, b, c, &groups.table, g, groups.blocks),
-            cfg => {
-                let Config::Mma(cfg) = cfg else { unreachable!("Groups::with_config refuses TMA") };
-                grouped_gemm_kernel::launch(gpu, cfg, a, b, c, &groups.table, g, groups.blocks)
-            }
+            Config::Mma(cfg) => grouped_gemm_kernel::launch(gpu, cfg, a, b, c, &groups.table, g, groups.blocks),
+            Config::Tma(_) => unreachable!("Groups::with_config refuses TMA"),
         }
     }
 

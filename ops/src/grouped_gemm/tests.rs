@@ -42,14 +42,13 @@ fn gemm_groups_match_float64() {
     use crate::gemm::Config;
     let sizes = [[37, 45, 70], [0, 16, 8], [1, 130, 33], [129, 7, 0], [200, 64, 136], [5, 5, 5]];
     let (mut rng, seed) = rng();
-    let [la, lb, lc] = sizes.iter().fold([0; 3], |[a, b, c], &[m, n, k]| [a + m * k, b + n * k, c + m * n]);
+    let at = packed_offsets(&sizes);
+    let [la, lb, lc] = at[sizes.len()];
     let a: Vec<bf16> = normal(&mut rng, la, 0.0, 1.0);
     let b: Vec<bf16> = normal(&mut rng, lb, 0.0, 1.0);
     let mut want = Vec::with_capacity(lc);
-    let (mut at_a, mut at_b) = (0, 0);
-    for &[m, n, k] in &sizes {
-        want.extend(reference::matmul_nt(&wide(&a[at_a..at_a + m * k]), &wide(&b[at_b..at_b + n * k]), m, n, k));
-        (at_a, at_b) = (at_a + m * k, at_b + n * k);
+    for (&[m, n, k], &[oa, ob, _]) in sizes.iter().zip(&at) {
+        want.extend(reference::matmul_nt(&wide(&a[oa..oa + m * k]), &wide(&b[ob..ob + n * k]), m, n, k));
     }
     let mma = (0..grouped_gemm_kernel::CONFIGS.len()).map(Config::Mma);
     for cfg in mma.chain((0..grouped_gemm_wgmma_kernel::CONFIGS.len()).map(Config::Wgmma)) {
