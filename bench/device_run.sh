@@ -19,7 +19,7 @@ if [ "${TESTS:-1}" = 1 ]; then
     for t in .device/gpu-* .device/gpu_ops-*; do
         [ -e "$t" ] || continue
         echo "==> $t"
-        timeout 240 "$t" --include-ignored --test-threads=1 2>&1 | tee -a "$OUT/gpu_tests.log" || status=1
+        timeout 420 "$t" --include-ignored --test-threads=1 2>&1 | tee -a "$OUT/gpu_tests.log" || status=1
     done
     echo "==> check the GEMM family against cuBLAS"
     timeout 120 .device/rustile-bench --check --ops gemm,dual_gemm,gemm_fp8 --mnk 777x1030x520,4096x4096x4096,16x4096x4096 2>&1 | tee "$OUT/check.log" || status=1

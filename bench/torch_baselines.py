@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from triton.testing import do_bench
 
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
-OPS = ["add", "swiglu", "softmax", "layernorm", "rmsnorm", "gemm"]
+OPS = ["add", "swiglu", "softmax", "layernorm", "rmsnorm", "gemm", "attention"]
 
 
 def problem(op, args, dtype):
@@ -49,6 +49,52 @@ def problem(op, args, dtype):
     raise ValueError(f"unknown op {op!r}; known: {', '.join(OPS)}")
 
 
+def attention_flops(b, sq, sk, h, d, causal):
+    """4·B·H·Sq·Sk·D, without the pairs a top-left causal mask removes (as rustile-bench counts)."""
+    if causal:
+        full = min(sq, sk)
+        pairs = full * (full + 1) / 2 + max(sq - sk, 0) * sk
+    else:
+        pairs = sq * sk
+    return 4.0 * b * h * d * pairs
+
+
+def attention_rows(specs, dtype, dtype_name):
+    """SDPA's flash and cuDNN backends at each shape `BxSqxSkxHxHkvxD[c]`:
+    q [B, Sq, H, D] and k, v [B, Sk, Hkv, D] token-major, as rustile's,
+    seen as [B, H, S, D] by a transpose (no copy)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    rows = []
+    for spec in [x for x in specs.split(",") if x]:
+        causal = spec.endswith("c")
+        b, sq, sk, h, hkv, d = (int(x) for x in spec.rstrip("c").split("x"))
+        op = "attn_causal" if causal else "attn"
+        shape_s = "x".join(map(str, (b, sq, sk, h, hkv, d)))
+        q = torch.randn(b, sq, h, d, device="cuda", dtype=dtype).transpose(1, 2)
+        k = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype).transpose(1, 2)
+        v = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype).transpose(1, 2)
+        flops = attention_flops(b, sq, sk, h, d, causal)
+        for name, backend in [("sdpa flash", SDPBackend.FLASH_ATTENTION), ("sdpa cudnn", SDPBackend.CUDNN_ATTENTION)]:
+            def fn():
+                with sdpa_kernel(backend):
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hkv != h)
+            try:
+                torch.cuda.reset_peak_memory_stats()
+                fn()
+                ms = do_bench(fn, warmup=25, rep=100, return_mode="median")
+            except RuntimeError as e:
+                print(f"{op} {shape_s} {name}: not run ({str(e).splitlines()[0]})", file=sys.stderr)
+                continue
+            peak = torch.cuda.max_memory_allocated() / 1e9
+            print(f"{op:12} {shape_s:>26} {dtype_name:5} {name:11} {ms * 1e3:9.1f} us "
+                  f"{flops / ms / 1e9:6.0f} TFLOP/s  peak {peak:.2f} GB", file=sys.stderr)
+            rows.append({"op": op, "shape": shape_s, "dtype": dtype_name, "impl": name, "median_ms": ms, "flops": flops})
+        del q, k, v
+        torch.cuda.empty_cache()
+    return rows
+
+
 def time_ms(fn, inputs):
     # do_bench warms up, clears L2 before every repetition and times each
     # with CUDA events; the median is what the Rust side reports too.
@@ -63,6 +109,7 @@ def main():
     p.add_argument("--numel", type=int, default=1 << 28)
     p.add_argument("--mnk", default="4096,4096,4096", type=lambda v: [int(x) for x in v.split(",")])
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
+    p.add_argument("--attn", default="", help="attention shapes BxSqxSkxHxHkvxD, c appended for causal, comma-separated")
     p.add_argument("--json", required=True)
     args = p.parse_args()
     if not torch.cuda.is_available():
@@ -72,6 +119,10 @@ def main():
     torch.manual_seed(0)
     rows = []
     for op in [o for o in args.ops.split(",") if o]:
+        if op == "attention":
+            # Attention runs in bf16 (its benchmark's element type), whatever --dtype says.
+            rows += attention_rows(args.attn, torch.bfloat16, "bf16")
+            continue
         fn, inputs, shape, nbytes = problem(op, args, dtype)
         compiled = torch.compile(fn)
         # Compile now, not inside the timing, and check it agrees with eager.

@@ -3,8 +3,8 @@
 //! an unwritten element fails. Every config of every kernel runs at least once.
 use rustile::{bf16, f16, Elem};
 use rustile_host::{Error, Gpu, Tensor};
-use rustile_ops::testing::{assert_close, mean_err, normal, rel_err, rng, tolerance, wide};
-use rustile_ops::{dual_gemm, gemm, gemm_fp8, mlp, norm, reference, softmax, testing, vector};
+use rustile_ops::testing::{assert_attention_close, assert_close, mean_err, normal, rel_err, rng, tolerance, wide};
+use rustile_ops::{attention, dual_gemm, gemm, gemm_fp8, mlp, norm, reference, softmax, testing, vector};
 use rustile_tests::{gpu_or_skip, hopper_or_skip};
 
 fn up<T: Elem>(gpu: &Gpu, x: &[T], shape: &[usize]) -> Tensor<T> {
@@ -547,6 +547,78 @@ fn gemm_matches_float64() {
         gemm_case::<bf16>(&gpu, m, n, k);
         gemm_case::<f16>(&gpu, m, n, k);
     }
+}
+
+fn attention_case<T: Elem>(gpu: &Gpu, dims: attention::Dims, opt: attention::Attention) {
+    let attention::Dims { batch, sq, sk, heads, kv_heads, d } = dims;
+    let (mut rng, seed) = rng();
+    let q: Vec<T> = normal(&mut rng, batch * sq * heads * d, 0.0, 1.0);
+    let k: Vec<T> = normal(&mut rng, batch * sk * kv_heads * d, 0.0, 1.0);
+    let v: Vec<T> = normal(&mut rng, batch * sk * kv_heads * d, 0.0, 1.0);
+    let (dq, dk, dv) = (up(gpu, &q, &[batch, sq, heads, d]), up(gpu, &k, &[batch, sk, kv_heads, d]), up(gpu, &v, &[batch, sk, kv_heads, d]));
+    let (mut o, mut lse) = (poisoned::<T>(gpu, &[batch, sq, heads, d]), poisoned::<f32>(gpu, &[batch, heads, sq]));
+    attention::attention(gpu, &dq, &dk, &dv, &mut o, &mut lse, opt).unwrap();
+    let keys = opt.keys.unwrap_or(sk);
+    let seqs: Vec<_> = (0..batch).map(|z| (z * sq, sq, z * sk, keys)).collect();
+    let scale = opt.scale.unwrap_or(1.0 / (d as f32).sqrt()) as f64;
+    let want = reference::attention(&wide(&q), &wide(&k), &wide(&v), &seqs, [heads, kv_heads, d], scale, opt.causal);
+    let ctx = format!("attention<{}> {dims:?} {opt:?} (seed {seed})", T::NAME);
+    let (o, lse) = (gpu.download(&o).unwrap(), gpu.download(&lse).unwrap());
+    assert_attention_close(&o, &lse, |z, h, i| (z * heads + h) * sq + i, want, &ctx);
+}
+
+fn attention_varlen_case(gpu: &Gpu, q_lens: &[usize], k_lens: &[usize], [heads, kv_heads, d]: [usize; 3], opt: attention::Attention) {
+    let (tq, tk): (usize, usize) = (q_lens.iter().sum(), k_lens.iter().sum());
+    let (mut rng, seed) = rng();
+    let q: Vec<bf16> = normal(&mut rng, tq * heads * d, 0.0, 1.0);
+    let k: Vec<bf16> = normal(&mut rng, tk * kv_heads * d, 0.0, 1.0);
+    let v: Vec<bf16> = normal(&mut rng, tk * kv_heads * d, 0.0, 1.0);
+    let seqs = attention::SeqLens::new(gpu, q_lens, k_lens).unwrap();
+    let (dq, dk, dv) = (up(gpu, &q, &[tq, heads, d]), up(gpu, &k, &[tk, kv_heads, d]), up(gpu, &v, &[tk, kv_heads, d]));
+    let (mut o, mut lse) = (poisoned::<bf16>(gpu, &[tq, heads, d]), poisoned::<f32>(gpu, &[heads, tq]));
+    attention::attention_varlen(gpu, &dq, &dk, &dv, &seqs, &mut o, &mut lse, opt).unwrap();
+    let mut at = Vec::new();
+    let (mut qa, mut ka) = (0, 0);
+    for (&lq, &lk) in q_lens.iter().zip(k_lens) {
+        at.push((qa, lq, ka, lk));
+        (qa, ka) = (qa + lq, ka + lk);
+    }
+    let want = reference::attention(&wide(&q), &wide(&k), &wide(&v), &at, [heads, kv_heads, d], 1.0 / (d as f64).sqrt(), opt.causal);
+    let ctx = format!("attention_varlen {q_lens:?} / {k_lens:?} d {d} {opt:?} (seed {seed})");
+    let (o, lse) = (gpu.download(&o).unwrap(), gpu.download(&lse).unwrap());
+    assert_attention_close(&o, &lse, |z, h, i| h * tq + at[z].0 + i, want, &ctx);
+}
+
+#[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
+fn attention_matches_float64() {
+    use attention::{Attention, Dims};
+    let Some(gpu) = gpu_or_skip("attention_matches_float64") else { return };
+    let dims = |batch, sq, sk, heads, kv_heads, d| Dims { batch, sq, sk, heads, kv_heads, d };
+    for d in [64, 72, 96, 128] {
+        for (sq, sk) in [(1, 1), (17, 17), (1000, 1000), (130, 4099)] {
+            attention_case::<bf16>(&gpu, dims(2, sq, sk, 2, 2, d), Attention::default());
+            attention_case::<bf16>(&gpu, dims(2, sq, sk, 2, 2, d), Attention::causal());
+        }
+        attention_case::<f16>(&gpu, dims(1, 333, 257, 3, 1, d), Attention::default());
+    }
+    attention_case::<bf16>(&gpu, dims(1, 4099, 4099, 2, 1, 64), Attention::causal());
+    // Rectangular: 1000 context points + 99 targets over the context; GQA.
+    attention_case::<bf16>(&gpu, dims(2, 1099, 1099, 4, 2, 64), Attention::default().keys(1000));
+    attention_case::<bf16>(&gpu, dims(1, 1099, 1099, 4, 4, 72), Attention::default().keys(1000));
+    attention_case::<f16>(&gpu, dims(1, 200, 300, 8, 2, 128), Attention::causal().scale(0.05));
+    let (q_lens, k_lens) = ([17, 1, 0, 1000, 130, 5], [20, 1, 3, 999, 4099, 0]);
+    for (d, opt) in [(64, Attention::default()), (72, Attention::causal()), (96, Attention::default()), (128, Attention::causal())] {
+        attention_varlen_case(&gpu, &q_lens, &k_lens, [4, 2, d], opt);
+    }
+    // Argument errors, before anything launches.
+    let t = |shape: &[usize]| gpu.alloc::<bf16>(shape).unwrap();
+    let (q, k) = (t(&[1, 8, 4, 64]), t(&[1, 8, 3, 64]));
+    let (mut o, mut lse) = (t(&[1, 8, 4, 64]), gpu.alloc::<f32>(&[1, 4, 8]).unwrap());
+    assert!(matches!(attention::attention(&gpu, &q, &k, &k, &mut o, &mut lse, Attention::default()), Err(Error::Shape(_))), "4 heads over 3");
+    let (q, k) = (t(&[1, 8, 4, 60]), t(&[1, 8, 4, 60]));
+    let mut o = t(&[1, 8, 4, 60]);
+    assert!(matches!(attention::attention(&gpu, &q, &k, &k, &mut o, &mut lse, Attention::default()), Err(Error::Shape(_))), "head dim 60");
 }
 
 #[test]

@@ -5,6 +5,7 @@
 // Much of the harness is only used by some of the binaries.
 #[allow(dead_code)]
 pub mod harness;
+pub mod attention;
 pub mod cublas;
 pub mod fp8;
 pub mod gemm;

@@ -10,10 +10,10 @@ use rustile_host::{Error, Gpu};
 
 use rustile_bench::cublas::{Blas, BlasLt};
 use rustile_bench::harness::{self, MeasureCfg, Report};
-use rustile_bench::{fp8, gemm, ops, torch, Sizes};
+use rustile_bench::{attention, fp8, gemm, ops, torch, Sizes};
 
 /// The ops this bench knows, in table order.
-const OPS: &[&str] = &["add", "swiglu", "softmax", "layernorm", "rmsnorm", "gemm", "dual_gemm", "mlp", "grouped", "gemm_fp8"];
+const OPS: &[&str] = &["add", "swiglu", "softmax", "layernorm", "rmsnorm", "gemm", "dual_gemm", "mlp", "grouped", "gemm_fp8", "attention"];
 /// The ops measured against cuBLAS / cuBLASLt (in this process) rather than PyTorch.
 const GEMM_OPS: &[&str] = &["gemm", "dual_gemm", "mlp", "grouped", "gemm_fp8"];
 
@@ -21,7 +21,7 @@ const GEMM_OPS: &[&str] = &["gemm", "dual_gemm", "mlp", "grouped", "gemm_fp8"];
 #[command(about = "Rustile ops against PyTorch (eager and torch.compile) on this GPU")]
 struct Args {
     /// Comma-separated ops to run.
-    #[arg(long, value_delimiter = ',', default_value = "add,swiglu,softmax,layernorm,rmsnorm,gemm,dual_gemm,mlp,grouped,gemm_fp8")]
+    #[arg(long, value_delimiter = ',', default_value = "add,swiglu,softmax,layernorm,rmsnorm,gemm,dual_gemm,mlp,grouped,gemm_fp8,attention")]
     ops: Vec<String>,
     /// Rows of the row-wise ops (softmax, layernorm, rmsnorm).
     #[arg(long, default_value_t = 8192)]
@@ -36,6 +36,12 @@ struct Args {
     /// suite: square (1024-8192), llm, skinny, all.
     #[arg(long, value_delimiter = ',', default_value = "4096x4096x4096")]
     mnk: Vec<String>,
+    /// Attention shapes, comma-separated: BxSqxSkxHxHkvxD, `c` appended for
+    /// causal (Sk: the keys each query block may see), or `issue` for the
+    /// issue's suite (16k tokens at S = 512..16k, D 64/128; the vision encoder;
+    /// the rectangular 10k+1k and 200k+5k).
+    #[arg(long, value_delimiter = ',', default_value = "issue")]
+    attn: Vec<String>,
     /// Only check the GEMM-family ops at the --mnk shapes against cuBLAS (and
     /// float64 on sampled rows); time nothing. Exits non-zero on a mismatch.
     #[arg(long)]
@@ -80,6 +86,10 @@ fn main() {
         eprintln!("unknown dtype `{}`; use f32, bf16 or f16", args.dtype);
         std::process::exit(2);
     }
+    let attn_shapes = attention::parse_shapes(&args.attn).unwrap_or_else(|e| {
+        eprintln!("{e}");
+        std::process::exit(2);
+    });
     let sizes = Sizes { rows: args.rows, cols: args.cols, numel: args.numel, dtype: args.dtype.clone() };
 
     let gpu = match Gpu::new() {
@@ -92,7 +102,7 @@ fn main() {
             return;
         }
     };
-    if let Err(e) = bench_gpu(&gpu, &args, &sizes, &shapes) {
+    if let Err(e) = bench_gpu(&gpu, &args, &sizes, &shapes, &attn_shapes) {
         eprintln!("bench failed: {e}");
         std::process::exit(1);
     }
@@ -106,7 +116,7 @@ fn short_reason(e: &Error) -> String {
     }
 }
 
-fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes, shapes: &[[usize; 3]]) -> rustile_host::Result<()> {
+fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes, shapes: &[[usize; 3]], attn_shapes: &[attention::Shape]) -> rustile_host::Result<()> {
     eprintln!(
         "{}: {}, {} SMs, {} MiB L2, {} GiB",
         gpu.name(),
@@ -154,6 +164,8 @@ fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes, shapes: &[[usize; 3]]) -> ru
     for op in &args.ops {
         if GEMM_OPS.contains(&op.as_str()) {
             report.rows.extend(run_gemm(op, false)?);
+        } else if op == "attention" {
+            report.rows.extend(attention::bench_attention(gpu, &cfg, attn_shapes)?);
         } else {
             report.rows.extend(ops::bench_op(gpu, &cfg, op, sizes, args.sweep)?);
         }
@@ -171,6 +183,7 @@ fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes, shapes: &[[usize; 3]]) -> ru
                     cols: sizes.cols,
                     numel: sizes.numel,
                     dtype: &sizes.dtype,
+                    attn: &attention::spec(attn_shapes),
                 };
                 match torch::run(&args.python, &script, &req) {
                     Ok(rows) => report.rows.extend(rows),

@@ -168,6 +168,17 @@ pub fn cpu_fallback(ops: &[String]) -> bool {
                 let got = rustile_ops::grouped_gemm::heads_mlp_cpu(&x, &w1, &b1, gemm::Act::GeluTanh, &w2, &b2, dims);
                 ("37x10x91".into(), rel_err(&got, &want))
             }
+            "attention" => {
+                // Two sequences of 77 queries over 150 keys, 4 heads over 2 key/value heads of 72, causal.
+                let dims = rustile_ops::attention::Dims { batch: 2, sq: 77, sk: 150, heads: 4, kv_heads: 2, d: 72 };
+                let q: Vec<bf16> = normal(&mut rng, 2 * 77 * 4 * 72, 0.0, 1.0);
+                let k: Vec<bf16> = normal(&mut rng, 2 * 150 * 2 * 72, 0.0, 1.0);
+                let v: Vec<bf16> = normal(&mut rng, 2 * 150 * 2 * 72, 0.0, 1.0);
+                let (o, _) = rustile_ops::attention::attention_cpu(&q, &k, &v, dims, rustile_ops::attention::Attention::causal());
+                let seqs = [(0, 77, 0, 150), (77, 77, 150, 150)];
+                let want = reference::attention(&wide(&q), &wide(&k), &wide(&v), &seqs, [4, 2, 72], 1.0 / 72f64.sqrt(), true).0;
+                ("2x77x150x4x2x72".into(), rel_err(&o, &want))
+            }
             "gemm_fp8" => {
                 let (m, n, k) = (67, 45, 96);
                 let a: Vec<rustile::F8E4M3> = normal(&mut rng, m * k, 0.0, 2.0);

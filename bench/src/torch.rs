@@ -36,6 +36,8 @@ pub struct Request<'a> {
     pub cols: usize,
     pub numel: usize,
     pub dtype: &'a str,
+    /// Attention shapes, as `attention::spec` writes them.
+    pub attn: &'a str,
 }
 
 #[derive(Deserialize)]
@@ -51,6 +53,7 @@ pub fn run(python: &str, script: &Path, req: &Request) -> Result<Vec<Row>, Strin
         .args(["--ops", &req.ops.join(",")])
         .args(["--rows", &req.rows.to_string(), "--cols", &req.cols.to_string()])
         .args(["--numel", &req.numel.to_string(), "--dtype", req.dtype])
+        .args(["--attn", req.attn])
         .arg("--json")
         .arg(&out)
         // The script's progress goes to our stderr; our stdout stays the table.

@@ -47,12 +47,19 @@ pub const fn warp_grid(warps: usize) -> (usize, usize) {
     (wm, warps / wm)
 }
 
+/// The warps down and across an accumulator on `th` threads: [`warp_grid`],
+/// or with `wg` one column of warps (each warp whole rows: Hopper's `wgmma`
+/// layout, and attention's, whose row statistics then stay in a warp).
+pub const fn warps_of(th: usize, wg: bool) -> (usize, usize) {
+    if wg { (th / 32, 1) } else { warp_grid(th / 32) }
+}
+
 /// Why an `M×N` accumulator over `K`-deep operands cannot run on `TH`
-/// threads, or `None`.
-pub const fn check_mma(m: usize, n: usize, k: usize, th: usize) -> Option<&'static str> {
-    let (wm, wn) = warp_grid(th / 32);
+/// threads in layout `wg` (see [`warps_of`]), or `None`.
+pub const fn check_mma(m: usize, n: usize, k: usize, th: usize, wg: bool) -> Option<&'static str> {
+    let (wm, wn) = warps_of(th, wg);
     if m % (wm * 16) != 0 || n % (wn * 16) != 0 {
-        return Some("dot: BM must be a multiple of 16·WM and BN of 16·WN (the warp grid of `rustile::mma::warp_grid`)");
+        return Some("dot: BM must be a multiple of 16·WM and BN of 16·WN (the warp grid of `rustile::mma::warps_of`)");
     }
     if k % 16 != 0 {
         return Some("dot: BK must be a multiple of 16 (one mma.sync k-step)");
@@ -64,9 +71,9 @@ pub const fn check_mma(m: usize, n: usize, k: usize, th: usize) -> Option<&'stat
 }
 
 /// Compile-time check of an accumulator shape, as `layout::Shape` for tiles.
-pub struct MmaShape<const M: usize, const N: usize, const K: usize, const TH: usize>;
-impl<const M: usize, const N: usize, const K: usize, const TH: usize> MmaShape<M, N, K, TH> {
-    pub const OK: () = match check_mma(M, N, K, TH) {
+pub struct MmaShape<const M: usize, const N: usize, const K: usize, const TH: usize, const WG: bool = false>;
+impl<const M: usize, const N: usize, const K: usize, const TH: usize, const WG: bool> MmaShape<M, N, K, TH, WG> {
+    pub const OK: () = match check_mma(M, N, K, TH, WG) {
         None => (),
         Some(msg) => panic!("{}", msg),
     };
@@ -79,8 +86,8 @@ impl<const M: usize, const N: usize, const K: usize, const TH: usize> MmaShape<M
 struct Warps<const M: usize, const N: usize, const TH: usize, const WG: bool>;
 #[cfg(target_arch = "nvptx64")]
 impl<const M: usize, const N: usize, const TH: usize, const WG: bool> Warps<M, N, TH, WG> {
-    const WM: usize = if WG { TH / 32 } else { warp_grid(TH / 32).0 };
-    const WN: usize = if WG { 1 } else { warp_grid(TH / 32).1 };
+    const WM: usize = warps_of(TH, WG).0;
+    const WN: usize = warps_of(TH, WG).1;
     /// Rows and columns of one warp's piece.
     const TM: usize = M / Self::WM;
     const TN: usize = N / Self::WN;
@@ -356,7 +363,7 @@ fn acc_pos<const M: usize, const N: usize, const TH: usize, const WG: bool>(e: u
 /// is a loop of `FragA::load`, `FragB::load` and [`mma`]; a main loop that
 /// loads the next slice's fragments before multiplying this one's hides the
 /// `ldmatrix` latency, also across a pipeline stage's barrier.
-pub struct FragA<T, const M: usize, const TH: usize> {
+pub struct FragA<T, const M: usize, const TH: usize, const WG: bool = false> {
     // Sized for the largest warp piece (128 rows); only the first
     // `M / WM / 16` are used, and unrolled loops keep them in registers.
     #[cfg(target_arch = "nvptx64")]
@@ -367,7 +374,7 @@ pub struct FragA<T, const M: usize, const TH: usize> {
 }
 
 /// The B (`N`-row) operand's [`FragA`].
-pub struct FragB<T, const N: usize, const TH: usize> {
+pub struct FragB<T, const N: usize, const TH: usize, const WG: bool = false> {
     #[cfg(target_arch = "nvptx64")]
     v: [[u32; 2]; 16],
     #[cfg(not(target_arch = "nvptx64"))]
@@ -385,14 +392,14 @@ fn ldmatrix_base(base: u32, lane_row: usize, lane_chunk: usize, k: usize, ks: us
     base + ((swizzled(lane_row, lane_chunk, k) * 2) as u32 ^ (32 * ks) as u32)
 }
 
-impl<T: Elem, const M: usize, const TH: usize> FragA<T, M, TH> {
+impl<T: Elem, const M: usize, const TH: usize, const WG: bool> FragA<T, M, TH, WG> {
     /// This warp's A fragments of k-slice `ks` of `a`.
     #[inline(always)]
     pub fn load<const K: usize>(a: &Shared<T, M, K, TH>, ks: usize) -> Self {
         let () = Bits::<T>::SIXTEEN;
         #[cfg(target_arch = "nvptx64")]
         {
-            let (wm, wn) = warp_grid(TH / 32);
+            let (wm, wn) = warps_of(TH, WG);
             let (warp, lane) = warp_lane();
             // The four 8×8 matrices of one x4 are (rows 0-7, 8-15) × (k 0-7, 8-15).
             let row = (warp / wn) * (M / wm) + lane % 8 + 8 * ((lane / 8) % 2);
@@ -414,7 +421,7 @@ impl<T: Elem, const M: usize, const TH: usize> FragA<T, M, TH> {
         let () = Bits::<T>::SIXTEEN;
         #[cfg(target_arch = "nvptx64")]
         {
-            let (wm, wn) = warp_grid(TH / 32);
+            let (wm, wn) = warps_of(TH, WG);
             let (warp, lane) = warp_lane();
             // Matrix i of one x4: k rows 8·(i/2)..+8, m columns 8·(i%2)..+8
             // of the 16×16 piece. A k-slice moves 16 whole rows, which keeps
@@ -434,14 +441,14 @@ impl<T: Elem, const M: usize, const TH: usize> FragA<T, M, TH> {
     }
 }
 
-impl<T: Elem, const N: usize, const TH: usize> FragB<T, N, TH> {
+impl<T: Elem, const N: usize, const TH: usize, const WG: bool> FragB<T, N, TH, WG> {
     /// This warp's B fragments of k-slice `ks` of `b`.
     #[inline(always)]
     pub fn load<const K: usize>(b: &Shared<T, N, K, TH>, ks: usize) -> Self {
         let () = Bits::<T>::SIXTEEN;
         #[cfg(target_arch = "nvptx64")]
         {
-            let (_, wn) = warp_grid(TH / 32);
+            let (_, wn) = warps_of(TH, WG);
             let (warp, lane) = warp_lane();
             // One x4 holds two 8-column fragments: (k 0-7, 8-15) × (rows 0-7, 8-15).
             let row = (warp % wn) * (N / wn) + lane % 8 + 8 * (lane / 16);
@@ -463,7 +470,7 @@ impl<T: Elem, const N: usize, const TH: usize> FragB<T, N, TH> {
         let () = Bits::<T>::SIXTEEN;
         #[cfg(target_arch = "nvptx64")]
         {
-            let (_, wn) = warp_grid(TH / 32);
+            let (_, wn) = warps_of(TH, WG);
             let (warp, lane) = warp_lane();
             // Matrix i of one x4: k rows 8·(i%2)..+8, n columns 8·(i/2)..+8.
             let (i, r) = (lane / 8, lane % 8);
@@ -493,15 +500,19 @@ fn warp_lane() -> (usize, usize) {
 /// `acc + a·bᵀ` over one k-slice: the tensor cores' `mma.sync` on the
 /// GPU, f32 products summed in k order on the CPU.
 #[inline(always)]
-pub fn mma<T: Elem, const M: usize, const N: usize, const TH: usize>(a: &FragA<T, M, TH>, b: &FragB<T, N, TH>, acc: Acc<M, N, TH>) -> Acc<M, N, TH>
+pub fn mma<T: Elem, const M: usize, const N: usize, const TH: usize, const WG: bool>(
+    a: &FragA<T, M, TH, WG>,
+    b: &FragB<T, N, TH, WG>,
+    acc: Acc<M, N, TH, WG>,
+) -> Acc<M, N, TH, WG>
 where
     [(); acc_len(M, N, TH)]:,
 {
-    let () = MmaShape::<M, N, 16, TH>::OK;
+    let () = MmaShape::<M, N, 16, TH, WG>::OK;
     let mut v = acc.v;
     #[cfg(target_arch = "nvptx64")]
     {
-        let (mi_n, ni_n) = (Warps::<M, N, TH, false>::MI, Warps::<M, N, TH, false>::NI);
+        let (mi_n, ni_n) = (Warps::<M, N, TH, WG>::MI, Warps::<M, N, TH, WG>::NI);
         let bf16 = T::KIND == crate::Kind::Bf16;
         for mi in 0..mi_n {
             for ni in 0..ni_n {
@@ -529,22 +540,246 @@ where
     Acc { v }
 }
 
-/// `acc + a·bᵀ` for `a` `M×K` and `b` `N×K` (both row-major in shared memory).
+/// `acc + a·bᵀ` for `a` `M×K` and `b` `N×K` (both row-major in shared
+/// memory), in the accumulator's layout (the warp grid, or with `WG` one
+/// column of warps).
 #[inline(always)]
-pub fn dot<T: Elem, const M: usize, const N: usize, const K: usize, const TH: usize>(
+pub fn dot<T: Elem, const M: usize, const N: usize, const K: usize, const TH: usize, const WG: bool>(
     a: &Shared<T, M, K, TH>,
     b: &Shared<T, N, K, TH>,
-    acc: Acc<M, N, TH>,
-) -> Acc<M, N, TH>
+    acc: Acc<M, N, TH, WG>,
+) -> Acc<M, N, TH, WG>
 where
     [(); acc_len(M, N, TH)]:,
 {
-    let () = MmaShape::<M, N, K, TH>::OK;
+    let () = MmaShape::<M, N, K, TH, WG>::OK;
     let mut acc = acc;
     for ks in 0..K / 16 {
         acc = mma(&FragA::load(a, ks), &FragB::load(b, ks), acc);
     }
     acc
+}
+
+/// An accumulator rounded to the 16-bit type `T`, two values a 32-bit
+/// register (half an [`Acc`]'s registers): the left operand of [`dot_acc`].
+/// Attention packs `P` as soon as the softmax made it, so that `P·V` runs
+/// with the output accumulator, `P` and one k-slice of `V` in registers.
+#[derive(Clone, Copy)]
+pub struct Packed<T, const M: usize, const N: usize, const TH: usize>
+where
+    [(); acc_len(M, N, TH) / 2]:,
+{
+    v: [u32; acc_len(M, N, TH) / 2],
+    _t: core::marker::PhantomData<T>,
+}
+
+impl<const M: usize, const N: usize, const TH: usize, const WG: bool> Acc<M, N, TH, WG>
+where
+    [(); acc_len(M, N, TH)]:,
+{
+    /// The accumulator rounded to `T` (bf16 or f16).
+    #[inline(always)]
+    pub fn pack<T: Elem>(&self) -> Packed<T, M, N, TH>
+    where
+        [(); acc_len(M, N, TH) / 2]:,
+    {
+        let () = Bits::<T>::SIXTEEN;
+        let mut v = [0u32; acc_len(M, N, TH) / 2];
+        for i in 0..v.len() {
+            // Elements 2i and 2i+1 are neighbours in a row in every layout.
+            v[i] = unsafe { core::mem::transmute_copy(&T::from_f32_pair(self.v[2 * i], self.v[2 * i + 1])) };
+        }
+        Packed { v, _t: core::marker::PhantomData }
+    }
+}
+
+/// `acc + p·v` with `p` a packed accumulator of this program (the left
+/// operand straight from registers) and `v` stored `[K, N]` in shared
+/// memory: attention's `P·V`, the probabilities never leaving the
+/// registers. Both are in the one-column-of-warps layout (`WG`), where the
+/// `mma.sync` result of a 16×16 piece is already the left operand of the
+/// next product.
+#[inline(always)]
+pub fn dot_acc<T: Elem, const M: usize, const K: usize, const N: usize, const TH: usize>(
+    p: &Packed<T, M, K, TH>,
+    v: &Shared<T, K, N, TH>,
+    acc: Acc<M, N, TH, true>,
+) -> Acc<M, N, TH, true>
+where
+    [(); acc_len(M, K, TH) / 2]:,
+    [(); acc_len(M, N, TH)]:,
+{
+    let () = MmaShape::<M, N, K, TH, true>::OK;
+    let mut acc = acc;
+    for ks in 0..K / 16 {
+        acc = mma(&FragA::from_packed(p, ks), &FragB::load_t(v, ks), acc);
+    }
+    acc
+}
+
+impl<T: Elem, const M: usize, const TH: usize> FragA<T, M, TH, true> {
+    /// Columns `16·ks..16·ks+16` of a packed accumulator as this warp's left
+    /// operand fragments. On the GPU no data moves: a thread's C values of
+    /// two neighbouring 16×8 pieces are, pair by pair, its A values of the
+    /// 16×16 piece (rows `g`, `g+8`; columns `2t`, `2t+1` and 8 further on).
+    #[inline(always)]
+    pub fn from_packed<const K: usize>(p: &Packed<T, M, K, TH>, ks: usize) -> Self
+    where
+        [(); acc_len(M, K, TH) / 2]:,
+    {
+        #[cfg(target_arch = "nvptx64")]
+        {
+            let ni_n = Warps::<M, K, TH, true>::NI;
+            let mut v = [[0u32; 4]; 8];
+            for mi in 0..Warps::<M, K, TH, true>::MI {
+                // Pairs of the two 16×8 pieces: (row g, row g+8) each.
+                let (lo, hi) = ((mi * ni_n + 2 * ks) * 2, (mi * ni_n + 2 * ks + 1) * 2);
+                v[mi] = [p.v[lo], p.v[lo + 1], p.v[hi], p.v[hi + 1]];
+            }
+            FragA { v, _t: core::marker::PhantomData }
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        FragA {
+            v: (0..M * 16)
+                .map(|i| {
+                    let at = (i / 16) * K + ks * 16 + i % 16;
+                    let pair: [T; 2] = unsafe { core::mem::transmute_copy(&p.v[at / 2]) };
+                    pair[at % 2].to_f32()
+                })
+                .collect(),
+            _t: core::marker::PhantomData,
+        }
+    }
+}
+
+// ---- per-row values of an accumulator ------------------------------------------------------
+
+/// f32 values per thread of an [`AccRows`]: on the GPU a thread of the
+/// one-column-of-warps layout holds two rows of each 16-row piece.
+pub const fn acc_rows_len(m: usize, th: usize) -> usize {
+    if cfg!(target_arch = "nvptx64") { 4 * m / th } else { m }
+}
+
+/// One f32 per row of an `M`-row accumulator in the `WG` layout (a row
+/// maximum, a row sum, a rescaling factor), held by the threads that hold
+/// the row, so that combining it with the accumulator costs nothing.
+#[derive(Clone, Copy)]
+pub struct AccRows<const M: usize, const TH: usize>
+where
+    [(); acc_rows_len(M, TH)]:,
+{
+    pub(crate) v: [f32; acc_rows_len(M, TH)],
+}
+
+impl<const M: usize, const TH: usize> AccRows<M, TH>
+where
+    [(); acc_rows_len(M, TH)]:,
+{
+    #[inline(always)]
+    pub fn splat(x: f32) -> Self {
+        AccRows { v: [x; acc_rows_len(M, TH)] }
+    }
+
+    #[inline(always)]
+    pub fn map(self, f: impl Fn(f32) -> f32) -> Self {
+        let mut v = self.v;
+        for i in 0..v.len() {
+            v[i] = f(v[i]);
+        }
+        AccRows { v }
+    }
+
+    #[inline(always)]
+    pub fn zip(self, other: Self, f: impl Fn(f32, f32) -> f32) -> Self {
+        let mut v = self.v;
+        for i in 0..v.len() {
+            v[i] = f(v[i], other.v[i]);
+        }
+        AccRows { v }
+    }
+
+    /// Writes rows `start..start+M` that are below `n` to `dst[row]` (one
+    /// thread per row writes).
+    #[inline(always)]
+    pub fn store(self, dst: crate::PtrMut<f32>, start: usize, n: usize) {
+        #[cfg(target_arch = "nvptx64")]
+        if rustile_device::thread_idx() % 4 != 0 {
+            return;
+        }
+        for i in 0..self.v.len() {
+            let row = start + rows_pos::<M, TH>(i);
+            if row < n {
+                dst.0.check("AccRows::store", row, 1, 1, true);
+                unsafe { *dst.0.at(row) = self.v[i] };
+            }
+        }
+    }
+}
+
+/// Block row of this thread's row value `i`.
+#[inline(always)]
+fn rows_pos<const M: usize, const TH: usize>(i: usize) -> usize {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let (row0, _, lane) = Warps::<M, 16, TH, true>::origin();
+        row0 + (i / 2) * 16 + lane / 4 + (i % 2) * 8
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    i
+}
+
+impl<const M: usize, const N: usize, const TH: usize> Acc<M, N, TH, true>
+where
+    [(); acc_len(M, N, TH)]:,
+    [(); acc_rows_len(M, TH)]:,
+{
+    /// Index of element `e`'s row among this thread's [`AccRows`] values.
+    #[inline(always)]
+    fn row_slot(e: usize) -> usize {
+        #[cfg(target_arch = "nvptx64")]
+        return (e / 4 / Warps::<M, N, TH, true>::NI) * 2 + (e % 4) / 2;
+        #[cfg(not(target_arch = "nvptx64"))]
+        return e / N;
+    }
+
+    /// `f` folded over each row, starting from `init` (on the GPU over the
+    /// thread's values, then across the four lanes that share a row).
+    #[inline(always)]
+    fn row_fold(&self, init: f32, f: impl Fn(f32, f32) -> f32) -> AccRows<M, TH> {
+        let mut r = AccRows::<M, TH>::splat(init);
+        for e in 0..self.v.len() {
+            let s = Self::row_slot(e);
+            r.v[s] = f(r.v[s], self.v[e]);
+        }
+        #[cfg(target_arch = "nvptx64")]
+        for i in 0..r.v.len() {
+            let x = f(r.v[i], rustile_device::shfl_xor(r.v[i], 1));
+            r.v[i] = f(x, rustile_device::shfl_xor(x, 2));
+        }
+        r
+    }
+
+    /// The largest value of each row.
+    #[inline(always)]
+    pub fn row_max(&self) -> AccRows<M, TH> {
+        self.row_fold(f32::NEG_INFINITY, crate::math::max)
+    }
+
+    /// The sum of each row.
+    #[inline(always)]
+    pub fn row_sum(&self) -> AccRows<M, TH> {
+        self.row_fold(0.0, |a, b| a + b)
+    }
+
+    /// `f(x, r)` of each element `x` and its row's value `r`.
+    #[inline(always)]
+    pub fn map_rows(self, rows: &AccRows<M, TH>, f: impl Fn(f32, f32) -> f32) -> Self {
+        let mut v = self.v;
+        for e in 0..v.len() {
+            v[e] = f(v[e], rows.v[Self::row_slot(e)]);
+        }
+        Acc { v }
+    }
 }
 
 /// Stores the accumulator, converted to `T`, into the block pointer's

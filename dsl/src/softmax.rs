@@ -2,6 +2,7 @@
 //! per row, so that a row can be seen one tile at a time (long rows in
 //! `softmax`, key blocks in attention) and still be normalized exactly.
 use crate::backend::held_rows;
+use crate::mma::{acc_len, acc_rows_len, Acc, AccRows};
 use crate::tile::{len, Col, Tile};
 use crate::math;
 
@@ -60,5 +61,66 @@ where
     #[inline(always)]
     pub fn lse(&self) -> Col<f32, R, C, TH> {
         self.m + self.l.log()
+    }
+}
+
+/// The online softmax of an accumulator's rows (`mma::Acc` in the `WG`
+/// layout: attention's scores `S = Q·Kᵀ`, one key block at a time). Scores
+/// come in unscaled; `scale` (attention's `1/sqrt(d)`, positive) is folded
+/// into the base-2 exponent, so each score costs one multiply-add and one
+/// `ex2`: `p = 2^(s·c − m·c)` with `c = scale·log2(e)`, which is
+/// `exp(scale·(s − m))`. `m` is the running maximum of the unscaled scores,
+/// `l` the running sum of `p`.
+#[derive(Clone, Copy)]
+pub struct AccSoftmax<const M: usize, const TH: usize>
+where
+    [(); acc_rows_len(M, TH)]:,
+{
+    pub m: AccRows<M, TH>,
+    pub l: AccRows<M, TH>,
+    c: f32,
+}
+
+impl<const M: usize, const TH: usize> AccSoftmax<M, TH>
+where
+    [(); acc_rows_len(M, TH)]:,
+{
+    #[inline(always)]
+    pub fn new(scale: f32) -> Self {
+        AccSoftmax { m: AccRows::splat(f32::NEG_INFINITY), l: AccRows::splat(0.0), c: scale * core::f32::consts::LOG2_E }
+    }
+
+    /// Folds in a block of scores (masked entries −∞). Returns `p` with the
+    /// new maximum and `alpha`, the factor by which anything accumulated from
+    /// earlier blocks (`P·V`) must be rescaled. Rows that have seen only −∞
+    /// keep `p = 0`.
+    #[inline(always)]
+    pub fn step<const N: usize>(&mut self, s: Acc<M, N, TH, true>) -> (Acc<M, N, TH, true>, AccRows<M, TH>)
+    where
+        [(); acc_len(M, N, TH)]:,
+    {
+        let c = self.c;
+        let m_new = self.m.zip(s.row_max(), math::max);
+        // exp(−∞ − (−∞)) would be NaN: a row with no finite score yet uses 0 as its shift.
+        let shift = m_new.map(|m| if m == f32::NEG_INFINITY { 0.0 } else { m * c });
+        let alpha = self.m.zip(shift, |m, sh| math::exp2(m * c - sh));
+        let p = s.map_rows(&shift, |x, sh| math::exp2(x * c - sh));
+        self.l = self.l.zip(alpha, |l, a| l * a).zip(p.row_sum(), |l, ps| l + ps);
+        self.m = m_new;
+        (p, alpha)
+    }
+
+    /// `1/l` of each row, 0 for a row that saw no key (its output is then 0).
+    #[inline(always)]
+    pub fn inv_l(&self) -> AccRows<M, TH> {
+        self.l.map(|l| if l == 0.0 { 0.0 } else { math::recip(l) })
+    }
+
+    /// The natural log-sum-exp of each row's scaled scores, `scale·m + log(l)`
+    /// (what attention saves for its backward pass); −∞ for a row that saw no key.
+    #[inline(always)]
+    pub fn lse(&self) -> AccRows<M, TH> {
+        let c = self.c;
+        self.m.zip(self.l, |m, l| if l == 0.0 { f32::NEG_INFINITY } else { (m * c + math::log2(l)) * core::f32::consts::LN_2 })
     }
 }

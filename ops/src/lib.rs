@@ -50,6 +50,7 @@ macro_rules! row_kernel {
     };
 }
 
+pub mod attention;
 pub mod dual_gemm;
 pub mod gemm;
 pub mod gemm_fp8;

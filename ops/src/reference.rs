@@ -87,3 +87,62 @@ pub fn heads_mlp(x: &[f64], w1: &[f64], b1: &[f64], act: crate::gemm::Act, w2: &
     }
     y
 }
+
+/// Attention of one head of one sequence: `q [sq, d]`, `k`, `v` with at
+/// least `keys` rows of `d` (only the first `keys` used). Returns `(o [sq,
+/// d], lse [sq])`; a query that sees no key gets zeros and −∞.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_head(q: &[f64], k: &[f64], v: &[f64], sq: usize, keys: usize, d: usize, scale: f64, causal: bool) -> (Vec<f64>, Vec<f64>) {
+    let (mut o, mut lse) = (vec![0.0; sq * d], vec![f64::NEG_INFINITY; sq]);
+    for i in 0..sq {
+        let seen = if causal { keys.min(i + 1) } else { keys };
+        if seen == 0 {
+            continue;
+        }
+        let s: Vec<f64> = (0..seen).map(|j| scale * (0..d).map(|c| q[i * d + c] * k[j * d + c]).sum::<f64>()).collect();
+        let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let p: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+        let l: f64 = p.iter().sum();
+        lse[i] = m + l.ln();
+        for c in 0..d {
+            o[i * d + c] = (0..seen).map(|j| p[j] * v[j * d + c]).sum::<f64>() / l;
+        }
+    }
+    (o, lse)
+}
+
+/// `ops::attention` in float64 on token-major tensors: sequence `z` of the
+/// batch is `q_lens[z]` query rows starting at `q_at[z]` (tokens) and
+/// `k_lens[z]` key rows at `k_at[z]`; rows are `heads·d` (`kv_heads·d`)
+/// wide. Returns `o` in `q`'s layout and `lse[z][h][i]` flattened in
+/// sequence, head, query order.
+#[allow(clippy::too_many_arguments)]
+pub fn attention(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    seqs: &[(usize, usize, usize, usize)],
+    [heads, kv_heads, d]: [usize; 3],
+    scale: f64,
+    causal: bool,
+) -> (Vec<f64>, Vec<Vec<Vec<f64>>>) {
+    let mut o = vec![0.0; q.len()];
+    let mut lse = Vec::new();
+    let rows = |x: &[f64], at: usize, n: usize, h: usize, hs: usize| -> Vec<f64> {
+        (0..n).flat_map(|r| x[((at + r) * hs + h) * d..][..d].to_vec()).collect()
+    };
+    for &(q_at, lq, k_at, lk) in seqs {
+        let mut per_head = Vec::new();
+        for h in 0..heads {
+            let kh = h / (heads / kv_heads);
+            let (qh, kh_, vh) = (rows(q, q_at, lq, h, heads), rows(k, k_at, lk, kh, kv_heads), rows(v, k_at, lk, kh, kv_heads));
+            let (oh, lh) = attention_head(&qh, &kh_, &vh, lq, lk, d, scale, causal);
+            for r in 0..lq {
+                o[((q_at + r) * heads + h) * d..][..d].copy_from_slice(&oh[r * d..][..d]);
+            }
+            per_head.push(lh);
+        }
+        lse.push(per_head);
+    }
+    (o, lse)
+}

@@ -144,3 +144,22 @@ pub fn heads_inputs<T: Elem>(rng: &mut StdRng, [rows, d, g, h, out]: [usize; 5])
         normal(rng, g * out, 0.0, 0.5),
     ]
 }
+
+/// Attention's `o` and `lse` against `reference::attention`'s `(o, lse)`:
+/// `o` as [`assert_close`], each log-sum-exp within 1e-3 of `1 + |lse|`
+/// (−∞ exactly, for a query that sees no key). `lse_at(z, h, i)` is the
+/// index of sequence `z`, head `h`, query `i` in `lse`; `ctx` names the case.
+#[allow(clippy::type_complexity)]
+pub fn assert_attention_close<T: Elem>(o: &[T], lse: &[f32], lse_at: impl Fn(usize, usize, usize) -> usize, want: (Vec<f64>, Vec<Vec<Vec<f64>>>), ctx: &str) {
+    let (want_o, want_lse) = want;
+    assert_close(o, &want_o, ctx);
+    for (z, heads) in want_lse.iter().enumerate() {
+        for (h, rows) in heads.iter().enumerate() {
+            for (i, &w) in rows.iter().enumerate() {
+                let got = lse[lse_at(z, h, i)] as f64;
+                let ok = if w == f64::NEG_INFINITY { got == f64::NEG_INFINITY } else { (got - w).abs() <= 1e-3 * (1.0 + w.abs()) };
+                assert!(ok, "{ctx}: lse of sequence {z}, head {h}, query {i} is {got}, expected {w}");
+            }
+        }
+    }
+}

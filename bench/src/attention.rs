@@ -1,0 +1,156 @@
+//! Our side of the attention benchmark: the issue's shapes, each checked on
+//! sampled queries against float64, then timed. PyTorch's SDPA (its flash
+//! and cuDNN backends) runs the same shapes from `torch_baselines.py`, and
+//! the rows are joined by op (`attn`, `attn_causal`) and shape
+//! (`BxSqxSkxHxHkvxD`; `Sk` the keys used).
+use crate::harness::{measure, MeasureCfg, Row, RUSTILE};
+
+use rustile::{bf16, Elem};
+use rustile_host::{Error, Gpu, Result, Tensor};
+use rustile_ops::attention::{self, Attention, Dims};
+use rustile_ops::testing::{normal, rel_err, rng, tolerance, wide};
+
+/// One attention problem: `batch` sequences of `sq` queries over `sk` keys, causal or not.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Shape {
+    pub dims: Dims,
+    pub causal: bool,
+}
+
+/// [`Shape`] from its sizes, in the order of its name (`BxSqxSkxHxHkvxD`).
+fn shape([batch, sq, sk, heads, kv_heads, d]: [usize; 6], causal: bool) -> Shape {
+    Shape { dims: Dims { batch, sq, sk, heads, kv_heads, d }, causal }
+}
+
+impl Shape {
+    pub fn op(&self) -> &'static str {
+        if self.causal { "attn_causal" } else { "attn" }
+    }
+    pub fn sizes(&self) -> [usize; 6] {
+        let Dims { batch, sq, sk, heads, kv_heads, d } = self.dims;
+        [batch, sq, sk, heads, kv_heads, d]
+    }
+    /// Forward FLOPs, `4·B·H·Sq·Sk·D`, the pairs a causal mask removes not counted.
+    pub fn flops(&self) -> f64 {
+        let Dims { batch, sq, sk, heads, d, .. } = self.dims;
+        let pairs = if self.causal {
+            // Query i sees min(i + 1, sk) keys.
+            let full = sq.min(sk) as f64;
+            full * (full + 1.0) / 2.0 + (sq.saturating_sub(sk) * sk) as f64
+        } else {
+            (sq * sk) as f64
+        };
+        4.0 * (batch * heads * d) as f64 * pairs
+    }
+}
+
+/// The issue's shapes: 16k tokens of hidden 2048 at S = 512..16k, D 64 and
+/// 128, causal and not; a vision encoder (64 × 256 tokens, 16 heads of 72);
+/// rectangular M + N queries over M keys (10k + 1k, 8 heads; 200k + 5k).
+pub fn issue_shapes() -> Vec<Shape> {
+    let mut v = Vec::new();
+    for d in [64, 128] {
+        for s in [512, 1024, 2048, 4096, 8192, 16384] {
+            for causal in [false, true] {
+                let heads = 2048 / d;
+                v.push(shape([16384 / s, s, s, heads, heads, d], causal));
+            }
+        }
+    }
+    v.push(shape([64, 256, 256, 16, 16, 72], false));
+    v.push(shape([1, 11_000, 10_000, 8, 8, 64], false));
+    v.push(shape([1, 205_000, 200_000, 8, 8, 64], false));
+    v
+}
+
+/// `BxSqxSkxHxHkvxD[c]` (c: causal), comma-separated, or `issue` for [`issue_shapes`].
+pub fn parse_shapes(spec: &[String]) -> std::result::Result<Vec<Shape>, String> {
+    let mut out = Vec::new();
+    for s in spec {
+        if s == "issue" {
+            out.extend(issue_shapes());
+            continue;
+        }
+        let (body, causal) = match s.strip_suffix('c') {
+            Some(b) => (b, true),
+            None => (s.as_str(), false),
+        };
+        let n: Vec<usize> = body.split('x').map(|x| x.parse().map_err(|_| format!("bad attention shape `{s}`: expected BxSqxSkxHxHkvxD[c]"))).collect::<std::result::Result<_, _>>()?;
+        let Ok(sizes) = <[usize; 6]>::try_from(n.as_slice()) else {
+            return Err(format!("bad attention shape `{s}`: expected six numbers BxSqxSkxHxHkvxD, then c for causal"));
+        };
+        out.push(shape(sizes, causal));
+    }
+    Ok(out)
+}
+
+/// The spec strings of `shapes`, for the PyTorch script.
+pub fn spec(shapes: &[Shape]) -> String {
+    shapes.iter().map(|s| format!("{}{}", crate::harness::shape_str(&s.sizes()), if s.causal { "c" } else { "" })).collect::<Vec<_>>().join(",")
+}
+
+/// Float64 outputs of sampled queries (the first and last four of the first
+/// and last head of the first and last sequence) against ours.
+fn check_sampled<T: Elem>(s: &Shape, q: &[T], k: &[T], v: &[T], o: &[T]) -> f64 {
+    let (Dims { batch, sq, sk, heads, kv_heads, d }, causal) = (s.dims, s.causal);
+    let scale = 1.0 / (d as f64).sqrt();
+    let (mut got, mut want) = (Vec::new(), Vec::new());
+    let mut zs = vec![0, batch - 1];
+    zs.dedup();
+    let mut hs = vec![0, heads - 1];
+    hs.dedup();
+    let rows: Vec<usize> = (0..sq.min(4)).chain(sq.saturating_sub(4).max(4)..sq).collect();
+    for &z in &zs {
+        for &h in &hs {
+            let kh = h / (heads / kv_heads);
+            // Token t of sequence z (of `len` tokens), head hh of hn.
+            let at = |x: &[T], len: usize, t: usize, hh: usize, hn: usize| wide(&x[((z * len + t) * hn + hh) * d..][..d]);
+            for &i in &rows {
+                let qi = at(q, sq, i, h, heads);
+                let seen = if causal { sk.min(i + 1) } else { sk };
+                let sc: Vec<f64> = (0..seen).map(|j| scale * qi.iter().zip(at(k, sk, j, kh, kv_heads)).map(|(a, b)| a * b).sum::<f64>()).collect();
+                let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let p: Vec<f64> = sc.iter().map(|x| (x - m).exp()).collect();
+                let l: f64 = p.iter().sum();
+                let mut oi = vec![0.0; d];
+                for (j, pj) in p.iter().enumerate() {
+                    for (c, x) in at(v, sk, j, kh, kv_heads).iter().enumerate() {
+                        oi[c] += pj * x / l;
+                    }
+                }
+                want.extend(oi);
+                got.extend_from_slice(&o[((z * sq + i) * heads + h) * d..][..d]);
+            }
+        }
+    }
+    rel_err(&got, &want)
+}
+
+/// Checks and times `ops::attention` at each shape (bf16).
+pub fn bench_attention(gpu: &Gpu, cfg: &MeasureCfg, shapes: &[Shape]) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for s in shapes {
+        let (mut rng, seed) = rng();
+        let (Dims { batch, sq, sk, heads, kv_heads, d }, causal) = (s.dims, s.causal);
+        let (qs, ks) = ([batch, sq, heads, d], [batch, sk, kv_heads, d]);
+        let q: Vec<bf16> = normal(&mut rng, qs.iter().product(), 0.0, 1.0);
+        let k: Vec<bf16> = normal(&mut rng, ks.iter().product(), 0.0, 1.0);
+        let v: Vec<bf16> = normal(&mut rng, ks.iter().product(), 0.0, 1.0);
+        let (dq, dk, dv) = (gpu.upload(&q, &qs)?, gpu.upload(&k, &ks)?, gpu.upload(&v, &ks)?);
+        let mut o: Tensor<bf16> = gpu.alloc(&qs)?;
+        let mut lse: Tensor<f32> = gpu.alloc(&[batch, heads, sq])?;
+        let opt = Attention { causal, ..Attention::default() };
+        gpu.fill_bytes(&mut o, 0xFF)?;
+        attention::attention(gpu, &dq, &dk, &dv, &mut o, &mut lse, opt)?;
+        let err = check_sampled(s, &q, &k, &v, &gpu.download(&o)?);
+        eprintln!("{} {}: sampled rel err {err:.2e} (seed {seed})", s.op(), spec(&[*s]));
+        if err > tolerance::<bf16>() {
+            return Err(Error::Launch { kernel: "attention".into(), msg: format!("wrong result at {s:?}: rel err {err:.2e} (seed {seed})") });
+        }
+        let (free, total) = gpu.mem_info()?;
+        let stats = measure(gpu, cfg, || attention::attention(gpu, &dq, &dk, &dv, &mut o, &mut lse, opt))?;
+        eprintln!("  {:.1} µs, {:.0} TFLOP/s; device memory in use {:.2} GB", stats.median_ms * 1e3, s.flops() / stats.median_ms / 1e9, (total - free) as f64 / 1e9);
+        rows.push(Row::new(s.op(), &s.sizes(), bf16::NAME, RUSTILE, stats).flops(s.flops()));
+    }
+    Ok(rows)
+}

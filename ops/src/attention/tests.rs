@@ -1,0 +1,108 @@
+//! CPU-interpreter checks of the attention forward against float64: every
+//! head dim, odd lengths (1, 17, 130, 1000, 4099: none a multiple of a
+//! tile), causal, rectangular, GQA/MQA and variable lengths.
+use super::*;
+use crate::reference;
+use crate::testing::*;
+
+fn check<T: Elem>(dims: Dims, opt: Attention, spread: f32) {
+    let Dims { batch, sq, sk, heads, kv_heads, d } = dims;
+    let (mut rng, seed) = rng();
+    let q: Vec<T> = normal(&mut rng, batch * sq * heads * d, 0.0, spread);
+    let k: Vec<T> = normal(&mut rng, batch * sk * kv_heads * d, 0.0, spread);
+    let v: Vec<T> = normal(&mut rng, batch * sk * kv_heads * d, 0.0, 1.0);
+    let (o, lse) = attention_cpu(&q, &k, &v, dims, opt);
+    let keys = opt.keys.unwrap_or(sk);
+    let seqs: Vec<_> = (0..batch).map(|z| (z * sq, sq, z * sk, keys)).collect();
+    let scale = opt.scale.unwrap_or(1.0 / (d as f32).sqrt()) as f64;
+    let want = reference::attention(&wide(&q), &wide(&k), &wide(&v), &seqs, [heads, kv_heads, d], scale, opt.causal);
+    let ctx = format!("attention<{}> {dims:?} {opt:?} (seed {seed})", T::NAME);
+    assert_attention_close(&o, &lse, |z, h, i| (z * heads + h) * sq + i, want, &ctx);
+}
+
+fn dims(batch: usize, sq: usize, sk: usize, heads: usize, kv_heads: usize, d: usize) -> Dims {
+    Dims { batch, sq, sk, heads, kv_heads, d }
+}
+
+#[test]
+fn every_head_dim_at_odd_lengths() {
+    for d in [64, 72, 96, 128] {
+        for (sq, sk) in [(1, 1), (17, 17), (130, 70), (33, 200)] {
+            check::<bf16>(dims(2, sq, sk, 2, 2, d), Attention::default(), 1.0);
+        }
+    }
+    check::<f16>(dims(1, 77, 150, 3, 3, 72), Attention::default(), 1.0);
+}
+
+#[test]
+fn causal() {
+    for d in [64, 72, 96, 128] {
+        check::<bf16>(dims(2, 150, 150, 2, 2, d), Attention::causal(), 1.0);
+    }
+    // Top-left aligned when the lengths differ: more keys than queries, and fewer.
+    check::<bf16>(dims(1, 100, 260, 2, 2, 64), Attention::causal(), 1.0);
+    check::<f16>(dims(1, 260, 100, 2, 2, 64), Attention::causal(), 1.0);
+}
+
+#[test]
+fn rectangular_queries_over_the_first_keys() {
+    // M = 150 context points + N = 41 targets; k and v hold all 191 rows.
+    check::<bf16>(dims(2, 191, 191, 2, 2, 64), Attention::default().keys(150), 1.0);
+    check::<bf16>(dims(1, 191, 191, 1, 1, 72), Attention::default().keys(1), 1.0);
+}
+
+#[test]
+fn grouped_and_multi_query_heads() {
+    check::<bf16>(dims(2, 70, 90, 4, 2, 64), Attention::default(), 1.0);
+    check::<bf16>(dims(1, 130, 130, 3, 1, 96), Attention::causal(), 1.0);
+}
+
+#[test]
+fn peaked_scores_and_a_given_scale() {
+    // Scores of ±50: without the running maximum, exp would overflow.
+    check::<bf16>(dims(1, 65, 129, 2, 2, 64), Attention::default(), 7.0);
+    check::<f16>(dims(1, 65, 129, 2, 2, 128), Attention::causal().scale(0.3), 1.0);
+}
+
+#[test]
+fn long_sequences() {
+    check::<bf16>(dims(1, 1000, 1000, 1, 1, 64), Attention::default(), 1.0);
+    check::<bf16>(dims(1, 4099, 4099, 1, 1, 64), Attention::causal(), 1.0);
+}
+
+#[test]
+fn variable_lengths() {
+    // Sequences of 17, 1, 0 and 130 queries; one with no keys (its queries: zeros, lse −∞).
+    let (q_lens, k_lens) = ([17, 1, 0, 130, 5], [20, 1, 3, 129, 0]);
+    for (d, opt) in [(64, Attention::default()), (72, Attention::causal()), (128, Attention::default())] {
+        let (heads, kv_heads) = (4, 2);
+        let (tq, tk): (usize, usize) = (q_lens.iter().sum(), k_lens.iter().sum());
+        let (mut rng, seed) = rng();
+        let q: Vec<bf16> = normal(&mut rng, tq * heads * d, 0.0, 1.0);
+        let k: Vec<bf16> = normal(&mut rng, tk * kv_heads * d, 0.0, 1.0);
+        let v: Vec<bf16> = normal(&mut rng, tk * kv_heads * d, 0.0, 1.0);
+        let (o, lse) = attention_varlen_cpu(&q, &k, &v, &q_lens, &k_lens, [heads, kv_heads, d], opt);
+        let mut seqs = Vec::new();
+        let (mut qa, mut ka) = (0, 0);
+        for (&lq, &lk) in q_lens.iter().zip(&k_lens) {
+            seqs.push((qa, lq, ka, lk));
+            (qa, ka) = (qa + lq, ka + lk);
+        }
+        let want = reference::attention(&wide(&q), &wide(&k), &wide(&v), &seqs, [heads, kv_heads, d], 1.0 / (d as f64).sqrt(), opt.causal);
+        let ctx = format!("attention_varlen d {d} {opt:?} (seed {seed})");
+        assert_attention_close(&o, &lse, |z, h, i| h * tq + seqs[z].0 + i, want, &ctx);
+    }
+}
+
+#[test]
+fn bad_arguments_are_errors() {
+    assert!(config_for(80).is_ok() && config_for(72).is_ok());
+    for d in [0, 60, 136, 256] {
+        assert!(config_for(d).is_err(), "head dim {d}");
+    }
+    let bad = |dims: Dims, opt: Attention| check_opts(&dims, &opt, false).is_err();
+    assert!(bad(dims(1, 8, 8, 3, 2, 64), Attention::default()), "3 heads over 2 kv heads");
+    assert!(bad(dims(1, 8, 8, 2, 2, 64), Attention::default().keys(9)), "more keys than k holds");
+    assert!(bad(dims(1, 8, 8, 2, 2, 64), Attention::default().scale(-1.0)), "negative scale");
+    assert!(check_opts(&dims(1, 8, 8, 2, 2, 64), &Attention::default().keys(4), true).is_err(), "keys with varlen");
+}
