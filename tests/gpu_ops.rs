@@ -558,10 +558,7 @@ fn attention_case<T: Elem>(gpu: &Gpu, dims: attention::Dims, opt: attention::Att
     let (dq, dk, dv) = (up(gpu, &q, &[batch, sq, heads, d]), up(gpu, &k, &[batch, sk, kv_heads, d]), up(gpu, &v, &[batch, sk, kv_heads, d]));
     let (mut o, mut lse) = (poisoned::<T>(gpu, &[batch, sq, heads, d]), poisoned::<f32>(gpu, &[batch, heads, sq]));
     attention::attention(gpu, &dq, &dk, &dv, &mut o, &mut lse, opt).unwrap();
-    let keys = opt.keys.unwrap_or(sk);
-    let seqs: Vec<_> = (0..batch).map(|z| (z * sq, sq, z * sk, keys)).collect();
-    let scale = opt.scale.unwrap_or(1.0 / (d as f32).sqrt()) as f64;
-    let want = reference::attention(&wide(&q), &wide(&k), &wide(&v), &seqs, [heads, kv_heads, d], scale, opt.causal);
+    let want = testing::attention_want(&q, &k, &v, dims, opt);
     let ctx = format!("attention<{}> {dims:?} {opt:?} (seed {seed})", T::NAME);
     let (o, lse) = (gpu.download(&o).unwrap(), gpu.download(&lse).unwrap());
     assert_attention_close(&o, &lse, |z, h, i| (z * heads + h) * sq + i, want, &ctx);
@@ -577,12 +574,7 @@ fn attention_varlen_case(gpu: &Gpu, q_lens: &[usize], k_lens: &[usize], [heads, 
     let (dq, dk, dv) = (up(gpu, &q, &[tq, heads, d]), up(gpu, &k, &[tk, kv_heads, d]), up(gpu, &v, &[tk, kv_heads, d]));
     let (mut o, mut lse) = (poisoned::<bf16>(gpu, &[tq, heads, d]), poisoned::<f32>(gpu, &[heads, tq]));
     attention::attention_varlen(gpu, &dq, &dk, &dv, &seqs, &mut o, &mut lse, opt).unwrap();
-    let mut at = Vec::new();
-    let (mut qa, mut ka) = (0, 0);
-    for (&lq, &lk) in q_lens.iter().zip(k_lens) {
-        at.push((qa, lq, ka, lk));
-        (qa, ka) = (qa + lq, ka + lk);
-    }
+    let at = testing::packed_seqs(q_lens, k_lens);
     let want = reference::attention(&wide(&q), &wide(&k), &wide(&v), &at, [heads, kv_heads, d], 1.0 / (d as f64).sqrt(), opt.causal);
     let ctx = format!("attention_varlen {q_lens:?} / {k_lens:?} d {d} {opt:?} (seed {seed})");
     let (o, lse) = (gpu.download(&o).unwrap(), gpu.download(&lse).unwrap());

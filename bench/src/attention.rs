@@ -8,6 +8,7 @@ use crate::harness::{measure, MeasureCfg, Row, RUSTILE};
 use rustile::{bf16, Elem};
 use rustile_host::{Error, Gpu, Result, Tensor};
 use rustile_ops::attention::{self, Attention, Dims};
+use rustile_ops::reference;
 use rustile_ops::testing::{normal, rel_err, rng, tolerance, wide};
 
 /// One attention problem: `batch` sequences of `sq` queries over `sk` keys, causal or not.
@@ -103,22 +104,15 @@ fn check_sampled<T: Elem>(s: &Shape, q: &[T], k: &[T], v: &[T], o: &[T]) -> f64 
     for &z in &zs {
         for &h in &hs {
             let kh = h / (heads / kv_heads);
-            // Token t of sequence z (of `len` tokens), head hh of hn.
-            let at = |x: &[T], len: usize, t: usize, hh: usize, hn: usize| wide(&x[((z * len + t) * hn + hh) * d..][..d]);
+            // Tokens 0..n of sequence z (of `len` tokens), head hh of hn.
+            let head = |x: &[T], len: usize, n: usize, hh: usize, hn: usize| -> Vec<f64> {
+                (0..n).flat_map(|t| wide(&x[((z * len + t) * hn + hh) * d..][..d])).collect()
+            };
+            let (kz, vz) = (head(k, sk, sk, kh, kv_heads), head(v, sk, sk, kh, kv_heads));
             for &i in &rows {
-                let qi = at(q, sq, i, h, heads);
+                // Query i alone over the keys it sees.
                 let seen = if causal { sk.min(i + 1) } else { sk };
-                let sc: Vec<f64> = (0..seen).map(|j| scale * qi.iter().zip(at(k, sk, j, kh, kv_heads)).map(|(a, b)| a * b).sum::<f64>()).collect();
-                let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let p: Vec<f64> = sc.iter().map(|x| (x - m).exp()).collect();
-                let l: f64 = p.iter().sum();
-                let mut oi = vec![0.0; d];
-                for (j, pj) in p.iter().enumerate() {
-                    for (c, x) in at(v, sk, j, kh, kv_heads).iter().enumerate() {
-                        oi[c] += pj * x / l;
-                    }
-                }
-                want.extend(oi);
+                want.extend(reference::attention_head(&wide(&q[((z * sq + i) * heads + h) * d..][..d]), &kz, &vz, 1, seen, d, scale, false).0);
                 got.extend_from_slice(&o[((z * sq + i) * heads + h) * d..][..d]);
             }
         }

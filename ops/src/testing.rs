@@ -163,3 +163,25 @@ pub fn assert_attention_close<T: Elem>(o: &[T], lse: &[f32], lse_at: impl Fn(usi
         }
     }
 }
+
+/// Each sequence's `(first query token, queries, first key token, keys)`
+/// for sequences packed back to back (what `reference::attention` takes).
+pub fn packed_seqs(q_lens: &[usize], k_lens: &[usize]) -> Vec<(usize, usize, usize, usize)> {
+    let (mut qa, mut ka, mut seqs) = (0, 0, Vec::new());
+    for (&lq, &lk) in q_lens.iter().zip(k_lens) {
+        seqs.push((qa, lq, ka, lk));
+        (qa, ka) = (qa + lq, ka + lk);
+    }
+    seqs
+}
+
+/// `reference::attention` of a fixed-length batch, with its options, as
+/// `ops::attention` takes them.
+#[allow(clippy::type_complexity)]
+pub fn attention_want<T: Elem>(q: &[T], k: &[T], v: &[T], dims: crate::attention::Dims, opt: crate::attention::Attention) -> (Vec<f64>, Vec<Vec<Vec<f64>>>) {
+    let crate::attention::Dims { batch, sq, sk, heads, kv_heads, d } = dims;
+    let keys = opt.keys.unwrap_or(sk);
+    let seqs: Vec<_> = (0..batch).map(|z| (z * sq, sq, z * sk, keys)).collect();
+    let scale = opt.scale.unwrap_or(1.0 / (d as f32).sqrt()) as f64;
+    crate::reference::attention(&wide(q), &wide(k), &wide(v), &seqs, [heads, kv_heads, d], scale, opt.causal)
+}

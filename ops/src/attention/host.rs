@@ -54,13 +54,21 @@ pub fn config_for(d: usize) -> Result<usize> {
     Ok(crate::pick_config(attention_fwd_kernel::CONFIGS, |c| c.get("D").unwrap() >= d))
 }
 
-/// The checks shared by the GPU and CPU entries; returns `(keys, scale, flags)`.
-pub(super) fn check_opts(dims: &Dims, opt: &Attention, varlen: bool) -> Result<(usize, f32, u32)> {
+/// What a launch takes once the arguments passed [`check_opts`].
+pub(super) struct Checked {
+    cfg: usize,
+    keys: usize,
+    scale: f32,
+    flags: u32,
+}
+
+/// The checks shared by the GPU and CPU entries.
+pub(super) fn check_opts(dims: &Dims, opt: &Attention, varlen: bool) -> Result<Checked> {
     let Dims { sk, heads, kv_heads, d, .. } = *dims;
     if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
         return Err(Error::Shape(format!("attention: {heads} query heads cannot share {kv_heads} key/value heads (heads must be a multiple of kv_heads)")));
     }
-    config_for(d)?;
+    let cfg = config_for(d)?;
     let keys = match opt.keys {
         Some(_) if varlen => return Err(Error::Invalid("attention_varlen: give each sequence's key count in SeqLens, not Attention::keys".into())),
         Some(n) if n > sk => return Err(Error::Shape(format!("attention: keys = {n}, but k and v hold {sk} per sequence"))),
@@ -72,7 +80,7 @@ pub(super) fn check_opts(dims: &Dims, opt: &Attention, varlen: bool) -> Result<(
         return Err(Error::Invalid(format!("attention: the softmax scale must be positive and finite, not {scale}")));
     }
     let flags = if opt.causal { CAUSAL } else { 0 } | if varlen { VARLEN } else { 0 };
-    Ok((keys, scale, flags))
+    Ok(Checked { cfg, keys, scale, flags })
 }
 
 /// A tensor of exactly `shape` (contiguous), named in the error.
@@ -132,13 +140,13 @@ pub fn attention<T: Elem>(gpu: &Gpu, q: &Tensor<T>, k: &Tensor<T>, v: &Tensor<T>
     if !o.is_contiguous() || !lse.is_contiguous() {
         return Err(Error::Shape("attention: o and lse must be contiguous".into()));
     }
-    let (keys, scale, flags) = check_opts(&dims, &opt, false)?;
+    let Checked { cfg, keys, scale, flags } = check_opts(&dims, &opt, false)?;
     if batch * sq * heads == 0 {
         return Ok(());
     }
     let none = gpu.alloc::<u32>(&[0])?;
     attention_fwd_kernel::launch(
-        gpu, config_for(d)?, q, k, v, o, lse, &none, &none,
+        gpu, cfg, q, k, v, o, lse, &none, &none,
         batch, sq, keys, heads, kv_heads, d, sq, sk, sq, scale, flags,
     )
 }
@@ -147,7 +155,7 @@ pub fn attention<T: Elem>(gpu: &Gpu, q: &Tensor<T>, k: &Tensor<T>, v: &Tensor<T>
 /// layouts. Returns `(o, lse)`.
 pub fn attention_cpu<T: Elem>(q: &[T], k: &[T], v: &[T], dims: Dims, opt: Attention) -> (Vec<T>, Vec<f32>) {
     let Dims { batch, sq, sk, heads, kv_heads, d } = dims;
-    let (keys, scale, flags) = check_opts(&dims, &opt, false).unwrap_or_else(|e| panic!("{e}"));
+    let Checked { cfg, keys, scale, flags } = check_opts(&dims, &opt, false).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(q.len(), batch * sq * heads * d, "attention_cpu: q holds {} elements, not {dims:?}'s", q.len());
     assert_eq!([k.len(), v.len()], [batch * sk * kv_heads * d; 2], "attention_cpu: k and v do not match {dims:?}");
     // NaN until written: a row the kernel missed shows.
@@ -156,7 +164,7 @@ pub fn attention_cpu<T: Elem>(q: &[T], k: &[T], v: &[T], dims: Dims, opt: Attent
         return (o, lse);
     }
     attention_fwd_kernel::cpu(
-        config_for(d).unwrap_or_else(|e| panic!("{e}")), q, k, v, &mut o, &mut lse, &[], &[],
+        cfg, q, k, v, &mut o, &mut lse, &[], &[],
         batch, sq, keys, heads, kv_heads, d, sq, sk, sq, scale, flags,
     );
     (o, lse)
@@ -166,10 +174,31 @@ pub fn attention_cpu<T: Elem>(q: &[T], k: &[T], v: &[T], dims: Dims, opt: Attent
 /// as the cumulative offsets the kernel reads (on the GPU). Build it once
 /// per batch layout.
 pub struct SeqLens {
-    q_lens: Vec<usize>,
-    k_lens: Vec<usize>,
+    batch: Batch,
     cu_q: Tensor<u32>,
     cu_k: Tensor<u32>,
+}
+
+/// A variable-length batch's sizes: sequences, the longest query sequence
+/// (the grid), and the query and key tokens of the whole batch.
+#[derive(Clone, Copy)]
+struct Batch {
+    seqs: usize,
+    max_q: usize,
+    tq: usize,
+    tk: usize,
+}
+
+impl Batch {
+    fn of(q_lens: &[usize], k_lens: &[usize]) -> Batch {
+        let max_q = q_lens.iter().copied().max().unwrap_or(0);
+        Batch { seqs: q_lens.len(), max_q, tq: q_lens.iter().sum(), tk: k_lens.iter().sum() }
+    }
+
+    /// The sizes a launch checks and takes (`sk` the key tokens).
+    fn dims(&self, heads: usize, kv_heads: usize, d: usize) -> Dims {
+        Dims { batch: self.seqs, sq: self.max_q, sk: self.tk, heads, kv_heads, d }
+    }
 }
 
 /// `[0, n0, n0+n1, …]`, or the error for totals past 32 bits.
@@ -191,8 +220,7 @@ impl SeqLens {
         }
         let (cu_q, cu_k) = (cumulative(q_lens, "query")?, cumulative(k_lens, "key")?);
         Ok(SeqLens {
-            q_lens: q_lens.to_vec(),
-            k_lens: k_lens.to_vec(),
+            batch: Batch::of(q_lens, k_lens),
             cu_q: gpu.upload(&cu_q, &[cu_q.len()])?,
             cu_k: gpu.upload(&cu_k, &[cu_k.len()])?,
         })
@@ -200,15 +228,8 @@ impl SeqLens {
 
     /// Query and key tokens of the whole batch.
     pub fn totals(&self) -> (usize, usize) {
-        (self.q_lens.iter().sum(), self.k_lens.iter().sum())
+        (self.batch.tq, self.batch.tk)
     }
-}
-
-/// The sizes a variable-length call launches: `sq` the longest query
-/// sequence (the grid), `sk` the key tokens.
-fn varlen_dims(q_lens: &[usize], k_lens: &[usize], heads: usize, kv_heads: usize, d: usize) -> Dims {
-    let sq = q_lens.iter().copied().max().unwrap_or(0);
-    Dims { batch: q_lens.len(), sq, sk: k_lens.iter().sum(), heads, kv_heads, d }
 }
 
 /// [`attention`] over sequences of different lengths packed back to back:
@@ -243,13 +264,13 @@ pub fn attention_varlen<T: Elem>(
     if !o.is_contiguous() || !lse.is_contiguous() {
         return Err(Error::Shape("attention_varlen: o and lse must be contiguous".into()));
     }
-    let dims = varlen_dims(&seqs.q_lens, &seqs.k_lens, heads, kv_heads, d);
-    let (_, scale, flags) = check_opts(&dims, &opt, true)?;
+    let dims = seqs.batch.dims(heads, kv_heads, d);
+    let Checked { cfg, scale, flags, .. } = check_opts(&dims, &opt, true)?;
     if dims.batch * dims.sq * heads == 0 {
         return Ok(());
     }
     attention_fwd_kernel::launch(
-        gpu, config_for(d)?, q, k, v, o, lse, &seqs.cu_q, &seqs.cu_k,
+        gpu, cfg, q, k, v, o, lse, &seqs.cu_q, &seqs.cu_k,
         dims.batch, dims.sq, 0, heads, kv_heads, d, 0, 0, tq, scale, flags,
     )
 }
@@ -266,9 +287,9 @@ pub fn attention_varlen_cpu<T: Elem>(
     opt: Attention,
 ) -> (Vec<T>, Vec<f32>) {
     assert_eq!(q_lens.len(), k_lens.len(), "attention_varlen_cpu: one key length per query length");
-    let dims = varlen_dims(q_lens, k_lens, heads, kv_heads, d);
-    let (_, scale, flags) = check_opts(&dims, &opt, true).unwrap_or_else(|e| panic!("{e}"));
-    let (tq, tk): (usize, usize) = (q_lens.iter().sum(), k_lens.iter().sum());
+    let b = Batch::of(q_lens, k_lens);
+    let (dims, (tq, tk)) = (b.dims(heads, kv_heads, d), (b.tq, b.tk));
+    let Checked { cfg, scale, flags, .. } = check_opts(&dims, &opt, true).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(q.len(), tq * heads * d, "attention_varlen_cpu: q holds {} elements, not [{tq}, {heads}, {d}]", q.len());
     assert_eq!([k.len(), v.len()], [tk * kv_heads * d; 2], "attention_varlen_cpu: k and v must be [{tk}, {kv_heads}, {d}]");
     let (mut o, mut lse) = (vec![T::from_f32(f32::NAN); q.len()], vec![f32::NAN; heads * tq]);
@@ -277,7 +298,7 @@ pub fn attention_varlen_cpu<T: Elem>(
     }
     let (cu_q, cu_k) = (cumulative(q_lens, "query").unwrap(), cumulative(k_lens, "key").unwrap());
     attention_fwd_kernel::cpu(
-        config_for(d).unwrap_or_else(|e| panic!("{e}")), q, k, v, &mut o, &mut lse, &cu_q, &cu_k,
+        cfg, q, k, v, &mut o, &mut lse, &cu_q, &cu_k,
         dims.batch, dims.sq, 0, heads, kv_heads, d, 0, 0, tq, scale, flags,
     );
     (o, lse)

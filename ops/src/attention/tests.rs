@@ -12,10 +12,7 @@ fn check<T: Elem>(dims: Dims, opt: Attention, spread: f32) {
     let k: Vec<T> = normal(&mut rng, batch * sk * kv_heads * d, 0.0, spread);
     let v: Vec<T> = normal(&mut rng, batch * sk * kv_heads * d, 0.0, 1.0);
     let (o, lse) = attention_cpu(&q, &k, &v, dims, opt);
-    let keys = opt.keys.unwrap_or(sk);
-    let seqs: Vec<_> = (0..batch).map(|z| (z * sq, sq, z * sk, keys)).collect();
-    let scale = opt.scale.unwrap_or(1.0 / (d as f32).sqrt()) as f64;
-    let want = reference::attention(&wide(&q), &wide(&k), &wide(&v), &seqs, [heads, kv_heads, d], scale, opt.causal);
+    let want = attention_want(&q, &k, &v, dims, opt);
     let ctx = format!("attention<{}> {dims:?} {opt:?} (seed {seed})", T::NAME);
     assert_attention_close(&o, &lse, |z, h, i| (z * heads + h) * sq + i, want, &ctx);
 }
@@ -82,12 +79,7 @@ fn variable_lengths() {
         let k: Vec<bf16> = normal(&mut rng, tk * kv_heads * d, 0.0, 1.0);
         let v: Vec<bf16> = normal(&mut rng, tk * kv_heads * d, 0.0, 1.0);
         let (o, lse) = attention_varlen_cpu(&q, &k, &v, &q_lens, &k_lens, [heads, kv_heads, d], opt);
-        let mut seqs = Vec::new();
-        let (mut qa, mut ka) = (0, 0);
-        for (&lq, &lk) in q_lens.iter().zip(&k_lens) {
-            seqs.push((qa, lq, ka, lk));
-            (qa, ka) = (qa + lq, ka + lk);
-        }
+        let seqs = packed_seqs(&q_lens, &k_lens);
         let want = reference::attention(&wide(&q), &wide(&k), &wide(&v), &seqs, [heads, kv_heads, d], 1.0 / (d as f64).sqrt(), opt.causal);
         let ctx = format!("attention_varlen d {d} {opt:?} (seed {seed})");
         assert_attention_close(&o, &lse, |z, h, i| h * tq + seqs[z].0 + i, want, &ctx);
