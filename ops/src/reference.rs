@@ -146,3 +146,56 @@ pub fn attention(
     }
     (o, lse)
 }
+
+/// The gradients of [`attention_head`] for `d_o` (`[sq, d]`): `(dq [sq, d],
+/// dk [keys, d], dv [keys, d])`.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_head_grad(q: &[f64], k: &[f64], v: &[f64], d_o: &[f64], sq: usize, keys: usize, d: usize, scale: f64, causal: bool) -> [Vec<f64>; 3] {
+    let (mut dq, mut dk, mut dv) = (vec![0.0; sq * d], vec![0.0; keys * d], vec![0.0; keys * d]);
+    for i in 0..sq {
+        let seen = if causal { keys.min(i + 1) } else { keys };
+        if seen == 0 {
+            continue;
+        }
+        let s: Vec<f64> = (0..seen).map(|j| scale * (0..d).map(|c| q[i * d + c] * k[j * d + c]).sum::<f64>()).collect();
+        let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+        let l: f64 = e.iter().sum();
+        let p: Vec<f64> = e.iter().map(|x| x / l).collect();
+        // dP = dO·Vᵀ; dS = P ⊙ (dP − Σ_j P·dP).
+        let dp: Vec<f64> = (0..seen).map(|j| (0..d).map(|c| d_o[i * d + c] * v[j * d + c]).sum::<f64>()).collect();
+        let delta: f64 = (0..seen).map(|j| p[j] * dp[j]).sum();
+        for j in 0..seen {
+            let ds = p[j] * (dp[j] - delta) * scale;
+            for c in 0..d {
+                dq[i * d + c] += ds * k[j * d + c];
+                dk[j * d + c] += ds * q[i * d + c];
+                dv[j * d + c] += p[j] * d_o[i * d + c];
+            }
+        }
+    }
+    [dq, dk, dv]
+}
+
+/// [`attention`]'s gradients in the same token-major layouts (`seqs` as
+/// there; key rows no query sees get zeros): `[dq, dk, dv]`.
+pub fn attention_grad(q: &[f64], k: &[f64], v: &[f64], d_o: &[f64], seqs: &[(usize, usize, usize, usize)], [heads, kv_heads, d]: [usize; 3], scale: f64, causal: bool) -> [Vec<f64>; 3] {
+    let (mut dq, mut dk, mut dv) = (vec![0.0; q.len()], vec![0.0; k.len()], vec![0.0; v.len()]);
+    let rows = |x: &[f64], at: usize, n: usize, h: usize, hs: usize| -> Vec<f64> { (0..n).flat_map(|r| x[((at + r) * hs + h) * d..][..d].to_vec()).collect() };
+    for &(q_at, lq, k_at, lk) in seqs {
+        for h in 0..heads {
+            let kh = h / (heads / kv_heads);
+            let [gq, gk, gv] = attention_head_grad(&rows(q, q_at, lq, h, heads), &rows(k, k_at, lk, kh, kv_heads), &rows(v, k_at, lk, kh, kv_heads), &rows(d_o, q_at, lq, h, heads), lq, lk, d, scale, causal);
+            for r in 0..lq {
+                dq[((q_at + r) * heads + h) * d..][..d].copy_from_slice(&gq[r * d..][..d]);
+            }
+            for r in 0..lk {
+                for c in 0..d {
+                    dk[((k_at + r) * kv_heads + kh) * d + c] += gk[r * d + c];
+                    dv[((k_at + r) * kv_heads + kh) * d + c] += gv[r * d + c];
+                }
+            }
+        }
+    }
+    [dq, dk, dv]
+}

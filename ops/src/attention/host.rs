@@ -303,3 +303,60 @@ pub fn attention_varlen_cpu<T: Elem>(
     );
     (o, lse)
 }
+
+/// The gradients of [`attention`]: `dq` (q's shape), `dk`, `dv` (k's shape)
+/// from the forward's inputs, its output `o` and log-sum-exp `lse`, and
+/// `d_o` (o's shape); the same options as the forward.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_backward<T: Elem>(
+    gpu: &Gpu,
+    [q, k, v, o, d_o]: [&Tensor<T>; 5],
+    lse: &Tensor<f32>,
+    [dq, dk, dv]: [&mut Tensor<T>; 3],
+    opt: Attention,
+) -> Result<()> {
+    check_dtype::<T>("attention_backward")?;
+    let dims = dims_of(q, k, v)?;
+    let Dims { batch, sq, sk, heads, kv_heads, d } = dims;
+    contiguous([("q", q), ("k", k), ("v", v)])?;
+    contiguous([("o", o), ("d_o", d_o), ("dq", &*dq)])?;
+    contiguous([("dk", &*dk), ("dv", &*dv), ("d_o", d_o)])?;
+    for (what, t) in [("o", o.shape()), ("d_o", d_o.shape()), ("dq", dq.shape())] {
+        expect(what, t, q.shape())?;
+    }
+    expect("dk", dk.shape(), k.shape())?;
+    expect("dv", dv.shape(), k.shape())?;
+    expect("lse", lse.shape(), &[batch, heads, sq])?;
+    let (keys, scale, flags) = check_opts(&dims, &opt, false)?;
+    if batch * sq * heads == 0 || keys == 0 {
+        return Ok(());
+    }
+    let cfg = config_for(d)?;
+    let none = gpu.alloc::<u32>(&[0])?;
+    let mut delta = gpu.alloc::<f32>(&[batch * sq, heads])?;
+    attention_bwd_rows_kernel::launch(gpu, 0, o, d_o, &mut delta, batch * sq * heads, d)?;
+    attention_bwd_kv_kernel::launch(
+        gpu, cfg, q, k, v, d_o, lse, &delta, dk, dv, &none, &none,
+        batch, sq, keys, heads, kv_heads, d, sq, sk, sq, scale, flags,
+    )?;
+    attention_bwd_q_kernel::launch(
+        gpu, cfg, q, k, v, d_o, lse, &delta, dq, &none, &none,
+        batch, sq, keys, heads, kv_heads, d, sq, sk, sq, scale, flags,
+    )
+}
+
+/// [`attention_backward`] in the CPU interpreter, on row-major slices in
+/// the same layouts. Returns `(dq, dk, dv)`; `dk`, `dv` rows of keys past
+/// [`Attention::keys`] are zero.
+#[allow(clippy::type_complexity)]
+pub fn attention_backward_cpu<T: Elem>([q, k, v, o, d_o]: [&[T]; 5], lse: &[f32], dims: Dims, opt: Attention) -> (Vec<T>, Vec<T>, Vec<T>) {
+    let Dims { batch, sq, sk, heads, kv_heads, d } = dims;
+    let (keys, scale, flags) = check_opts(&dims, &opt, false).unwrap_or_else(|e| panic!("{e}"));
+    let cfg = config_for(d).unwrap_or_else(|e| panic!("{e}"));
+    let mut delta = vec![0.0f32; batch * sq * heads];
+    attention_bwd_rows_kernel::cpu(0, o, d_o, &mut delta, batch * sq * heads, d);
+    let (mut dq, mut dk, mut dv) = (vec![T::from_f32(f32::NAN); q.len()], vec![T::default(); k.len()], vec![T::default(); v.len()]);
+    attention_bwd_kv_kernel::cpu(cfg, q, k, v, d_o, lse, &delta, &mut dk, &mut dv, &[], &[], batch, sq, keys, heads, kv_heads, d, sq, sk, sq, scale, flags);
+    attention_bwd_q_kernel::cpu(cfg, q, k, v, d_o, lse, &delta, &mut dq, &[], &[], batch, sq, keys, heads, kv_heads, d, sq, sk, sq, scale, flags);
+    (dq, dk, dv)
+}

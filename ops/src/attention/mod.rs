@@ -182,6 +182,11 @@ pub fn attention_fwd_kernel<T: Elem>(
     stats.lse().store(lse.offset(first + h * lse_h), r0, lq);
 }
 
+// ---- the backward kernels -----------------------------------------------------------------
+
+mod backward;
+pub use backward::*;
+
 // ---- host API ----------------------------------------------------------------------------
 
 #[cfg(not(target_arch = "nvptx64"))]

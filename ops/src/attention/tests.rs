@@ -98,3 +98,36 @@ fn bad_arguments_are_errors() {
     assert!(bad(dims(1, 8, 8, 2, 2, 64), Attention::default().scale(-1.0)), "negative scale");
     assert!(check_opts(&dims(1, 8, 8, 2, 2, 64), &Attention::default().keys(4), true).is_err(), "keys with varlen");
 }
+
+fn check_grad<T: Elem>(dims: Dims, opt: Attention) {
+    let Dims { batch, sq, sk, heads, kv_heads, d } = dims;
+    let (mut rng, seed) = rng();
+    let q: Vec<T> = normal(&mut rng, batch * sq * heads * d, 0.0, 1.0);
+    let k: Vec<T> = normal(&mut rng, batch * sk * kv_heads * d, 0.0, 1.0);
+    let v: Vec<T> = normal(&mut rng, batch * sk * kv_heads * d, 0.0, 1.0);
+    let d_o: Vec<T> = normal(&mut rng, batch * sq * heads * d, 0.0, 1.0);
+    let (o, lse) = attention_cpu(&q, &k, &v, dims, opt);
+    let (dq, dk, dv) = attention_backward_cpu([&q, &k, &v, &o, &d_o], &lse, dims, opt);
+    let keys = opt.keys.unwrap_or(sk);
+    let seqs: Vec<_> = (0..batch).map(|z| (z * sq, sq, z * sk, keys)).collect();
+    let scale = opt.scale.unwrap_or(1.0 / (d as f32).sqrt()) as f64;
+    let [wq, wk, wv] = reference::attention_grad(&wide(&q), &wide(&k), &wide(&v), &wide(&d_o), &seqs, [heads, kv_heads, d], scale, opt.causal);
+    let ctx = |what: &str| format!("attention backward {what}<{}> {dims:?} {opt:?} (seed {seed})", T::NAME);
+    // The gradients pass through two products with 16-bit operands (P and dS rounded): twice the forward's tolerance.
+    for (name, got, want) in [("dq", &dq, &wq), ("dk", &dk, &wk), ("dv", &dv, &wv)] {
+        let err = rel_err(got, want);
+        assert!(err <= 2.0 * tolerance::<T>(), "{}: rel err {err:.2e}", ctx(name));
+    }
+}
+
+#[test]
+fn backward_matches_float64() {
+    for d in [64, 72, 96, 128] {
+        check_grad::<bf16>(dims(2, 17, 17, 2, 2, d), Attention::default());
+        check_grad::<bf16>(dims(1, 130, 70, 2, 2, d), Attention::causal());
+    }
+    check_grad::<bf16>(dims(1, 100, 260, 4, 2, 64), Attention::causal());
+    check_grad::<f16>(dims(2, 191, 191, 3, 1, 72), Attention::default().keys(150));
+    check_grad::<bf16>(dims(1, 1, 1, 1, 1, 64), Attention::default());
+    check_grad::<bf16>(dims(1, 1000, 1000, 1, 1, 64), Attention::causal());
+}

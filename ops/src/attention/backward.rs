@@ -1,0 +1,238 @@
+//! Flash attention, backward: `dq`, `dk`, `dv` from `q`, `k`, `v`, `o`,
+//! `do` and the forward's log-sum-exp, recomputing the attention tiles
+//! instead of storing them.
+//!
+//! Three kernels, no atomics:
+//! 1. [`attention_bwd_rows_kernel`]: `delta = rowsum(do ⊙ o)` per query and head;
+//! 2. [`attention_bwd_kv_kernel`]: a program per key block and key/value head
+//!    walks every query block of every query head that reads it (GQA sums
+//!    them in registers), with the products transposed so that keys are
+//!    the rows: `Sᵀ = K·Qᵀ`, `Pᵀ = exp(scale·Sᵀ − lse)`, `dV += Pᵀ·dO`,
+//!    `dPᵀ = V·dOᵀ`, `dSᵀ = Pᵀ ⊙ (dPᵀ − delta)`, `dK += scale·dSᵀ·Q`;
+//! 3. [`attention_bwd_q_kernel`]: a program per query block and head walks
+//!    the key blocks: `dQ += scale·dS·K`.
+//!
+//! `Pᵀ` and `dSᵀ` are left operands straight from registers (`dot_acc`); the
+//! right operands are the stored tiles read transposed (`ldmatrix.trans`).
+use super::{copy_head, CAUSAL, VARLEN};
+use rustile::prelude::*;
+
+// ---- 1. delta = rowsum(do ⊙ o) ------------------------------------------------------------
+
+/// `delta[r] = Σ_c do[r, c]·o[r, c]` for the `rows × d` matrices `do` and
+/// `o` (a row is one token of one head), in f32.
+#[kernel(configs = [(BM = 32, BN = 128, WARPS = 4)], grid = [cdiv(rows, BM)], dtypes = [bf16, f16])]
+pub fn attention_bwd_rows_kernel<T: Elem>(o: Ptr<T>, d_o: Ptr<T>, delta: PtrMut<f32>, rows: usize, d: usize) {
+    let r0 = program_id(0) * BM;
+    let x = load_or(&BlockPtr::<T, BM, BN>::rows(o, rows, d, [r0, 0]), 0.0).cast::<f32>();
+    let y = load_or(&BlockPtr::<T, BM, BN>::rows(d_o, rows, d, [r0, 0]), 0.0).cast::<f32>();
+    (x * y).row_sum().store(delta, r0, rows);
+}
+
+// ---- shared by 2 and 3 ----------------------------------------------------------------------
+
+/// Where sequence `z` starts and how long it is, in queries and keys:
+/// `(q0, lq, k0, lk)`.
+#[inline(always)]
+fn sequence(z: usize, cu_q: Ptr<u32>, cu_k: Ptr<u32>, [sq, sk, q_bs, kv_bs]: [usize; 4], varlen: bool) -> (usize, usize, usize, usize) {
+    if varlen {
+        let (q0, k0) = (cu_q.read(z) as usize, cu_k.read(z) as usize);
+        (q0, cu_q.read(z + 1) as usize - q0, k0, cu_k.read(z + 1) as usize - k0)
+    } else {
+        (z * q_bs, sq, z * kv_bs, sk)
+    }
+}
+
+// ---- 2. dK and dV ------------------------------------------------------------------------
+
+/// One block of `BN` keys of one key/value head: `dk`, `dv` in `k`'s layout.
+/// The arguments are the forward's (`lse` in its layout, `delta` `[tokens,
+/// heads]`), with `do` beside `o`.
+#[kernel(
+    configs = [
+        (D = 64, BM = 64, BN = 64, WARPS = 4, SMEM = 32768),
+        (D = 80, BM = 64, BN = 64, WARPS = 4, SMEM = 40960),
+        (D = 96, BM = 64, BN = 64, WARPS = 4, SMEM = 49152),
+        (D = 128, BM = 64, BN = 64, WARPS = 4, SMEM = 65536),
+    ],
+    grid = [cdiv(sk, BN), kv_heads, batch],
+    dtypes = [bf16, f16],
+)]
+pub fn attention_bwd_kv_kernel<T: Elem>(
+    q: Ptr<T>, k: Ptr<T>, v: Ptr<T>, d_o: Ptr<T>, lse: Ptr<f32>, delta: Ptr<f32>, dk: PtrMut<T>, dv: PtrMut<T>,
+    cu_q: Ptr<u32>, cu_k: Ptr<u32>,
+    batch: usize, sq: usize, sk: usize, heads: usize, kv_heads: usize, d: usize,
+    q_bs: usize, kv_bs: usize, lse_h: usize, scale: f32, flags: u32,
+) {
+    const D0: usize = if D >= 128 { 128 } else { 64 };
+    const TAIL: bool = D > D0;
+    const D1: usize = if TAIL { D - D0 } else { 32 };
+    type AccW<const N: usize> = rustile::Acc<BN, N, THREADS, true>;
+
+    let (kb, hk, z) = (program_id(0), program_id(1), program_id(2));
+    let _ = batch;
+    let (causal, varlen) = (flags & CAUSAL != 0, flags & VARLEN != 0);
+    let (q0, lq, k0, lk) = sequence(z, cu_q, cu_k, [sq, sk, q_bs, kv_bs], varlen);
+    let c0 = kb * BN;
+    if c0 >= lk {
+        return;
+    }
+    let (ldq, ldk) = (heads * d, kv_heads * d);
+    let (qp, dop, kp, vp) = (q.offset(q0 * ldq), d_o.offset(q0 * ldq), k.offset(k0 * ldk), v.offset(k0 * ldk));
+    let c = scale * core::f32::consts::LOG2_E;
+
+    // Shared memory: K, V, then Q and dO of the current query block.
+    let tiles = |at: usize, rows: usize| (at, if TAIL { at + rows * D0 * 2 } else { at });
+    let (ka, kt) = tiles(0, BN);
+    let (va, vt) = tiles(BN * D * 2, BN);
+    let (qa, qt) = tiles(2 * BN * D * 2, BM);
+    let (da, dt) = tiles(2 * BN * D * 2 + BM * D * 2, BM);
+    let (sk0, sk1) = (Shared::<T, BN, D0>::at(ka), Shared::<T, BN, D1>::at(kt));
+    let (sv0, sv1) = (Shared::<T, BN, D0>::at(va), Shared::<T, BN, D1>::at(vt));
+    let (sq0, sq1) = (Shared::<T, BM, D0>::at(qa), Shared::<T, BM, D1>::at(qt));
+    let (sd0, sd1) = (Shared::<T, BM, D0>::at(da), Shared::<T, BM, D1>::at(dt));
+    copy_head(sk0, sk1, TAIL, kp, [lk, ldk, hk * d, d], c0);
+    copy_head(sv0, sv1, TAIL, vp, [lk, ldk, hk * d, d], c0);
+    commit_copies();
+
+    let (mut dk0, mut dk1) = (AccW::<D0>::zeros(), AccW::<D1>::zeros());
+    let (mut dv0, mut dv1) = (AccW::<D0>::zeros(), AccW::<D1>::zeros());
+    let group = heads / kv_heads;
+    // Top-left causal: query i reads key j when j ≤ i, so the first query block that reads this key block.
+    let first_qb = if causal { c0 / BM } else { 0 };
+    for h in hk * group..(hk + 1) * group {
+        let lse_at = if varlen { q0 } else { z * heads * sq } + h * lse_h;
+        for qb in first_qb..cdiv(lq, BM) {
+            let r0 = qb * BM;
+            // Every thread is done with the previous block's Q and dO.
+            sync();
+            copy_head(sq0, sq1, TAIL, qp, [lq, ldq, h * d, d], r0);
+            copy_head(sd0, sd1, TAIL, dop, [lq, ldq, h * d, d], r0);
+            commit_copies();
+            wait_copies::<0>();
+            sync();
+            // Sᵀ: keys are rows, queries columns.
+            let mut st = dot(&sk0, &sq0, AccW::<BM>::zeros());
+            if TAIL {
+                st = dot(&sk1, &sq1, st);
+            }
+            let pt = st.map(|r, col, x| {
+                let (key, query) = (c0 + r, r0 + col);
+                if query >= lq || (causal && key > query) {
+                    0.0
+                } else {
+                    math::exp2(x * c - lse.read(lse_at + query) * core::f32::consts::LOG2_E)
+                }
+            });
+            let ppk = pt.pack::<T>();
+            dv0 = dot_acc(&ppk, &sd0, dv0);
+            if TAIL {
+                dv1 = dot_acc(&ppk, &sd1, dv1);
+            }
+            let mut dpt = dot(&sv0, &sd0, AccW::<BM>::zeros());
+            if TAIL {
+                dpt = dot(&sv1, &sd1, dpt);
+            }
+            // dSᵀ = Pᵀ ⊙ (dPᵀ − delta[query]); queries past the end have P = 0.
+            let dst = pt.zip(dpt.map(|_, col, x| if r0 + col < lq { x - delta.read((q0 + r0 + col) * heads + h) } else { 0.0 }), |p, dp| p * dp);
+            let dspk = dst.pack::<T>();
+            dk0 = dot_acc(&dspk, &sq0, dk0);
+            if TAIL {
+                dk1 = dot_acc(&dspk, &sq1, dk1);
+            }
+        }
+    }
+    let (dkp, dvp, col) = (dk.offset(k0 * ldk), dv.offset(k0 * ldk), hk * d);
+    let at = |c: usize| [c0, col + c];
+    store_acc(&BlockPtr::<T, BN, D0>::new(dkp, [lk, col + d], [ldk, 1], at(0)), &dk0.map(|_, _, x| x * scale));
+    store_acc(&BlockPtr::<T, BN, D0>::new(dvp, [lk, col + d], [ldk, 1], at(0)), &dv0);
+    if TAIL {
+        store_acc(&BlockPtr::<T, BN, D1>::new(dkp, [lk, col + d], [ldk, 1], at(D0)), &dk1.map(|_, _, x| x * scale));
+        store_acc(&BlockPtr::<T, BN, D1>::new(dvp, [lk, col + d], [ldk, 1], at(D0)), &dv1);
+    }
+}
+
+// ---- 3. dQ -------------------------------------------------------------------------------
+
+/// One block of `BM` queries of one head: `dq` in `q`'s layout.
+#[kernel(
+    configs = [
+        (D = 64, BM = 64, BN = 64, WARPS = 4, SMEM = 32768),
+        (D = 80, BM = 64, BN = 64, WARPS = 4, SMEM = 40960),
+        (D = 96, BM = 64, BN = 64, WARPS = 4, SMEM = 49152),
+        (D = 128, BM = 64, BN = 64, WARPS = 4, SMEM = 65536),
+    ],
+    grid = [cdiv(sq, BM), heads, batch],
+    dtypes = [bf16, f16],
+)]
+pub fn attention_bwd_q_kernel<T: Elem>(
+    q: Ptr<T>, k: Ptr<T>, v: Ptr<T>, d_o: Ptr<T>, lse: Ptr<f32>, delta: Ptr<f32>, dq: PtrMut<T>,
+    cu_q: Ptr<u32>, cu_k: Ptr<u32>,
+    batch: usize, sq: usize, sk: usize, heads: usize, kv_heads: usize, d: usize,
+    q_bs: usize, kv_bs: usize, lse_h: usize, scale: f32, flags: u32,
+) {
+    const D0: usize = if D >= 128 { 128 } else { 64 };
+    const TAIL: bool = D > D0;
+    const D1: usize = if TAIL { D - D0 } else { 32 };
+    type AccW<const N: usize> = rustile::Acc<BM, N, THREADS, true>;
+
+    let (qb, h, z) = (program_id(0), program_id(1), program_id(2));
+    let _ = batch;
+    let (causal, varlen) = (flags & CAUSAL != 0, flags & VARLEN != 0);
+    let (q0, lq, k0, lk) = sequence(z, cu_q, cu_k, [sq, sk, q_bs, kv_bs], varlen);
+    let r0 = qb * BM;
+    if r0 >= lq {
+        return;
+    }
+    let hk = h / (heads / kv_heads);
+    let (ldq, ldk) = (heads * d, kv_heads * d);
+    let (qp, dop, kp, vp) = (q.offset(q0 * ldq), d_o.offset(q0 * ldq), k.offset(k0 * ldk), v.offset(k0 * ldk));
+    let c = scale * core::f32::consts::LOG2_E;
+    let lse_at = if varlen { q0 } else { z * heads * sq } + h * lse_h;
+    // Each query row's lse, in base 2.
+    let lse2 = rustile::AccRows::<BM, THREADS>::load(lse.offset(lse_at), r0, lq, 0.0).map(|x| x * core::f32::consts::LOG2_E);
+
+    let tiles = |at: usize, rows: usize| (at, if TAIL { at + rows * D0 * 2 } else { at });
+    let (qa, qt) = tiles(0, BM);
+    let (da, dt) = tiles(BM * D * 2, BM);
+    let (ka, kt) = tiles(2 * BM * D * 2, BN);
+    let (va, vt) = tiles(2 * BM * D * 2 + BN * D * 2, BN);
+    let (sq0, sq1) = (Shared::<T, BM, D0>::at(qa), Shared::<T, BM, D1>::at(qt));
+    let (sd0, sd1) = (Shared::<T, BM, D0>::at(da), Shared::<T, BM, D1>::at(dt));
+    let (sk0, sk1) = (Shared::<T, BN, D0>::at(ka), Shared::<T, BN, D1>::at(kt));
+    let (sv0, sv1) = (Shared::<T, BN, D0>::at(va), Shared::<T, BN, D1>::at(vt));
+    copy_head(sq0, sq1, TAIL, qp, [lq, ldq, h * d, d], r0);
+    copy_head(sd0, sd1, TAIL, dop, [lq, ldq, h * d, d], r0);
+    commit_copies();
+
+    let (mut dq0, mut dq1) = (AccW::<D0>::zeros(), AccW::<D1>::zeros());
+    let blocks = if causal { cdiv(lk.min(r0 + BM), BN) } else { cdiv(lk, BN) };
+    for j in 0..blocks {
+        let c0 = j * BN;
+        sync();
+        copy_head(sk0, sk1, TAIL, kp, [lk, ldk, hk * d, d], c0);
+        copy_head(sv0, sv1, TAIL, vp, [lk, ldk, hk * d, d], c0);
+        commit_copies();
+        wait_copies::<0>();
+        sync();
+        let mut s = dot(&sq0, &sk0, AccW::<BN>::zeros());
+        if TAIL {
+            s = dot(&sq1, &sk1, s);
+        }
+        let p = s.map_rows(&lse2, |x, l| math::exp2(x * c - l)).map(|r, col, x| if c0 + col >= lk || (causal && c0 + col > r0 + r) { 0.0 } else { x });
+        let mut dp = dot(&sd0, &sv0, AccW::<BN>::zeros());
+        if TAIL {
+            dp = dot(&sd1, &sv1, dp);
+        }
+        let ds = p.zip(dp.map(|r, _, x| if r0 + r < lq { x - delta.read((q0 + r0 + r) * heads + h) } else { 0.0 }), |p, dp| p * dp).pack::<T>();
+        dq0 = dot_acc(&ds, &sk0, dq0);
+        if TAIL {
+            dq1 = dot_acc(&ds, &sk1, dq1);
+        }
+    }
+    let (dqp, col) = (dq.offset(q0 * ldq), h * d);
+    store_acc(&BlockPtr::<T, BM, D0>::new(dqp, [lq, col + d], [ldq, 1], [r0, col]), &dq0.map(|_, _, x| x * scale));
+    if TAIL {
+        store_acc(&BlockPtr::<T, BM, D1>::new(dqp, [lq, col + d], [ldq, 1], [r0, col + D0]), &dq1.map(|_, _, x| x * scale));
+    }
+}
