@@ -90,6 +90,22 @@ def attention_rows(specs, dtype, dtype_name):
             print(f"{op:12} {shape_s:>26} {dtype_name:5} {name:11} {ms * 1e3:9.1f} us "
                   f"{flops / ms / 1e9:6.0f} TFLOP/s  peak {peak:.2f} GB", file=sys.stderr)
             rows.append({"op": op, "shape": shape_s, "dtype": dtype_name, "impl": name, "median_ms": ms, "flops": flops})
+            # The backward alone: the graph of one forward, its gradients taken again and again.
+            try:
+                qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
+                with sdpa_kernel(backend):
+                    out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal, enable_gqa=hkv != h)
+                dout = torch.randn_like(out)
+                grad = lambda: torch.autograd.grad(out, (qg, kg, vg), dout, retain_graph=True)
+                grad()
+                ms = do_bench(grad, warmup=25, rep=100, return_mode="median")
+            except RuntimeError as e:
+                print(f"{op}_bwd {shape_s} {name}: not run ({str(e).splitlines()[0]})", file=sys.stderr)
+                continue
+            print(f"{op + '_bwd':12} {shape_s:>26} {dtype_name:5} {name:11} {ms * 1e3:9.1f} us "
+                  f"{2.5 * flops / ms / 1e9:6.0f} TFLOP/s", file=sys.stderr)
+            rows.append({"op": op + "_bwd", "shape": shape_s, "dtype": dtype_name, "impl": name, "median_ms": ms, "flops": 2.5 * flops})
+            del qg, kg, vg, out, dout
         del q, k, v
         torch.cuda.empty_cache()
     return rows

@@ -564,6 +564,52 @@ fn attention_case<T: Elem>(gpu: &Gpu, dims: attention::Dims, opt: attention::Att
     assert_attention_close(&o, &lse, |z, h, i| (z * heads + h) * sq + i, want, &ctx);
 }
 
+fn attention_backward_case<T: Elem>(gpu: &Gpu, dims: attention::Dims, opt: attention::Attention) {
+    let attention::Dims { batch, sq, sk, heads, kv_heads, d } = dims;
+    let (mut rng, seed) = rng();
+    let (qs, ks) = ([batch, sq, heads, d], [batch, sk, kv_heads, d]);
+    let q: Vec<T> = normal(&mut rng, qs.iter().product(), 0.0, 1.0);
+    let k: Vec<T> = normal(&mut rng, ks.iter().product(), 0.0, 1.0);
+    let v: Vec<T> = normal(&mut rng, ks.iter().product(), 0.0, 1.0);
+    let d_o: Vec<T> = normal(&mut rng, qs.iter().product(), 0.0, 1.0);
+    let (dq_, dk_, dv_, ddo) = (up(gpu, &q, &qs), up(gpu, &k, &ks), up(gpu, &v, &ks), up(gpu, &d_o, &qs));
+    let (mut o, mut lse) = (poisoned::<T>(gpu, &qs), poisoned::<f32>(gpu, &[batch, heads, sq]));
+    attention::attention(gpu, &dq_, &dk_, &dv_, &mut o, &mut lse, opt).unwrap();
+    let (mut dq, mut dk, mut dv) = (poisoned::<T>(gpu, &qs), poisoned::<T>(gpu, &ks), poisoned::<T>(gpu, &ks));
+    attention::attention_backward(gpu, [&dq_, &dk_, &dv_, &o, &ddo], &lse, [&mut dq, &mut dk, &mut dv], opt).unwrap();
+    let keys = opt.keys.unwrap_or(sk);
+    let seqs: Vec<_> = (0..batch).map(|z| (z * sq, sq, z * sk, keys)).collect();
+    let scale = opt.scale.unwrap_or(1.0 / (d as f32).sqrt()) as f64;
+    let want = reference::attention_grad(&wide(&q), &wide(&k), &wide(&v), &wide(&d_o), &seqs, [heads, kv_heads, d], scale, opt.causal);
+    for ((name, got), want) in [("dq", &dq), ("dk", &dk), ("dv", &dv)].into_iter().zip(want) {
+        let got = gpu.download(got).unwrap();
+        // Keys past `keys` get no gradient from any query: the kernel leaves their rows unwritten.
+        let (got, want): (Vec<T>, Vec<f64>) = if name == "dq" {
+            (got, want)
+        } else {
+            let row = kv_heads * d;
+            (0..batch * sk).filter(|r| r % sk < keys).flat_map(|r| (0..row).map(move |c| r * row + c)).map(|i| (got[i], want[i])).unzip()
+        };
+        let err = rel_err(&got, &want);
+        assert!(err <= 2.0 * tolerance::<T>(), "attention backward {name}<{}> {dims:?} {opt:?}: rel err {err:.2e} (seed {seed})", T::NAME);
+    }
+}
+
+#[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
+fn attention_backward_matches_float64() {
+    use attention::{Attention, Dims};
+    let Some(gpu) = gpu_or_skip("attention_backward_matches_float64") else { return };
+    let dims = |batch, sq, sk, heads, kv_heads, d| Dims { batch, sq, sk, heads, kv_heads, d };
+    for d in [64, 72, 96, 128] {
+        attention_backward_case::<bf16>(&gpu, dims(2, 17, 17, 2, 2, d), Attention::default());
+        attention_backward_case::<bf16>(&gpu, dims(1, 1000, 1000, 2, 1, d), Attention::causal());
+        attention_backward_case::<f16>(&gpu, dims(1, 333, 257, 3, 3, d), Attention::default());
+    }
+    attention_backward_case::<bf16>(&gpu, dims(1, 1099, 1099, 4, 2, 64), Attention::default().keys(1000));
+    attention_backward_case::<bf16>(&gpu, dims(1, 130, 4099, 2, 2, 72), Attention::default());
+}
+
 fn attention_varlen_case(gpu: &Gpu, q_lens: &[usize], k_lens: &[usize], [heads, kv_heads, d]: [usize; 3], opt: attention::Attention) {
     let (tq, tk): (usize, usize) = (q_lens.iter().sum(), k_lens.iter().sum());
     let (mut rng, seed) = rng();

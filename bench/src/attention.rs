@@ -130,21 +130,27 @@ pub fn bench_attention(gpu: &Gpu, cfg: &MeasureCfg, shapes: &[Shape]) -> Result<
         let q: Vec<bf16> = normal(&mut rng, qs.iter().product(), 0.0, 1.0);
         let k: Vec<bf16> = normal(&mut rng, ks.iter().product(), 0.0, 1.0);
         let v: Vec<bf16> = normal(&mut rng, ks.iter().product(), 0.0, 1.0);
-        let (dq, dk, dv) = (gpu.upload(&q, &qs)?, gpu.upload(&k, &ks)?, gpu.upload(&v, &ks)?);
+        let (dq_in, dk_in, dv_in) = (gpu.upload(&q, &qs)?, gpu.upload(&k, &ks)?, gpu.upload(&v, &ks)?);
         let mut o: Tensor<bf16> = gpu.alloc(&qs)?;
         let mut lse: Tensor<f32> = gpu.alloc(&[batch, heads, sq])?;
         let opt = Attention { causal, ..Attention::default() };
         gpu.fill_bytes(&mut o, 0xFF)?;
-        attention::attention(gpu, &dq, &dk, &dv, &mut o, &mut lse, opt)?;
+        attention::attention(gpu, &dq_in, &dk_in, &dv_in, &mut o, &mut lse, opt)?;
         let err = check_sampled(s, &q, &k, &v, &gpu.download(&o)?);
         eprintln!("{} {}: sampled rel err {err:.2e} (seed {seed})", s.op(), spec(&[*s]));
         if err > tolerance::<bf16>() {
             return Err(Error::Launch { kernel: "attention".into(), msg: format!("wrong result at {s:?}: rel err {err:.2e} (seed {seed})") });
         }
         let (free, total) = gpu.mem_info()?;
-        let stats = measure(gpu, cfg, || attention::attention(gpu, &dq, &dk, &dv, &mut o, &mut lse, opt))?;
+        let stats = measure(gpu, cfg, || attention::attention(gpu, &dq_in, &dk_in, &dv_in, &mut o, &mut lse, opt))?;
         eprintln!("  {:.1} µs, {:.0} TFLOP/s; device memory in use {:.2} GB", stats.median_ms * 1e3, s.flops() / stats.median_ms / 1e9, (total - free) as f64 / 1e9);
         rows.push(Row::new(s.op(), &s.sizes(), bf16::NAME, RUSTILE, stats).flops(s.flops()));
+        // The backward (checked by the GPU tests, not here), counted as 2.5 forwards.
+        let d_o = gpu.upload(&normal::<bf16>(&mut rng, qs.iter().product(), 0.0, 1.0), &qs)?;
+        let (mut dq, mut dk, mut dv) = (gpu.alloc::<bf16>(&qs)?, gpu.alloc::<bf16>(&ks)?, gpu.alloc::<bf16>(&ks)?);
+        let bwd = measure(gpu, cfg, || attention::attention_backward(gpu, [&dq_in, &dk_in, &dv_in, &o, &d_o], &lse, [&mut dq, &mut dk, &mut dv], opt))?;
+        eprintln!("  backward {:.1} µs, {:.0} TFLOP/s", bwd.median_ms * 1e3, 2.5 * s.flops() / bwd.median_ms / 1e9);
+        rows.push(Row::new(&format!("{}_bwd", s.op()), &s.sizes(), bf16::NAME, RUSTILE, bwd).flops(2.5 * s.flops()));
     }
     Ok(rows)
 }

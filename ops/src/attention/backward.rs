@@ -189,8 +189,6 @@ pub fn attention_bwd_q_kernel<T: Elem>(
     let (qp, dop, kp, vp) = (q.offset(q0 * ldq), d_o.offset(q0 * ldq), k.offset(k0 * ldk), v.offset(k0 * ldk));
     let c = scale * core::f32::consts::LOG2_E;
     let lse_at = if varlen { q0 } else { z * heads * sq } + h * lse_h;
-    // Each query row's lse, in base 2.
-    let lse2 = rustile::AccRows::<BM, THREADS>::load(lse.offset(lse_at), r0, lq, 0.0).map(|x| x * core::f32::consts::LOG2_E);
 
     let tiles = |at: usize, rows: usize| (at, if TAIL { at + rows * D0 * 2 } else { at });
     let (qa, qt) = tiles(0, BM);
@@ -219,7 +217,13 @@ pub fn attention_bwd_q_kernel<T: Elem>(
         if TAIL {
             s = dot(&sq1, &sk1, s);
         }
-        let p = s.map_rows(&lse2, |x, l| math::exp2(x * c - l)).map(|r, col, x| if c0 + col >= lk || (causal && c0 + col > r0 + r) { 0.0 } else { x });
+        let p = s.map(|r, col, x| {
+            if r0 + r >= lq || c0 + col >= lk || (causal && c0 + col > r0 + r) {
+                0.0
+            } else {
+                math::exp2(x * c - lse.read(lse_at + r0 + r) * core::f32::consts::LOG2_E)
+            }
+        });
         let mut dp = dot(&sd0, &sv0, AccW::<BN>::zeros());
         if TAIL {
             dp = dot(&sd1, &sv1, dp);

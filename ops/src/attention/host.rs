@@ -306,7 +306,9 @@ pub fn attention_varlen_cpu<T: Elem>(
 
 /// The gradients of [`attention`]: `dq` (q's shape), `dk`, `dv` (k's shape)
 /// from the forward's inputs, its output `o` and log-sum-exp `lse`, and
-/// `d_o` (o's shape); the same options as the forward.
+/// `d_o` (o's shape); the same options as the forward. With
+/// [`Attention::keys`], the rows of `dk`, `dv` past the keys used are left
+/// as they were. Fixed-length batches; `scale` as the forward's.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_backward<T: Elem>(
     gpu: &Gpu,
