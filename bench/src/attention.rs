@@ -91,11 +91,13 @@ pub fn spec(shapes: &[Shape]) -> String {
 }
 
 /// Float64 outputs of sampled queries (the first and last four of the first
-/// and last head of the first and last sequence) against ours.
-fn check_sampled<T: Elem>(s: &Shape, q: &[T], k: &[T], v: &[T], o: &[T]) -> f64 {
+/// and last head of the first and last sequence) against ours: the error of
+/// `o`, and with `grad = (d_o, dq)` of `dq` (a query's gradient needs only
+/// its own row of scores).
+fn check_sampled<T: Elem>(s: &Shape, q: &[T], k: &[T], v: &[T], o: &[T], grad: Option<(&[T], &[T])>) -> (f64, f64) {
     let (Dims { batch, sq, sk, heads, kv_heads, d }, causal) = (s.dims, s.causal);
     let scale = 1.0 / (d as f64).sqrt();
-    let (mut got, mut want) = (Vec::new(), Vec::new());
+    let (mut got, mut want, mut got_dq, mut want_dq) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut zs = vec![0, batch - 1];
     zs.dedup();
     let mut hs = vec![0, heads - 1];
@@ -112,17 +114,29 @@ fn check_sampled<T: Elem>(s: &Shape, q: &[T], k: &[T], v: &[T], o: &[T]) -> f64 
             for &i in &rows {
                 // Query i alone over the keys it sees.
                 let seen = if causal { sk.min(i + 1) } else { sk };
-                want.extend(reference::attention_head(&wide(&q[((z * sq + i) * heads + h) * d..][..d]), &kz, &vz, 1, seen, d, scale, false).0);
-                got.extend_from_slice(&o[((z * sq + i) * heads + h) * d..][..d]);
+                let at = ((z * sq + i) * heads + h) * d;
+                let qi = wide(&q[at..][..d]);
+                want.extend(reference::attention_head(&qi, &kz, &vz, 1, seen, d, scale, false).0);
+                got.extend_from_slice(&o[at..][..d]);
+                if let Some((d_o, dq)) = grad {
+                    let [gq, _, _] = reference::attention_head_grad(&qi, &kz, &vz, &wide(&d_o[at..][..d]), 1, seen, d, scale, false);
+                    want_dq.extend(gq);
+                    got_dq.extend_from_slice(&dq[at..][..d]);
+                }
             }
         }
     }
-    rel_err(&got, &want)
+    (rel_err(&got, &want), if grad.is_some() { rel_err(&got_dq, &want_dq) } else { 0.0 })
 }
 
 /// Checks and times `ops::attention` at each shape (bf16).
 pub fn bench_attention(gpu: &Gpu, cfg: &MeasureCfg, shapes: &[Shape]) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
+    eprintln!(
+        "attention: the forward runs {:?} at D = 128, {:?} at D = 72 (RUSTILE_ATTENTION=mma picks the portable program); the backward mma.sync",
+        attention::Forward::on(gpu, 128),
+        attention::Forward::on(gpu, 72)
+    );
     for s in shapes {
         let (mut rng, seed) = rng();
         let (Dims { batch, sq, sk, heads, kv_heads, d }, causal) = (s.dims, s.causal);
@@ -136,7 +150,7 @@ pub fn bench_attention(gpu: &Gpu, cfg: &MeasureCfg, shapes: &[Shape]) -> Result<
         let opt = Attention { causal, ..Attention::default() };
         gpu.fill_bytes(&mut o, 0xFF)?;
         attention::attention(gpu, &dq_in, &dk_in, &dv_in, &mut o, &mut lse, opt)?;
-        let err = check_sampled(s, &q, &k, &v, &gpu.download(&o)?);
+        let (err, _) = check_sampled(s, &q, &k, &v, &gpu.download(&o)?, None);
         eprintln!("{} {}: sampled rel err {err:.2e} (seed {seed})", s.op(), spec(&[*s]));
         if err > tolerance::<bf16>() {
             return Err(Error::Launch { kernel: "attention".into(), msg: format!("wrong result at {s:?}: rel err {err:.2e} (seed {seed})") });
@@ -144,12 +158,27 @@ pub fn bench_attention(gpu: &Gpu, cfg: &MeasureCfg, shapes: &[Shape]) -> Result<
         let (free, total) = gpu.mem_info()?;
         let stats = measure(gpu, cfg, || attention::attention(gpu, &dq_in, &dk_in, &dv_in, &mut o, &mut lse, opt))?;
         eprintln!("  {:.1} µs, {:.0} TFLOP/s; device memory in use {:.2} GB", stats.median_ms * 1e3, s.flops() / stats.median_ms / 1e9, (total - free) as f64 / 1e9);
+        let fwd_ms = stats.median_ms;
         rows.push(Row::new(s.op(), &s.sizes(), bf16::NAME, RUSTILE, stats).flops(s.flops()));
-        // The backward (checked by the GPU tests, not here), counted as 2.5 forwards.
-        let d_o = gpu.upload(&normal::<bf16>(&mut rng, qs.iter().product(), 0.0, 1.0), &qs)?;
+        // The backward, counted as 2.5 forwards; dq of the sampled queries checked here (dk and dv by the GPU tests).
+        let d_o_host = normal::<bf16>(&mut rng, qs.iter().product(), 0.0, 1.0);
+        let d_o = gpu.upload(&d_o_host, &qs)?;
         let (mut dq, mut dk, mut dv) = (gpu.alloc::<bf16>(&qs)?, gpu.alloc::<bf16>(&ks)?, gpu.alloc::<bf16>(&ks)?);
+        attention::attention_backward(gpu, [&dq_in, &dk_in, &dv_in, &o, &d_o], &lse, [&mut dq, &mut dk, &mut dv], opt)?;
+        let (_, err) = check_sampled(s, &q, &k, &v, &gpu.download(&o)?, Some((&d_o_host, &gpu.download(&dq)?)));
+        eprintln!("  backward: sampled dq rel err {err:.2e}");
+        if err > 2.0 * tolerance::<bf16>() {
+            return Err(Error::Launch { kernel: "attention_backward".into(), msg: format!("wrong dq at {s:?}: rel err {err:.2e} (seed {seed})") });
+        }
         let bwd = measure(gpu, cfg, || attention::attention_backward(gpu, [&dq_in, &dk_in, &dv_in, &o, &d_o], &lse, [&mut dq, &mut dk, &mut dv], opt))?;
-        eprintln!("  backward {:.1} µs, {:.0} TFLOP/s", bwd.median_ms * 1e3, 2.5 * s.flops() / bwd.median_ms / 1e9);
+        let (free, total) = gpu.mem_info()?;
+        eprintln!(
+            "  backward {:.1} µs, {:.0} TFLOP/s; forward + backward {:.2} ms; device memory in use {:.2} GB",
+            bwd.median_ms * 1e3,
+            2.5 * s.flops() / bwd.median_ms / 1e9,
+            fwd_ms + bwd.median_ms,
+            (total - free) as f64 / 1e9
+        );
         rows.push(Row::new(&format!("{}_bwd", s.op()), &s.sizes(), bf16::NAME, RUSTILE, bwd).flops(2.5 * s.flops()));
     }
     Ok(rows)

@@ -174,9 +174,16 @@ pub fn cpu_fallback(ops: &[String]) -> bool {
                 let q: Vec<bf16> = normal(&mut rng, 2 * 77 * 4 * 72, 0.0, 1.0);
                 let k: Vec<bf16> = normal(&mut rng, 2 * 150 * 2 * 72, 0.0, 1.0);
                 let v: Vec<bf16> = normal(&mut rng, 2 * 150 * 2 * 72, 0.0, 1.0);
-                let (o, _) = rustile_ops::attention::attention_cpu(&q, &k, &v, dims, rustile_ops::attention::Attention::causal());
-                let want = rustile_ops::testing::attention_want(&q, &k, &v, dims, rustile_ops::attention::Attention::causal()).0;
-                ("2x77x150x4x2x72".into(), rel_err(&o, &want))
+                use rustile_ops::attention::{attention_backward_cpu, attention_cpu, Attention};
+                let (o, lse) = attention_cpu(&q, &k, &v, dims, Attention::causal());
+                let want = rustile_ops::testing::attention_want(&q, &k, &v, dims, Attention::causal()).0;
+                // And the backward: its gradients pass through two 16-bit roundings, so half their error is what counts here.
+                let d_o: Vec<bf16> = normal(&mut rng, q.len(), 0.0, 1.0);
+                let (dq, dk, dv) = attention_backward_cpu([&q, &k, &v, &o, &d_o], &lse, dims, Attention::causal());
+                let seqs: Vec<_> = (0..2).map(|z| (z * 77, 77, z * 150, 150)).collect();
+                let grads = reference::attention_grad(&wide(&q), &wide(&k), &wide(&v), &wide(&d_o), &seqs, [4, 2, 72], 1.0 / 72f64.sqrt(), true);
+                let grad_err = [dq, dk, dv].iter().zip(&grads).map(|(got, want)| rel_err(got, want)).fold(0.0, f64::max);
+                ("2x77x150x4x2x72 fwd+bwd".into(), rel_err(&o, &want).max(grad_err / 2.0))
             }
             "gemm_fp8" => {
                 let (m, n, k) = (67, 45, 96);

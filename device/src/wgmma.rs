@@ -62,6 +62,10 @@ pub fn fence_reg(x: &mut f32) {
 /// hardware swizzle (16-byte chunk `c` of row `r` at chunk `c ^ f(r)`, the
 /// layout `rustile::Shared` uses), groups of 8 rows `8·row_bytes` apart.
 /// The tile must start at a multiple of `8·row_bytes`.
+///
+/// The same descriptor serves an N-major tile one swizzle row wide (`[K, N]`
+/// with rows of N elements, `row_bytes` long): its 8-row groups along K are
+/// `8·row_bytes` apart as well, and N spans no second group.
 #[inline(always)]
 pub fn wgmma_desc(addr: u32, row_bytes: u32) -> u64 {
     let swizzle: u64 = match row_bytes {
@@ -120,3 +124,41 @@ wgmma_widths!(/// `d += A·Bᵀ`, A e4m3 and B e5m2, 32 deep.
     [wgmma_m64n64k32_e4m3_e5m2, wgmma_m64n128k32_e4m3_e5m2, wgmma_m64n256k32_e4m3_e5m2], 32, "e4m3", "e5m2", "");
 wgmma_widths!(/// `d += A·Bᵀ`, A e5m2 and B e4m3, 32 deep.
     [wgmma_m64n64k32_e5m2_e4m3, wgmma_m64n128k32_e5m2_e4m3, wgmma_m64n256k32_e5m2_e4m3], 32, "e5m2", "e4m3", "");
+
+macro_rules! wgmma_m64_rs {
+    ($(#[$doc:meta])* $name:ident, $n:literal, $ty:literal, $d0:tt $($d:tt)*) => {
+        $(#[$doc])*
+        #[inline(always)]
+        pub unsafe fn $name(d: &mut [f32; $n / 2], a: [u32; 4], b: u64) {
+            unsafe {
+                asm!(
+                    concat!("wgmma.mma_async.sync.aligned.m64n", $n, "k16.f32.", $ty, ".", $ty, " {{",
+                            "{", $d0, "}" $(, ", {", $d, "}")*, "}}, {{{a0}, {a1}, {a2}, {a3}}}, {b}, 1, 1, 1, 1;"),
+                    inout(reg32) d[$d0], $(inout(reg32) d[$d],)*
+                    a0 = in(reg32) a[0], a1 = in(reg32) a[1], a2 = in(reg32) a[2], a3 = in(reg32) a[3],
+                    b = in(reg64) b, options(nostack));
+            }
+        }
+    };
+}
+
+/// One `wgmma_m64_rs!` per width N = 16, 32, 64 (a B tile's rows of 32, 64
+/// or 128 bytes).
+macro_rules! wgmma_rs_widths {
+    ($(#[$doc:meta])* [$n16:ident, $n32:ident, $n64:ident], $ty:literal) => {
+        wgmma_m64_rs!($(#[$doc])* $n16, 16, $ty, 0 1 2 3 4 5 6 7);
+        wgmma_m64_rs!($(#[$doc])* $n32, 32, $ty, 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+        wgmma_m64_rs!($(#[$doc])* $n64, 64, $ty, 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31);
+    };
+}
+
+// `d += A·B` for a warpgroup with A in registers (64×16: thread `t` holds
+// the `mma.sync` m16n8k16 A fragment of rows `16·(t/32)..`, four registers
+// of two 16-bit values) and B stored `[16, N]` N-major in shared memory
+// (descriptor `b`; the instruction's last flag, 1, transposes it). The
+// accumulator layout is `wgmma_m64n64k16_bf16`'s, so an accumulator packed
+// to 16 bits is, four registers per 16 columns, the next product's A.
+wgmma_rs_widths!(/// `d += A·B`, bf16, A from registers, B N-major.
+    [wgmma_m64n16k16_bf16_rs, wgmma_m64n32k16_bf16_rs, wgmma_m64n64k16_bf16_rs], "bf16");
+wgmma_rs_widths!(/// `d += A·B`, f16, A from registers, B N-major.
+    [wgmma_m64n16k16_f16_rs, wgmma_m64n32k16_f16_rs, wgmma_m64n64k16_f16_rs], "f16");

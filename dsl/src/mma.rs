@@ -569,7 +569,7 @@ pub struct Packed<T, const M: usize, const N: usize, const TH: usize>
 where
     [(); acc_len(M, N, TH) / 2]:,
 {
-    v: [u32; acc_len(M, N, TH) / 2],
+    pub(crate) v: [u32; acc_len(M, N, TH) / 2],
     _t: core::marker::PhantomData<T>,
 }
 

@@ -31,7 +31,7 @@
 //!
 //! On the CPU `dot_async` multiplies at once and `wait` does nothing: the
 //! interpreter runs the same kernel source to the same result.
-use crate::mma::{acc_len, Acc, Shared};
+use crate::mma::{acc_len, Acc, Packed, Shared};
 use crate::{Elem, Kind};
 
 /// Why an `M×N` accumulator over `K`-deep operands of kinds `a` and `b`
@@ -211,4 +211,93 @@ where
     }
     #[cfg(not(all(target_arch = "nvptx64", target_feature = "sm_90a")))]
     let _ = acc;
+}
+
+/// Why `p·v` with `p` packed `M×K` and `v` a `[K, N]` tile cannot be a
+/// register-operand `wgmma` on `TH` threads, or `None`.
+pub const fn check_acc(m: usize, k: usize, n: usize, th: usize) -> Option<&'static str> {
+    if th % 128 != 0 || m != 64 * (th / 128) {
+        return Some("wgmma: the program is TH/128 warpgroups, 64 rows each: M must be 64·WARPS/4");
+    }
+    if !(n == 16 || n == 32 || n == 64) {
+        return Some("wgmma: the right tile of dot_acc_async is one swizzle row wide: N of 16, 32 or 64 (bf16/f16)");
+    }
+    if k % 16 != 0 {
+        return Some("wgmma: K (the packed accumulator's columns) must be a multiple of 16");
+    }
+    None
+}
+
+/// Compile-time form of [`check_acc`].
+pub struct WgAccShape<const M: usize, const K: usize, const N: usize, const TH: usize>;
+impl<const M: usize, const K: usize, const N: usize, const TH: usize> WgAccShape<M, K, N, TH> {
+    pub const OK: () = match check_acc(M, K, N, TH) {
+        None => (),
+        Some(msg) => panic!("{}", msg),
+    };
+}
+
+/// Starts `acc + p·v` on the tensor cores with the left operand straight
+/// from registers: `p` a packed accumulator of this program (attention's
+/// probabilities) and `v` stored `[K, N]` in shared memory, N-major (the
+/// tile `Shared` keeps, rows of N = 16, 32 or 64 elements). A wider right
+/// operand is several tiles, one call each. As [`dot_async`], `acc` (and
+/// `p`) must not be touched until [`wait`].
+#[inline(always)]
+pub fn dot_acc_async<T: Elem, const M: usize, const K: usize, const N: usize, const TH: usize>(
+    p: &Packed<T, M, K, TH>,
+    v: &Shared<T, K, N, TH>,
+    acc: &mut Acc<M, N, TH, true>,
+) where
+    [(); acc_len(M, K, TH) / 2]:,
+    [(); acc_len(M, N, TH)]:,
+{
+    let () = WgAccShape::<M, K, N, TH>::OK;
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+    {
+        use rustile_device as d;
+        let row_bytes = (N * 2) as u32;
+        assert!(v.base % (8 * row_bytes) == 0, "wgmma: a shared tile does not start on its swizzle period (8 rows)");
+        d::wgmma_fence();
+        for ks in 0..K / 16 {
+            // Sixteen rows of v further down; this warp's A fragment of
+            // columns 16ks.. is four consecutive packed registers (the
+            // accumulator pairs of two neighbouring 8-column pieces).
+            let db = d::wgmma_desc(v.base + (ks * 16) as u32 * row_bytes, row_bytes);
+            let a = [p.v[4 * ks], p.v[4 * ks + 1], p.v[4 * ks + 2], p.v[4 * ks + 3]];
+            let acc_v = acc.v.as_mut_ptr();
+            macro_rules! issue {
+                ($n16:ident, $n32:ident, $n64:ident) => {
+                    match N {
+                        16 => d::$n16(&mut *(acc_v as *mut [f32; 8]), a, db),
+                        32 => d::$n32(&mut *(acc_v as *mut [f32; 16]), a, db),
+                        _ => d::$n64(&mut *(acc_v as *mut [f32; 32]), a, db),
+                    }
+                };
+            }
+            unsafe {
+                match T::KIND {
+                    Kind::Bf16 => issue!(wgmma_m64n16k16_bf16_rs, wgmma_m64n32k16_bf16_rs, wgmma_m64n64k16_bf16_rs),
+                    _ => issue!(wgmma_m64n16k16_f16_rs, wgmma_m64n32k16_f16_rs, wgmma_m64n64k16_f16_rs),
+                }
+            }
+        }
+        d::wgmma_commit();
+    }
+    #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_90a")))]
+    {
+        let _ = (p, v, acc);
+        panic!("wgmma needs sm_90a: give the kernel `arch = sm_90a`");
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    for m in 0..M {
+        for n in 0..N {
+            let mut s = acc.v[m * N + n];
+            for k in 0..K {
+                let pair: [T; 2] = unsafe { core::mem::transmute_copy(&p.v[(m * K + k) / 2]) };
+                s += pair[(m * K + k) % 2].to_f32() * v.get(k, n).to_f32();
+            }
+            acc.v[m * N + n] = s;
+        }
+    }
 }

@@ -14,7 +14,7 @@
 //!
 //! `Pᵀ` and `dSᵀ` are left operands straight from registers (`dot_acc`); the
 //! right operands are the stored tiles read transposed (`ldmatrix.trans`).
-use super::{copy_head, CAUSAL, VARLEN};
+use super::{copy_head, sequence, CAUSAL, VARLEN};
 use rustile::prelude::*;
 
 // ---- 1. delta = rowsum(do ⊙ o) ------------------------------------------------------------
@@ -29,33 +29,25 @@ pub fn attention_bwd_rows_kernel<T: Elem>(o: Ptr<T>, d_o: Ptr<T>, delta: PtrMut<
     (x * y).row_sum().store(delta, r0, rows);
 }
 
-// ---- shared by 2 and 3 ----------------------------------------------------------------------
-
-/// Where sequence `z` starts and how long it is, in queries and keys:
-/// `(q0, lq, k0, lk)`.
-#[inline(always)]
-fn sequence(z: usize, cu_q: Ptr<u32>, cu_k: Ptr<u32>, [sq, sk, q_bs, kv_bs]: [usize; 4], varlen: bool) -> (usize, usize, usize, usize) {
-    if varlen {
-        let (q0, k0) = (cu_q.read(z) as usize, cu_k.read(z) as usize);
-        (q0, cu_q.read(z + 1) as usize - q0, k0, cu_k.read(z + 1) as usize - k0)
-    } else {
-        (z * q_bs, sq, z * kv_bs, sk)
-    }
-}
-
 // ---- 2. dK and dV ------------------------------------------------------------------------
 
 /// One block of `BN` keys of one key/value head: `dk`, `dv` in `k`'s layout.
 /// The arguments are the forward's (`lse` in its layout, `delta` `[tokens,
-/// heads]`), with `do` beside `o`.
+/// heads]`), with `do` beside `o`; a variable-length batch gives its
+/// longest key sequence as `sk` (the grid).
+///
+/// The (query head, query block) pairs that read this key block are one
+/// flat walk, so that the next pair's Q and dO load while this one
+/// multiplies. D = 128 takes 32-query blocks: dK and dV hold 64 registers
+/// each there, and two 64-wide score blocks more would spill.
 #[kernel(
     configs = [
-        (D = 64, BM = 64, BN = 64, WARPS = 4, SMEM = 32768),
-        (D = 80, BM = 64, BN = 64, WARPS = 4, SMEM = 40960),
-        (D = 96, BM = 64, BN = 64, WARPS = 4, SMEM = 49152),
-        (D = 128, BM = 64, BN = 64, WARPS = 4, SMEM = 65536),
+        (D = 64, BM = 64, BN = 64, WARPS = 4, SMEM = 49152),
+        (D = 80, BM = 64, BN = 64, WARPS = 4, SMEM = 61440),
+        (D = 96, BM = 64, BN = 64, WARPS = 4, SMEM = 73728),
+        (D = 128, BM = 32, BN = 64, WARPS = 4, SMEM = 65536),
     ],
-    grid = [cdiv(sk, BN), kv_heads, batch],
+    grid = [cdiv(sk.max(kv_bs), BN), kv_heads, batch],
     dtypes = [bf16, f16],
 )]
 pub fn attention_bwd_kv_kernel<T: Elem>(
@@ -73,94 +65,111 @@ pub fn attention_bwd_kv_kernel<T: Elem>(
     let _ = batch;
     let (causal, varlen) = (flags & CAUSAL != 0, flags & VARLEN != 0);
     let (q0, lq, k0, lk) = sequence(z, cu_q, cu_k, [sq, sk, q_bs, kv_bs], varlen);
+    // The sequence's rows of dk and dv: with `Attention::keys`, the rows past
+    // the keys used get zeros (no query reads them).
+    let rows = if varlen { lk } else { kv_bs };
     let c0 = kb * BN;
-    if c0 >= lk {
+    if c0 >= rows {
         return;
     }
     let (ldq, ldk) = (heads * d, kv_heads * d);
     let (qp, dop, kp, vp) = (q.offset(q0 * ldq), d_o.offset(q0 * ldq), k.offset(k0 * ldk), v.offset(k0 * ldk));
     let c = scale * core::f32::consts::LOG2_E;
 
-    // Shared memory: K, V, then Q and dO of the current query block.
+    // Shared memory: K, V, then two stages of Q and dO.
     let tiles = |at: usize, rows: usize| (at, if TAIL { at + rows * D0 * 2 } else { at });
     let (ka, kt) = tiles(0, BN);
     let (va, vt) = tiles(BN * D * 2, BN);
-    let (qa, qt) = tiles(2 * BN * D * 2, BM);
-    let (da, dt) = tiles(2 * BN * D * 2 + BM * D * 2, BM);
     let (sk0, sk1) = (Shared::<T, BN, D0>::at(ka), Shared::<T, BN, D1>::at(kt));
     let (sv0, sv1) = (Shared::<T, BN, D0>::at(va), Shared::<T, BN, D1>::at(vt));
-    let (sq0, sq1) = (Shared::<T, BM, D0>::at(qa), Shared::<T, BM, D1>::at(qt));
-    let (sd0, sd1) = (Shared::<T, BM, D0>::at(da), Shared::<T, BM, D1>::at(dt));
+    let qd = |stage: usize, which: usize| {
+        let (a, t) = tiles(2 * BN * D * 2 + (2 * stage + which) * BM * D * 2, BM);
+        (Shared::<T, BM, D0>::at(a), Shared::<T, BM, D1>::at(t))
+    };
     copy_head(sk0, sk1, TAIL, kp, [lk, ldk, hk * d, d], c0);
     copy_head(sv0, sv1, TAIL, vp, [lk, ldk, hk * d, d], c0);
+
+    // Top-left causal: query i reads key j when j ≤ i, so the first query block that reads this key block.
+    let first_qb = if causal { c0 / BM } else { 0 };
+    let blocks = if c0 < lk { cdiv(lq, BM).saturating_sub(first_qb) } else { 0 };
+    let group = heads / kv_heads;
+    let steps = group * blocks;
+    // Step t: query head h, queries r0..r0+BM.
+    let at = |t: usize| (hk * group + t / blocks, (first_qb + t % blocks) * BM);
+    let copy_qd = |t: usize| {
+        let (h, r0) = at(t);
+        let ((q0t, q1t), (d0t, d1t)) = (qd(t % 2, 0), qd(t % 2, 1));
+        copy_head(q0t, q1t, TAIL, qp, [lq, ldq, h * d, d], r0);
+        copy_head(d0t, d1t, TAIL, dop, [lq, ldq, h * d, d], r0);
+    };
+    if steps > 0 {
+        copy_qd(0);
+    }
     commit_copies();
 
     let (mut dk0, mut dk1) = (AccW::<D0>::zeros(), AccW::<D1>::zeros());
     let (mut dv0, mut dv1) = (AccW::<D0>::zeros(), AccW::<D1>::zeros());
-    let group = heads / kv_heads;
-    // Top-left causal: query i reads key j when j ≤ i, so the first query block that reads this key block.
-    let first_qb = if causal { c0 / BM } else { 0 };
-    for h in hk * group..(hk + 1) * group {
+    for t in 0..steps {
+        // Step t's tiles have landed, and every thread is done with step t−1's stage.
+        wait_copies::<0>();
+        sync();
+        if t + 1 < steps {
+            copy_qd(t + 1);
+        }
+        commit_copies();
+        let (h, r0) = at(t);
         let lse_at = if varlen { q0 } else { z * heads * sq } + h * lse_h;
-        for qb in first_qb..cdiv(lq, BM) {
-            let r0 = qb * BM;
-            // Every thread is done with the previous block's Q and dO.
-            sync();
-            copy_head(sq0, sq1, TAIL, qp, [lq, ldq, h * d, d], r0);
-            copy_head(sd0, sd1, TAIL, dop, [lq, ldq, h * d, d], r0);
-            commit_copies();
-            wait_copies::<0>();
-            sync();
-            // Sᵀ: keys are rows, queries columns.
-            let mut st = dot(&sk0, &sq0, AccW::<BM>::zeros());
-            if TAIL {
-                st = dot(&sk1, &sq1, st);
+        let ((sq0, sq1), (sd0, sd1)) = (qd(t % 2, 0), qd(t % 2, 1));
+        // Sᵀ: keys are rows, queries columns.
+        let mut st = dot(&sk0, &sq0, AccW::<BM>::zeros());
+        if TAIL {
+            st = dot(&sk1, &sq1, st);
+        }
+        let pt = st.map(|r, col, x| {
+            let (key, query) = (c0 + r, r0 + col);
+            if query >= lq || key >= lk || (causal && key > query) {
+                0.0
+            } else {
+                math::exp2(x * c - lse.read(lse_at + query) * core::f32::consts::LOG2_E)
             }
-            let pt = st.map(|r, col, x| {
-                let (key, query) = (c0 + r, r0 + col);
-                if query >= lq || (causal && key > query) {
-                    0.0
-                } else {
-                    math::exp2(x * c - lse.read(lse_at + query) * core::f32::consts::LOG2_E)
-                }
-            });
-            let ppk = pt.pack::<T>();
-            dv0 = dot_acc(&ppk, &sd0, dv0);
-            if TAIL {
-                dv1 = dot_acc(&ppk, &sd1, dv1);
-            }
-            let mut dpt = dot(&sv0, &sd0, AccW::<BM>::zeros());
-            if TAIL {
-                dpt = dot(&sv1, &sd1, dpt);
-            }
-            // dSᵀ = Pᵀ ⊙ (dPᵀ − delta[query]); queries past the end have P = 0.
-            let dst = pt.zip(dpt.map(|_, col, x| if r0 + col < lq { x - delta.read((q0 + r0 + col) * heads + h) } else { 0.0 }), |p, dp| p * dp);
-            let dspk = dst.pack::<T>();
-            dk0 = dot_acc(&dspk, &sq0, dk0);
-            if TAIL {
-                dk1 = dot_acc(&dspk, &sq1, dk1);
-            }
+        });
+        let ppk = pt.pack::<T>();
+        dv0 = dot_acc(&ppk, &sd0, dv0);
+        if TAIL {
+            dv1 = dot_acc(&ppk, &sd1, dv1);
+        }
+        let mut dpt = dot(&sv0, &sd0, AccW::<BM>::zeros());
+        if TAIL {
+            dpt = dot(&sv1, &sd1, dpt);
+        }
+        // dSᵀ = Pᵀ ⊙ (dPᵀ − delta[query]); queries past the end have P = 0.
+        let dst = pt.zip(dpt.map(|_, col, x| if r0 + col < lq { x - delta.read((q0 + r0 + col) * heads + h) } else { 0.0 }), |p, dp| p * dp);
+        let dspk = dst.pack::<T>();
+        dk0 = dot_acc(&dspk, &sq0, dk0);
+        if TAIL {
+            dk1 = dot_acc(&dspk, &sq1, dk1);
         }
     }
     let (dkp, dvp, col) = (dk.offset(k0 * ldk), dv.offset(k0 * ldk), hk * d);
     let at = |c: usize| [c0, col + c];
-    store_acc(&BlockPtr::<T, BN, D0>::new(dkp, [lk, col + d], [ldk, 1], at(0)), &dk0.map(|_, _, x| x * scale));
-    store_acc(&BlockPtr::<T, BN, D0>::new(dvp, [lk, col + d], [ldk, 1], at(0)), &dv0);
+    store_acc(&BlockPtr::<T, BN, D0>::new(dkp, [rows, col + d], [ldk, 1], at(0)), &dk0.map(|_, _, x| x * scale));
+    store_acc(&BlockPtr::<T, BN, D0>::new(dvp, [rows, col + d], [ldk, 1], at(0)), &dv0);
     if TAIL {
-        store_acc(&BlockPtr::<T, BN, D1>::new(dkp, [lk, col + d], [ldk, 1], at(D0)), &dk1.map(|_, _, x| x * scale));
-        store_acc(&BlockPtr::<T, BN, D1>::new(dvp, [lk, col + d], [ldk, 1], at(D0)), &dv1);
+        store_acc(&BlockPtr::<T, BN, D1>::new(dkp, [rows, col + d], [ldk, 1], at(D0)), &dk1.map(|_, _, x| x * scale));
+        store_acc(&BlockPtr::<T, BN, D1>::new(dvp, [rows, col + d], [ldk, 1], at(D0)), &dv1);
     }
 }
 
 // ---- 3. dQ -------------------------------------------------------------------------------
 
-/// One block of `BM` queries of one head: `dq` in `q`'s layout.
+/// One block of `BM` queries of one head: `dq` in `q`'s layout. K and V of
+/// the next key block load while this one multiplies.
 #[kernel(
     configs = [
-        (D = 64, BM = 64, BN = 64, WARPS = 4, SMEM = 32768),
-        (D = 80, BM = 64, BN = 64, WARPS = 4, SMEM = 40960),
-        (D = 96, BM = 64, BN = 64, WARPS = 4, SMEM = 49152),
-        (D = 128, BM = 64, BN = 64, WARPS = 4, SMEM = 65536),
+        (D = 64, BM = 64, BN = 64, WARPS = 4, SMEM = 49152),
+        (D = 80, BM = 64, BN = 64, WARPS = 4, SMEM = 61440),
+        (D = 96, BM = 64, BN = 64, WARPS = 4, SMEM = 73728),
+        (D = 128, BM = 64, BN = 64, WARPS = 4, SMEM = 98304),
     ],
     grid = [cdiv(sq, BM), heads, batch],
     dtypes = [bf16, f16],
@@ -190,29 +199,40 @@ pub fn attention_bwd_q_kernel<T: Elem>(
     let c = scale * core::f32::consts::LOG2_E;
     let lse_at = if varlen { q0 } else { z * heads * sq } + h * lse_h;
 
+    // Shared memory: Q, dO, then two stages of K and V.
     let tiles = |at: usize, rows: usize| (at, if TAIL { at + rows * D0 * 2 } else { at });
     let (qa, qt) = tiles(0, BM);
     let (da, dt) = tiles(BM * D * 2, BM);
-    let (ka, kt) = tiles(2 * BM * D * 2, BN);
-    let (va, vt) = tiles(2 * BM * D * 2 + BN * D * 2, BN);
     let (sq0, sq1) = (Shared::<T, BM, D0>::at(qa), Shared::<T, BM, D1>::at(qt));
     let (sd0, sd1) = (Shared::<T, BM, D0>::at(da), Shared::<T, BM, D1>::at(dt));
-    let (sk0, sk1) = (Shared::<T, BN, D0>::at(ka), Shared::<T, BN, D1>::at(kt));
-    let (sv0, sv1) = (Shared::<T, BN, D0>::at(va), Shared::<T, BN, D1>::at(vt));
+    let kv = |stage: usize, which: usize| {
+        let (a, t) = tiles(2 * BM * D * 2 + (2 * stage + which) * BN * D * 2, BN);
+        (Shared::<T, BN, D0>::at(a), Shared::<T, BN, D1>::at(t))
+    };
+    let copy_kv = |j: usize| {
+        let ((k0t, k1t), (v0t, v1t)) = (kv(j % 2, 0), kv(j % 2, 1));
+        copy_head(k0t, k1t, TAIL, kp, [lk, ldk, hk * d, d], j * BN);
+        copy_head(v0t, v1t, TAIL, vp, [lk, ldk, hk * d, d], j * BN);
+    };
     copy_head(sq0, sq1, TAIL, qp, [lq, ldq, h * d, d], r0);
     copy_head(sd0, sd1, TAIL, dop, [lq, ldq, h * d, d], r0);
+    let blocks = if causal { cdiv(lk.min(r0 + BM), BN) } else { cdiv(lk, BN) };
+    if blocks > 0 {
+        copy_kv(0);
+    }
     commit_copies();
 
     let (mut dq0, mut dq1) = (AccW::<D0>::zeros(), AccW::<D1>::zeros());
-    let blocks = if causal { cdiv(lk.min(r0 + BM), BN) } else { cdiv(lk, BN) };
     for j in 0..blocks {
-        let c0 = j * BN;
-        sync();
-        copy_head(sk0, sk1, TAIL, kp, [lk, ldk, hk * d, d], c0);
-        copy_head(sv0, sv1, TAIL, vp, [lk, ldk, hk * d, d], c0);
-        commit_copies();
+        // Block j has landed, and every thread is done with block j−1's stage.
         wait_copies::<0>();
         sync();
+        if j + 1 < blocks {
+            copy_kv(j + 1);
+        }
+        commit_copies();
+        let c0 = j * BN;
+        let ((sk0, sk1), (sv0, sv1)) = (kv(j % 2, 0), kv(j % 2, 1));
         let mut s = dot(&sq0, &sk0, AccW::<BN>::zeros());
         if TAIL {
             s = dot(&sq1, &sk1, s);

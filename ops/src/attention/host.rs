@@ -56,7 +56,6 @@ pub fn config_for(d: usize) -> Result<usize> {
 
 /// What a launch takes once the arguments passed [`check_opts`].
 pub(super) struct Checked {
-    cfg: usize,
     keys: usize,
     scale: f32,
     flags: u32,
@@ -68,7 +67,7 @@ pub(super) fn check_opts(dims: &Dims, opt: &Attention, varlen: bool) -> Result<C
     if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
         return Err(Error::Shape(format!("attention: {heads} query heads cannot share {kv_heads} key/value heads (heads must be a multiple of kv_heads)")));
     }
-    let cfg = config_for(d)?;
+    config_for(d)?;
     let keys = match opt.keys {
         Some(_) if varlen => return Err(Error::Invalid("attention_varlen: give each sequence's key count in SeqLens, not Attention::keys".into())),
         Some(n) if n > sk => return Err(Error::Shape(format!("attention: keys = {n}, but k and v hold {sk} per sequence"))),
@@ -80,7 +79,7 @@ pub(super) fn check_opts(dims: &Dims, opt: &Attention, varlen: bool) -> Result<C
         return Err(Error::Invalid(format!("attention: the softmax scale must be positive and finite, not {scale}")));
     }
     let flags = if opt.causal { CAUSAL } else { 0 } | if varlen { VARLEN } else { 0 };
-    Ok(Checked { cfg, keys, scale, flags })
+    Ok(Checked { keys, scale, flags })
 }
 
 /// A tensor of exactly `shape` (contiguous), named in the error.
@@ -140,34 +139,117 @@ pub fn attention<T: Elem>(gpu: &Gpu, q: &Tensor<T>, k: &Tensor<T>, v: &Tensor<T>
     if !o.is_contiguous() || !lse.is_contiguous() {
         return Err(Error::Shape("attention: o and lse must be contiguous".into()));
     }
-    let Checked { cfg, keys, scale, flags } = check_opts(&dims, &opt, false)?;
+    let Checked { keys, scale, flags } = check_opts(&dims, &opt, false)?;
     if batch * sq * heads == 0 {
         return Ok(());
     }
     let none = gpu.alloc::<u32>(&[0])?;
-    attention_fwd_kernel::launch(
-        gpu, cfg, q, k, v, o, lse, &none, &none,
-        batch, sq, keys, heads, kv_heads, d, sq, sk, sq, scale, flags,
-    )
+    forward_on_gpu(gpu, [q, k, v], o, lse, [&none, &none], [batch, sq, keys, heads, kv_heads, d, sq, sk, sq], scale, flags)
+}
+
+/// Which forward program runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Forward {
+    /// [`attention_fwd_kernel`]: `mma.sync`, any GPU from sm_80.
+    Mma,
+    /// [`attention_fwd_wgmma_kernel`]: `wgmma`, Hopper (sm_90a).
+    Wgmma,
+}
+
+impl Forward {
+    /// The faster program `gpu` has for head dim `d`: `wgmma` on Hopper for
+    /// heads of whole 64-column tiles (64, 128). At 72 the `mma.sync` one
+    /// measured faster (131 against 119 TFLOP/s for the vision encoder,
+    /// bench/RESULTS.md): its 16-column tail costs `wgmma` a narrow second
+    /// product. `RUSTILE_ATTENTION=mma` picks the portable one everywhere.
+    pub fn on(gpu: &Gpu, d: usize) -> Forward {
+        let portable = std::env::var("RUSTILE_ATTENTION").is_ok_and(|v| v == "mma");
+        if !portable && d % 64 == 0 && attention_fwd_wgmma_kernel::supported(gpu) { Forward::Wgmma } else { Forward::Mma }
+    }
+
+    /// The program's config for head dim `d` (checked by [`config_for`]).
+    fn config(self, d: usize) -> usize {
+        let configs = match self {
+            Forward::Mma => attention_fwd_kernel::CONFIGS,
+            Forward::Wgmma => attention_fwd_wgmma_kernel::CONFIGS,
+        };
+        crate::pick_config(configs, |c| c.get("D").unwrap() >= d)
+    }
+}
+
+/// The forward's launch, fixed or variable length: `sizes` are the
+/// kernels' `[batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h]`.
+#[allow(clippy::too_many_arguments)]
+fn forward_on_gpu<T: Elem>(
+    gpu: &Gpu,
+    [q, k, v]: [&Tensor<T>; 3],
+    o: &mut Tensor<T>,
+    lse: &mut Tensor<f32>,
+    [cu_q, cu_k]: [&Tensor<u32>; 2],
+    sizes: [usize; 9],
+    scale: f32,
+    flags: u32,
+) -> Result<()> {
+    let [batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h] = sizes;
+    let kernel = Forward::on(gpu, d);
+    let cfg = kernel.config(d);
+    match kernel {
+        Forward::Mma => attention_fwd_kernel::launch(
+            gpu, cfg, q, k, v, o, lse, cu_q, cu_k,
+            batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
+        ),
+        Forward::Wgmma => attention_fwd_wgmma_kernel::launch(
+            gpu, cfg, q, k, v, o, lse, cu_q, cu_k,
+            batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
+        ),
+    }
+}
+
+/// [`forward_on_gpu`] in the CPU interpreter, with the program named;
+/// `(o, lse)` of `o_len` and `lse_len` values, NaN where nothing was written.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn forward_on_cpu<T: Elem>(
+    kernel: Forward,
+    [q, k, v]: [&[T]; 3],
+    [cu_q, cu_k]: [&[u32]; 2],
+    sizes: [usize; 9],
+    scale: f32,
+    flags: u32,
+    [o_len, lse_len]: [usize; 2],
+) -> (Vec<T>, Vec<f32>) {
+    let [batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h] = sizes;
+    let (mut o, mut lse) = (vec![T::from_f32(f32::NAN); o_len], vec![f32::NAN; lse_len]);
+    if batch * sq * heads == 0 {
+        return (o, lse);
+    }
+    let cfg = kernel.config(d);
+    match kernel {
+        Forward::Mma => attention_fwd_kernel::cpu(
+            cfg, q, k, v, &mut o, &mut lse, cu_q, cu_k,
+            batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
+        ),
+        Forward::Wgmma => attention_fwd_wgmma_kernel::cpu(
+            cfg, q, k, v, &mut o, &mut lse, cu_q, cu_k,
+            batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
+        ),
+    }
+    (o, lse)
 }
 
 /// [`attention`] in the CPU interpreter, on row-major slices in the same
 /// layouts. Returns `(o, lse)`.
 pub fn attention_cpu<T: Elem>(q: &[T], k: &[T], v: &[T], dims: Dims, opt: Attention) -> (Vec<T>, Vec<f32>) {
+    attention_cpu_on(Forward::Mma, q, k, v, dims, opt)
+}
+
+/// [`attention_cpu`] running the program `kernel`.
+pub fn attention_cpu_on<T: Elem>(kernel: Forward, q: &[T], k: &[T], v: &[T], dims: Dims, opt: Attention) -> (Vec<T>, Vec<f32>) {
     let Dims { batch, sq, sk, heads, kv_heads, d } = dims;
-    let Checked { cfg, keys, scale, flags } = check_opts(&dims, &opt, false).unwrap_or_else(|e| panic!("{e}"));
+    let Checked { keys, scale, flags } = check_opts(&dims, &opt, false).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(q.len(), batch * sq * heads * d, "attention_cpu: q holds {} elements, not {dims:?}'s", q.len());
     assert_eq!([k.len(), v.len()], [batch * sk * kv_heads * d; 2], "attention_cpu: k and v do not match {dims:?}");
-    // NaN until written: a row the kernel missed shows.
-    let (mut o, mut lse) = (vec![T::from_f32(f32::NAN); q.len()], vec![f32::NAN; batch * heads * sq]);
-    if q.is_empty() {
-        return (o, lse);
-    }
-    attention_fwd_kernel::cpu(
-        cfg, q, k, v, &mut o, &mut lse, &[], &[],
-        batch, sq, keys, heads, kv_heads, d, sq, sk, sq, scale, flags,
-    );
-    (o, lse)
+    let sizes = [batch, sq, keys, heads, kv_heads, d, sq, sk, sq];
+    forward_on_cpu(kernel, [q, k, v], [&[], &[]], sizes, scale, flags, [q.len(), batch * heads * sq])
 }
 
 /// The sequences of a variable-length batch: their query and key counts,
@@ -179,20 +261,21 @@ pub struct SeqLens {
     cu_k: Tensor<u32>,
 }
 
-/// A variable-length batch's sizes: sequences, the longest query sequence
-/// (the grid), and the query and key tokens of the whole batch.
+/// A variable-length batch's sizes: sequences, the longest query and key
+/// sequences (the grids), and the query and key tokens of the whole batch.
 #[derive(Clone, Copy)]
 struct Batch {
     seqs: usize,
     max_q: usize,
+    max_k: usize,
     tq: usize,
     tk: usize,
 }
 
 impl Batch {
     fn of(q_lens: &[usize], k_lens: &[usize]) -> Batch {
-        let max_q = q_lens.iter().copied().max().unwrap_or(0);
-        Batch { seqs: q_lens.len(), max_q, tq: q_lens.iter().sum(), tk: k_lens.iter().sum() }
+        let longest = |lens: &[usize]| lens.iter().copied().max().unwrap_or(0);
+        Batch { seqs: q_lens.len(), max_q: longest(q_lens), max_k: longest(k_lens), tq: q_lens.iter().sum(), tk: k_lens.iter().sum() }
     }
 
     /// The sizes a launch checks and takes (`sk` the key tokens).
@@ -232,6 +315,18 @@ impl SeqLens {
     }
 }
 
+/// `(heads, kv_heads, d)` of `q [tokens, heads, d]` and `k [tokens, kv_heads, d]`.
+fn varlen_heads<T: Elem>(q: &Tensor<T>, k: &Tensor<T>) -> Result<(usize, usize, usize)> {
+    let (&[_, heads, d], &[_, kv_heads, _]) = (q.shape(), k.shape()) else {
+        return Err(Error::Shape(format!(
+            "attention_varlen: q must be [tokens, heads, d] and k [tokens, kv_heads, d]; they are {:?} and {:?}",
+            q.shape(),
+            k.shape()
+        )));
+    };
+    Ok((heads, kv_heads, d))
+}
+
 /// [`attention`] over sequences of different lengths packed back to back:
 /// `q`, `o` `[Σ q_lens, heads, d]`, `k`, `v` `[Σ k_lens, kv_heads, d]`,
 /// `lse [heads, Σ q_lens]`. Causal masks are per sequence.
@@ -248,13 +343,7 @@ pub fn attention_varlen<T: Elem>(
 ) -> Result<()> {
     check_dtype::<T>("attention_varlen")?;
     let (tq, tk) = seqs.totals();
-    let (&[_, heads, d], &[_, kv_heads, _]) = (q.shape(), k.shape()) else {
-        return Err(Error::Shape(format!(
-            "attention_varlen: q must be [tokens, heads, d] and k [tokens, kv_heads, d]; they are {:?} and {:?}",
-            q.shape(),
-            k.shape()
-        )));
-    };
+    let (heads, kv_heads, d) = varlen_heads(q, k)?;
     expect("q", q.shape(), &[tq, heads, d])?;
     expect("k", k.shape(), &[tk, kv_heads, d])?;
     expect("v", v.shape(), &[tk, kv_heads, d])?;
@@ -265,19 +354,32 @@ pub fn attention_varlen<T: Elem>(
         return Err(Error::Shape("attention_varlen: o and lse must be contiguous".into()));
     }
     let dims = seqs.batch.dims(heads, kv_heads, d);
-    let Checked { cfg, scale, flags, .. } = check_opts(&dims, &opt, true)?;
+    let Checked { scale, flags, .. } = check_opts(&dims, &opt, true)?;
     if dims.batch * dims.sq * heads == 0 {
         return Ok(());
     }
-    attention_fwd_kernel::launch(
-        gpu, cfg, q, k, v, o, lse, &seqs.cu_q, &seqs.cu_k,
-        dims.batch, dims.sq, 0, heads, kv_heads, d, 0, 0, tq, scale, flags,
-    )
+    let sizes = [dims.batch, dims.sq, 0, heads, kv_heads, d, 0, 0, tq];
+    forward_on_gpu(gpu, [q, k, v], o, lse, [&seqs.cu_q, &seqs.cu_k], sizes, scale, flags)
 }
 
 /// [`attention_varlen`] in the CPU interpreter. Returns `(o, lse)`.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_varlen_cpu<T: Elem>(
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    q_lens: &[usize],
+    k_lens: &[usize],
+    shape: [usize; 3],
+    opt: Attention,
+) -> (Vec<T>, Vec<f32>) {
+    attention_varlen_cpu_on(Forward::Mma, q, k, v, q_lens, k_lens, shape, opt)
+}
+
+/// [`attention_varlen_cpu`] running the program `kernel`.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_varlen_cpu_on<T: Elem>(
+    kernel: Forward,
     q: &[T],
     k: &[T],
     v: &[T],
@@ -289,27 +391,23 @@ pub fn attention_varlen_cpu<T: Elem>(
     assert_eq!(q_lens.len(), k_lens.len(), "attention_varlen_cpu: one key length per query length");
     let b = Batch::of(q_lens, k_lens);
     let (dims, (tq, tk)) = (b.dims(heads, kv_heads, d), (b.tq, b.tk));
-    let Checked { cfg, scale, flags, .. } = check_opts(&dims, &opt, true).unwrap_or_else(|e| panic!("{e}"));
+    let Checked { scale, flags, .. } = check_opts(&dims, &opt, true).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(q.len(), tq * heads * d, "attention_varlen_cpu: q holds {} elements, not [{tq}, {heads}, {d}]", q.len());
     assert_eq!([k.len(), v.len()], [tk * kv_heads * d; 2], "attention_varlen_cpu: k and v must be [{tk}, {kv_heads}, {d}]");
-    let (mut o, mut lse) = (vec![T::from_f32(f32::NAN); q.len()], vec![f32::NAN; heads * tq]);
-    if dims.batch * dims.sq == 0 {
-        return (o, lse);
-    }
     let (cu_q, cu_k) = (cumulative(q_lens, "query").unwrap(), cumulative(k_lens, "key").unwrap());
-    attention_fwd_kernel::cpu(
-        cfg, q, k, v, &mut o, &mut lse, &cu_q, &cu_k,
-        dims.batch, dims.sq, 0, heads, kv_heads, d, 0, 0, tq, scale, flags,
-    );
-    (o, lse)
+    let sizes = [dims.batch, dims.sq, 0, heads, kv_heads, d, 0, 0, tq];
+    forward_on_cpu(kernel, [q, k, v], [&cu_q, &cu_k], sizes, scale, flags, [q.len(), heads * tq])
 }
 
 /// The gradients of [`attention`]: `dq` (q's shape), `dk`, `dv` (k's shape)
 /// from the forward's inputs, its output `o` and log-sum-exp `lse`, and
-/// `d_o` (o's shape); the same options as the forward. With
-/// [`Attention::keys`], the rows of `dk`, `dv` past the keys used are left
-/// as they were. Fixed-length batches; `scale` as the forward's.
-#[allow(clippy::too_many_arguments)]
+/// `d_o` (o's shape), with the forward's options. Rows of `dk`, `dv` past
+/// [`Attention::keys`] get zeros.
+///
+/// ```ignore
+/// attention(&gpu, &q, &k, &v, &mut o, &mut lse, Attention::causal())?;
+/// attention_backward(&gpu, [&q, &k, &v, &o, &d_o], &lse, [&mut dq, &mut dk, &mut dv], Attention::causal())?;
+/// ```
 pub fn attention_backward<T: Elem>(
     gpu: &Gpu,
     [q, k, v, o, d_o]: [&Tensor<T>; 5],
@@ -320,45 +418,146 @@ pub fn attention_backward<T: Elem>(
     check_dtype::<T>("attention_backward")?;
     let dims = dims_of(q, k, v)?;
     let Dims { batch, sq, sk, heads, kv_heads, d } = dims;
-    contiguous([("q", q), ("k", k), ("v", v)])?;
-    contiguous([("o", o), ("d_o", d_o), ("dq", &*dq)])?;
-    contiguous([("dk", &*dk), ("dv", &*dv), ("d_o", d_o)])?;
-    for (what, t) in [("o", o.shape()), ("d_o", d_o.shape()), ("dq", dq.shape())] {
-        expect(what, t, q.shape())?;
-    }
-    expect("dk", dk.shape(), k.shape())?;
-    expect("dv", dv.shape(), k.shape())?;
+    expect_grads([o, d_o], [&*dq, &*dk, &*dv], q.shape(), k.shape())?;
     expect("lse", lse.shape(), &[batch, heads, sq])?;
-    let (keys, scale, flags) = check_opts(&dims, &opt, false)?;
-    if batch * sq * heads == 0 || keys == 0 {
-        return Ok(());
-    }
-    let cfg = config_for(d)?;
+    let Checked { keys, scale, flags, .. } = check_opts(&dims, &opt, false)?;
     let none = gpu.alloc::<u32>(&[0])?;
-    let mut delta = gpu.alloc::<f32>(&[batch * sq, heads])?;
-    attention_bwd_rows_kernel::launch(gpu, 0, o, d_o, &mut delta, batch * sq * heads, d)?;
-    attention_bwd_kv_kernel::launch(
-        gpu, cfg, q, k, v, d_o, lse, &delta, dk, dv, &none, &none,
-        batch, sq, keys, heads, kv_heads, d, sq, sk, sq, scale, flags,
-    )?;
-    attention_bwd_q_kernel::launch(
-        gpu, cfg, q, k, v, d_o, lse, &delta, dq, &none, &none,
-        batch, sq, keys, heads, kv_heads, d, sq, sk, sq, scale, flags,
-    )
+    let sizes = [batch, sq, keys, heads, kv_heads, d, sq, sk, sq];
+    backward_on_gpu(gpu, [q, k, v, o, d_o], lse, [dq, dk, dv], [&none, &none], batch * sq, sizes, scale, flags)
+}
+
+/// The shapes and layouts the backward checks beyond the forward's: `o`,
+/// `d_o` and `dq` are q's shape, `dk`, `dv` k's; all contiguous.
+fn expect_grads<T: Elem>([o, d_o]: [&Tensor<T>; 2], [dq, dk, dv]: [&Tensor<T>; 3], q: &[usize], k: &[usize]) -> Result<()> {
+    for (what, t, want) in [("o", o, q), ("d_o", d_o, q), ("dq", dq, q), ("dk", dk, k), ("dv", dv, k)] {
+        expect(what, t.shape(), want)?;
+        if !t.is_contiguous() {
+            return Err(Error::Shape(format!("attention_backward: {what} must be contiguous; its strides are {:?}", t.strides())));
+        }
+    }
+    Ok(())
+}
+
+/// The backward's configs for head dim `d`: `(dK/dV kernel, dQ kernel)`.
+fn backward_configs(d: usize) -> (usize, usize) {
+    let pick = |configs| crate::pick_config(configs, |c| c.get("D").unwrap() >= d);
+    (pick(attention_bwd_kv_kernel::CONFIGS), pick(attention_bwd_q_kernel::CONFIGS))
+}
+
+/// The three backward launches, fixed or variable length: `sizes` are the
+/// kernels' `[batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h]`,
+/// `tokens` the query tokens.
+#[allow(clippy::too_many_arguments)]
+fn backward_on_gpu<T: Elem>(
+    gpu: &Gpu,
+    [q, k, v, o, d_o]: [&Tensor<T>; 5],
+    lse: &Tensor<f32>,
+    [dq, dk, dv]: [&mut Tensor<T>; 3],
+    [cu_q, cu_k]: [&Tensor<u32>; 2],
+    tokens: usize,
+    sizes: [usize; 9],
+    scale: f32,
+    flags: u32,
+) -> Result<()> {
+    let [batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h] = sizes;
+    let (kv_cfg, q_cfg) = backward_configs(d);
+    // The kernel's key grid spans dk's rows: those past the keys used get zeros.
+    if batch * sk.max(kv_bs) * kv_heads > 0 {
+        let mut delta = gpu.alloc::<f32>(&[tokens.max(1), heads])?;
+        if tokens * heads > 0 {
+            attention_bwd_rows_kernel::launch(gpu, 0, o, d_o, &mut delta, tokens * heads, d)?;
+        }
+        attention_bwd_kv_kernel::launch(
+            gpu, kv_cfg, q, k, v, d_o, lse, &delta, dk, dv, cu_q, cu_k,
+            batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
+        )?;
+        if batch * sq * heads > 0 {
+            attention_bwd_q_kernel::launch(
+                gpu, q_cfg, q, k, v, d_o, lse, &delta, dq, cu_q, cu_k,
+                batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
+            )?;
+        }
+    } else if batch * sq * heads > 0 {
+        // No keys at all: no query sees one.
+        gpu.fill_bytes(dq, 0)?;
+    }
+    Ok(())
 }
 
 /// [`attention_backward`] in the CPU interpreter, on row-major slices in
-/// the same layouts. Returns `(dq, dk, dv)`; `dk`, `dv` rows of keys past
-/// [`Attention::keys`] are zero.
+/// the same layouts. Returns `(dq, dk, dv)`.
 #[allow(clippy::type_complexity)]
 pub fn attention_backward_cpu<T: Elem>([q, k, v, o, d_o]: [&[T]; 5], lse: &[f32], dims: Dims, opt: Attention) -> (Vec<T>, Vec<T>, Vec<T>) {
     let Dims { batch, sq, sk, heads, kv_heads, d } = dims;
-    let (keys, scale, flags) = check_opts(&dims, &opt, false).unwrap_or_else(|e| panic!("{e}"));
-    let cfg = config_for(d).unwrap_or_else(|e| panic!("{e}"));
-    let mut delta = vec![0.0f32; batch * sq * heads];
-    attention_bwd_rows_kernel::cpu(0, o, d_o, &mut delta, batch * sq * heads, d);
-    let (mut dq, mut dk, mut dv) = (vec![T::from_f32(f32::NAN); q.len()], vec![T::default(); k.len()], vec![T::default(); v.len()]);
-    attention_bwd_kv_kernel::cpu(cfg, q, k, v, d_o, lse, &delta, &mut dk, &mut dv, &[], &[], batch, sq, keys, heads, kv_heads, d, sq, sk, sq, scale, flags);
-    attention_bwd_q_kernel::cpu(cfg, q, k, v, d_o, lse, &delta, &mut dq, &[], &[], batch, sq, keys, heads, kv_heads, d, sq, sk, sq, scale, flags);
+    let Checked { keys, scale, flags, .. } = check_opts(&dims, &opt, false).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!([q.len(), o.len(), d_o.len()], [batch * sq * heads * d; 3], "attention_backward_cpu: q, o and d_o must be {dims:?}'s [batch, sq, heads, d]");
+    assert_eq!([k.len(), v.len()], [batch * sk * kv_heads * d; 2], "attention_backward_cpu: k and v do not match {dims:?}");
+    assert_eq!(lse.len(), batch * heads * sq, "attention_backward_cpu: lse must be [batch, heads, sq]");
+    let sizes = [batch, sq, keys, heads, kv_heads, d, sq, sk, sq];
+    backward_on_cpu([q, k, v, o, d_o], lse, [&[], &[]], batch * sq, sizes, scale, flags)
+}
+
+/// [`backward_on_gpu`] in the CPU interpreter; NaN marks a gradient the kernels missed.
+#[allow(clippy::type_complexity)]
+fn backward_on_cpu<T: Elem>([q, k, v, o, d_o]: [&[T]; 5], lse: &[f32], [cu_q, cu_k]: [&[u32]; 2], tokens: usize, sizes: [usize; 9], scale: f32, flags: u32) -> (Vec<T>, Vec<T>, Vec<T>) {
+    let [batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h] = sizes;
+    let (kv_cfg, q_cfg) = backward_configs(d);
+    let nan = |n: usize| vec![T::from_f32(f32::NAN); n];
+    let (mut dq, mut dk, mut dv) = (nan(q.len()), nan(k.len()), nan(v.len()));
+    let mut delta = vec![0.0f32; tokens * heads];
+    if tokens * heads > 0 {
+        attention_bwd_rows_kernel::cpu(0, o, d_o, &mut delta, tokens * heads, d);
+    }
+    if batch * sk.max(kv_bs) * kv_heads > 0 {
+        attention_bwd_kv_kernel::cpu(kv_cfg, q, k, v, d_o, lse, &delta, &mut dk, &mut dv, cu_q, cu_k, batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags);
+    }
+    if batch * sq * heads > 0 {
+        attention_bwd_q_kernel::cpu(q_cfg, q, k, v, d_o, lse, &delta, &mut dq, cu_q, cu_k, batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags);
+    }
     (dq, dk, dv)
+}
+
+/// [`attention_backward`] for a variable-length batch ([`attention_varlen`]'s
+/// layouts: `lse [heads, Σ q_lens]`).
+pub fn attention_varlen_backward<T: Elem>(
+    gpu: &Gpu,
+    [q, k, v, o, d_o]: [&Tensor<T>; 5],
+    lse: &Tensor<f32>,
+    seqs: &SeqLens,
+    [dq, dk, dv]: [&mut Tensor<T>; 3],
+    opt: Attention,
+) -> Result<()> {
+    check_dtype::<T>("attention_varlen_backward")?;
+    let (heads, kv_heads, d) = varlen_heads(q, k)?;
+    let b = seqs.batch;
+    expect("q", q.shape(), &[b.tq, heads, d])?;
+    expect("k", k.shape(), &[b.tk, kv_heads, d])?;
+    expect("v", v.shape(), k.shape())?;
+    expect("lse", lse.shape(), &[heads, b.tq])?;
+    contiguous([("q", q), ("k", k), ("v", v)])?;
+    expect_grads([o, d_o], [&*dq, &*dk, &*dv], q.shape(), k.shape())?;
+    let Checked { scale, flags, .. } = check_opts(&b.dims(heads, kv_heads, d), &opt, true)?;
+    let sizes = [b.seqs, b.max_q, b.max_k, heads, kv_heads, d, 0, 0, b.tq];
+    backward_on_gpu(gpu, [q, k, v, o, d_o], lse, [dq, dk, dv], [&seqs.cu_q, &seqs.cu_k], b.tq, sizes, scale, flags)
+}
+
+/// [`attention_varlen_backward`] in the CPU interpreter. Returns `(dq, dk, dv)`.
+#[allow(clippy::type_complexity)]
+pub fn attention_varlen_backward_cpu<T: Elem>(
+    [q, k, v, o, d_o]: [&[T]; 5],
+    lse: &[f32],
+    q_lens: &[usize],
+    k_lens: &[usize],
+    [heads, kv_heads, d]: [usize; 3],
+    opt: Attention,
+) -> (Vec<T>, Vec<T>, Vec<T>) {
+    assert_eq!(q_lens.len(), k_lens.len(), "attention_varlen_backward_cpu: one key length per query length");
+    let b = Batch::of(q_lens, k_lens);
+    let Checked { scale, flags, .. } = check_opts(&b.dims(heads, kv_heads, d), &opt, true).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!([q.len(), o.len(), d_o.len()], [b.tq * heads * d; 3], "attention_varlen_backward_cpu: q, o and d_o must be [{}, {heads}, {d}]", b.tq);
+    assert_eq!([k.len(), v.len()], [b.tk * kv_heads * d; 2], "attention_varlen_backward_cpu: k and v must be [{}, {kv_heads}, {d}]", b.tk);
+    assert_eq!(lse.len(), heads * b.tq, "attention_varlen_backward_cpu: lse must be [heads, tokens]");
+    let (cu_q, cu_k) = (cumulative(q_lens, "query").unwrap(), cumulative(k_lens, "key").unwrap());
+    let sizes = [b.seqs, b.max_q, b.max_k, heads, kv_heads, d, 0, 0, b.tq];
+    backward_on_cpu([q, k, v, o, d_o], lse, [&cu_q, &cu_k], b.tq, sizes, scale, flags)
 }

@@ -49,6 +49,18 @@ fn copy_head<T: Elem, const R: usize, const D0: usize, const D1: usize, const TH
     }
 }
 
+/// Where sequence `z` starts and how long it is, in queries and keys:
+/// `(q0, lq, k0, lk)` (see [`attention_fwd_kernel`] for the arguments).
+#[inline(always)]
+fn sequence(z: usize, cu_q: Ptr<u32>, cu_k: Ptr<u32>, [sq, sk, q_bs, kv_bs]: [usize; 4], varlen: bool) -> (usize, usize, usize, usize) {
+    if varlen {
+        let (q0, k0) = (cu_q.read(z) as usize, cu_k.read(z) as usize);
+        (q0, cu_q.read(z + 1) as usize - q0, k0, cu_k.read(z + 1) as usize - k0)
+    } else {
+        (z * q_bs, sq, z * kv_bs, sk)
+    }
+}
+
 // ---- the forward kernel -------------------------------------------------------------------
 
 /// `flags` bits of [`attention_fwd_kernel`].
@@ -88,12 +100,7 @@ pub fn attention_fwd_kernel<T: Elem>(
     let (qb, h, z) = (program_id(0), program_id(1), program_id(2));
     let _ = batch; // the grid
     let (causal, varlen) = (flags & CAUSAL != 0, flags & VARLEN != 0);
-    let (q0, lq, k0, lk) = if varlen {
-        let (q0, k0) = (cu_q.read(z) as usize, cu_k.read(z) as usize);
-        (q0, cu_q.read(z + 1) as usize - q0, k0, cu_k.read(z + 1) as usize - k0)
-    } else {
-        (z * q_bs, sq, z * kv_bs, sk)
-    };
+    let (q0, lq, k0, lk) = sequence(z, cu_q, cu_k, [sq, sk, q_bs, kv_bs], varlen);
     let r0 = qb * BM;
     if r0 >= lq {
         return; // a shorter sequence of a variable-length batch
@@ -181,6 +188,11 @@ pub fn attention_fwd_kernel<T: Elem>(
     let first = if varlen { q0 } else { z * heads * sq };
     stats.lse().store(lse.offset(first + h * lse_h), r0, lq);
 }
+
+// ---- the forward on Hopper ----------------------------------------------------------------
+
+mod hopper;
+pub use hopper::*;
 
 // ---- the backward kernels -----------------------------------------------------------------
 

@@ -1,6 +1,7 @@
-//! CPU-interpreter checks of the attention forward against float64: every
-//! head dim, odd lengths (1, 17, 130, 1000, 4099: none a multiple of a
-//! tile), causal, rectangular, GQA/MQA and variable lengths.
+//! CPU-interpreter checks of attention against float64: every head dim,
+//! odd lengths (1, 17, 130, 1000, 4099: none a multiple of a tile), causal,
+//! rectangular, GQA/MQA and variable lengths; the forward's two programs
+//! (`mma.sync` and Hopper's `wgmma`) and the backward.
 use super::*;
 use crate::reference;
 use crate::testing::*;
@@ -11,10 +12,12 @@ fn check<T: Elem>(dims: Dims, opt: Attention, spread: f32) {
     let q: Vec<T> = normal(&mut rng, batch * sq * heads * d, 0.0, spread);
     let k: Vec<T> = normal(&mut rng, batch * sk * kv_heads * d, 0.0, spread);
     let v: Vec<T> = normal(&mut rng, batch * sk * kv_heads * d, 0.0, 1.0);
-    let (o, lse) = attention_cpu(&q, &k, &v, dims, opt);
     let want = attention_want(&q, &k, &v, dims, opt);
-    let ctx = format!("attention<{}> {dims:?} {opt:?} (seed {seed})", T::NAME);
-    assert_attention_close(&o, &lse, |z, h, i| (z * heads + h) * sq + i, want, &ctx);
+    for kernel in [Forward::Mma, Forward::Wgmma] {
+        let (o, lse) = attention_cpu_on(kernel, &q, &k, &v, dims, opt);
+        let ctx = format!("attention<{}> {kernel:?} {dims:?} {opt:?} (seed {seed})", T::NAME);
+        assert_attention_close(&o, &lse, |z, h, i| (z * heads + h) * sq + i, want.clone(), &ctx);
+    }
 }
 
 fn dims(batch: usize, sq: usize, sk: usize, heads: usize, kv_heads: usize, d: usize) -> Dims {
@@ -78,11 +81,13 @@ fn variable_lengths() {
         let q: Vec<bf16> = normal(&mut rng, tq * heads * d, 0.0, 1.0);
         let k: Vec<bf16> = normal(&mut rng, tk * kv_heads * d, 0.0, 1.0);
         let v: Vec<bf16> = normal(&mut rng, tk * kv_heads * d, 0.0, 1.0);
-        let (o, lse) = attention_varlen_cpu(&q, &k, &v, &q_lens, &k_lens, [heads, kv_heads, d], opt);
         let seqs = packed_seqs(&q_lens, &k_lens);
         let want = reference::attention(&wide(&q), &wide(&k), &wide(&v), &seqs, [heads, kv_heads, d], 1.0 / (d as f64).sqrt(), opt.causal);
-        let ctx = format!("attention_varlen d {d} {opt:?} (seed {seed})");
-        assert_attention_close(&o, &lse, |z, h, i| h * tq + seqs[z].0 + i, want, &ctx);
+        for kernel in [Forward::Mma, Forward::Wgmma] {
+            let (o, lse) = attention_varlen_cpu_on(kernel, &q, &k, &v, &q_lens, &k_lens, [heads, kv_heads, d], opt);
+            let ctx = format!("attention_varlen {kernel:?} d {d} {opt:?} (seed {seed})");
+            assert_attention_close(&o, &lse, |z, h, i| h * tq + seqs[z].0 + i, want.clone(), &ctx);
+        }
     }
 }
 
@@ -127,7 +132,33 @@ fn backward_matches_float64() {
         check_grad::<bf16>(dims(1, 130, 70, 2, 2, d), Attention::causal());
     }
     check_grad::<bf16>(dims(1, 100, 260, 4, 2, 64), Attention::causal());
+    // Rectangular: the 41 key rows past the context get zero gradients.
     check_grad::<f16>(dims(2, 191, 191, 3, 1, 72), Attention::default().keys(150));
+    check_grad::<bf16>(dims(1, 20, 70, 2, 2, 128), Attention::default().keys(0));
     check_grad::<bf16>(dims(1, 1, 1, 1, 1, 64), Attention::default());
     check_grad::<bf16>(dims(1, 1000, 1000, 1, 1, 64), Attention::causal());
+}
+
+#[test]
+fn backward_of_variable_lengths() {
+    // As `variable_lengths`: an empty sequence, one with no keys, and one with fewer queries than keys.
+    let (q_lens, k_lens) = ([17, 1, 0, 130, 5, 40], [20, 1, 3, 129, 0, 200]);
+    for (d, opt) in [(64, Attention::default()), (72, Attention::causal()), (128, Attention::causal())] {
+        let (heads, kv_heads) = (4, 2);
+        let (tq, tk): (usize, usize) = (q_lens.iter().sum(), k_lens.iter().sum());
+        let (mut rng, seed) = rng();
+        let q: Vec<bf16> = normal(&mut rng, tq * heads * d, 0.0, 1.0);
+        let k: Vec<bf16> = normal(&mut rng, tk * kv_heads * d, 0.0, 1.0);
+        let v: Vec<bf16> = normal(&mut rng, tk * kv_heads * d, 0.0, 1.0);
+        let d_o: Vec<bf16> = normal(&mut rng, tq * heads * d, 0.0, 1.0);
+        let shape = [heads, kv_heads, d];
+        let (o, lse) = attention_varlen_cpu(&q, &k, &v, &q_lens, &k_lens, shape, opt);
+        let (dq, dk, dv) = attention_varlen_backward_cpu([&q, &k, &v, &o, &d_o], &lse, &q_lens, &k_lens, shape, opt);
+        let seqs = packed_seqs(&q_lens, &k_lens);
+        let want = reference::attention_grad(&wide(&q), &wide(&k), &wide(&v), &wide(&d_o), &seqs, shape, 1.0 / (d as f64).sqrt(), opt.causal);
+        for ((name, got), want) in [("dq", &dq), ("dk", &dk), ("dv", &dv)].into_iter().zip(want) {
+            let err = rel_err(got, &want);
+            assert!(err <= 2.0 * tolerance::<bf16>(), "attention_varlen_backward {name} d {d} {opt:?}: rel err {err:.2e} (seed {seed})");
+        }
+    }
 }
