@@ -88,6 +88,21 @@ pub fn heads_mlp(x: &[f64], w1: &[f64], b1: &[f64], act: crate::gemm::Act, w2: &
     y
 }
 
+/// Query `i`'s probabilities over its first `seen` keys (`seen > 0`) and
+/// their log-sum-exp, of the scores `scale·q_i·k_j`.
+fn softmax_row(q: &[f64], k: &[f64], i: usize, seen: usize, d: usize, scale: f64) -> (Vec<f64>, f64) {
+    let s: Vec<f64> = (0..seen).map(|j| scale * (0..d).map(|c| q[i * d + c] * k[j * d + c]).sum::<f64>()).collect();
+    let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+    let l: f64 = e.iter().sum();
+    (e.iter().map(|x| x / l).collect(), m + l.ln())
+}
+
+/// The `n` rows of head `h` (of `hs`, `d` wide) from token `at` of a token-major tensor.
+fn head_rows(x: &[f64], at: usize, n: usize, h: usize, hs: usize, d: usize) -> Vec<f64> {
+    (0..n).flat_map(|r| x[((at + r) * hs + h) * d..][..d].to_vec()).collect()
+}
+
 /// Attention of one head of one sequence: `q [sq, d]`, `k`, `v` with at
 /// least `keys` rows of `d` (only the first `keys` used). Returns `(o [sq,
 /// d], lse [sq])`; a query that sees no key gets zeros and −∞.
@@ -99,13 +114,10 @@ pub fn attention_head(q: &[f64], k: &[f64], v: &[f64], sq: usize, keys: usize, d
         if seen == 0 {
             continue;
         }
-        let s: Vec<f64> = (0..seen).map(|j| scale * (0..d).map(|c| q[i * d + c] * k[j * d + c]).sum::<f64>()).collect();
-        let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        let p: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
-        let l: f64 = p.iter().sum();
-        lse[i] = m + l.ln();
+        let p;
+        (p, lse[i]) = softmax_row(q, k, i, seen, d, scale);
         for c in 0..d {
-            o[i * d + c] = (0..seen).map(|j| p[j] * v[j * d + c]).sum::<f64>() / l;
+            o[i * d + c] = (0..seen).map(|j| p[j] * v[j * d + c]).sum::<f64>();
         }
     }
     (o, lse)
@@ -128,9 +140,7 @@ pub fn attention(
 ) -> (Vec<f64>, Vec<Vec<Vec<f64>>>) {
     let mut o = vec![0.0; q.len()];
     let mut lse = Vec::new();
-    let rows = |x: &[f64], at: usize, n: usize, h: usize, hs: usize| -> Vec<f64> {
-        (0..n).flat_map(|r| x[((at + r) * hs + h) * d..][..d].to_vec()).collect()
-    };
+    let rows = |x: &[f64], at: usize, n: usize, h: usize, hs: usize| head_rows(x, at, n, h, hs, d);
     for &(q_at, lq, k_at, lk) in seqs {
         let mut per_head = Vec::new();
         for h in 0..heads {
@@ -157,11 +167,7 @@ pub fn attention_head_grad(q: &[f64], k: &[f64], v: &[f64], d_o: &[f64], sq: usi
         if seen == 0 {
             continue;
         }
-        let s: Vec<f64> = (0..seen).map(|j| scale * (0..d).map(|c| q[i * d + c] * k[j * d + c]).sum::<f64>()).collect();
-        let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
-        let l: f64 = e.iter().sum();
-        let p: Vec<f64> = e.iter().map(|x| x / l).collect();
+        let (p, _) = softmax_row(q, k, i, seen, d, scale);
         // dP = dO·Vᵀ; dS = P ⊙ (dP − Σ_j P·dP).
         let dp: Vec<f64> = (0..seen).map(|j| (0..d).map(|c| d_o[i * d + c] * v[j * d + c]).sum::<f64>()).collect();
         let delta: f64 = (0..seen).map(|j| p[j] * dp[j]).sum();
@@ -181,7 +187,7 @@ pub fn attention_head_grad(q: &[f64], k: &[f64], v: &[f64], d_o: &[f64], sq: usi
 /// there; key rows no query sees get zeros): `[dq, dk, dv]`.
 pub fn attention_grad(q: &[f64], k: &[f64], v: &[f64], d_o: &[f64], seqs: &[(usize, usize, usize, usize)], [heads, kv_heads, d]: [usize; 3], scale: f64, causal: bool) -> [Vec<f64>; 3] {
     let (mut dq, mut dk, mut dv) = (vec![0.0; q.len()], vec![0.0; k.len()], vec![0.0; v.len()]);
-    let rows = |x: &[f64], at: usize, n: usize, h: usize, hs: usize| -> Vec<f64> { (0..n).flat_map(|r| x[((at + r) * hs + h) * d..][..d].to_vec()).collect() };
+    let rows = |x: &[f64], at: usize, n: usize, h: usize, hs: usize| head_rows(x, at, n, h, hs, d);
     for &(q_at, lq, k_at, lk) in seqs {
         for h in 0..heads {
             let kh = h / (heads / kv_heads);

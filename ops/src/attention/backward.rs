@@ -14,7 +14,7 @@
 //!
 //! `Pᵀ` and `dSᵀ` are left operands straight from registers (`dot_acc`); the
 //! right operands are the stored tiles read transposed (`ldmatrix.trans`).
-use super::{copy_head, sequence, CAUSAL, VARLEN};
+use super::{dot_head, store_head, Head, Seq, CAUSAL, VARLEN};
 use rustile::prelude::*;
 
 // ---- 1. delta = rowsum(do ⊙ o) ------------------------------------------------------------
@@ -27,6 +27,16 @@ pub fn attention_bwd_rows_kernel<T: Elem>(o: Ptr<T>, d_o: Ptr<T>, delta: PtrMut<
     let x = load_or(&BlockPtr::<T, BM, BN>::rows(o, rows, d, [r0, 0]), 0.0).cast::<f32>();
     let y = load_or(&BlockPtr::<T, BM, BN>::rows(d_o, rows, d, [r0, 0]), 0.0).cast::<f32>();
     (x * y).row_sum().store(delta, r0, rows);
+}
+
+// ---- shared by 2 and 3 ---------------------------------------------------------------------
+
+/// The probability of a score `x` from its row's log-sum-exp `lse`: the
+/// forward's `exp(scale·x − lse)` as one multiply-add and a base-2
+/// exponent (`c = scale·log2 e`).
+#[inline(always)]
+fn prob(x: f32, c: f32, lse: f32) -> f32 {
+    math::exp2(x * c - lse * core::f32::consts::LOG2_E)
 }
 
 // ---- 2. dK and dV ------------------------------------------------------------------------
@@ -60,47 +70,39 @@ pub fn attention_bwd_kv_kernel<T: Elem>(
     const TAIL: bool = D > D0;
     const D1: usize = if TAIL { D - D0 } else { 32 };
     type AccW<const N: usize> = rustile::Acc<BN, N, THREADS, true>;
+    type Rows<const R: usize> = Head<T, R, D0, D1, THREADS>;
 
     let (kb, hk, z) = (program_id(0), program_id(1), program_id(2));
     let _ = batch;
     let (causal, varlen) = (flags & CAUSAL != 0, flags & VARLEN != 0);
-    let (q0, lq, k0, lk) = sequence(z, cu_q, cu_k, [sq, sk, q_bs, kv_bs], varlen);
+    let s = Seq::of(z, cu_q, cu_k, [sq, sk, q_bs, kv_bs, heads, kv_heads, d], varlen);
     // The sequence's rows of dk and dv: with `Attention::keys`, the rows past
     // the keys used get zeros (no query reads them).
-    let rows = if varlen { lk } else { kv_bs };
+    let rows = if varlen { s.lk } else { kv_bs };
     let c0 = kb * BN;
     if c0 >= rows {
         return;
     }
-    let (ldq, ldk) = (heads * d, kv_heads * d);
-    let (qp, dop, kp, vp) = (q.offset(q0 * ldq), d_o.offset(q0 * ldq), k.offset(k0 * ldk), v.offset(k0 * ldk));
+    let (qp, dop) = (q.offset(s.q_at()), d_o.offset(s.q_at()));
     let c = scale * core::f32::consts::LOG2_E;
 
     // Shared memory: K, V, then two stages of Q and dO.
-    let tiles = |at: usize, rows: usize| (at, if TAIL { at + rows * D0 * 2 } else { at });
-    let (ka, kt) = tiles(0, BN);
-    let (va, vt) = tiles(BN * D * 2, BN);
-    let (sk0, sk1) = (Shared::<T, BN, D0>::at(ka), Shared::<T, BN, D1>::at(kt));
-    let (sv0, sv1) = (Shared::<T, BN, D0>::at(va), Shared::<T, BN, D1>::at(vt));
-    let qd = |stage: usize, which: usize| {
-        let (a, t) = tiles(2 * BN * D * 2 + (2 * stage + which) * BM * D * 2, BM);
-        (Shared::<T, BM, D0>::at(a), Shared::<T, BM, D1>::at(t))
-    };
-    copy_head(sk0, sk1, TAIL, kp, [lk, ldk, hk * d, d], c0);
-    copy_head(sv0, sv1, TAIL, vp, [lk, ldk, hk * d, d], c0);
+    let (sk_, sv_) = (Rows::<BN>::at(0, TAIL), Rows::<BN>::at(BN * D * 2, TAIL));
+    let qd = |stage: usize, which: usize| Rows::<BM>::at(2 * BN * D * 2 + (2 * stage + which) * BM * D * 2, TAIL);
+    sk_.copy_from(k.offset(s.k_at()), [s.lk, s.ldk, hk * d, d], c0);
+    sv_.copy_from(v.offset(s.k_at()), [s.lk, s.ldk, hk * d, d], c0);
 
     // Top-left causal: query i reads key j when j ≤ i, so the first query block that reads this key block.
     let first_qb = if causal { c0 / BM } else { 0 };
-    let blocks = if c0 < lk { cdiv(lq, BM).saturating_sub(first_qb) } else { 0 };
+    let blocks = if c0 < s.lk { cdiv(s.lq, BM).saturating_sub(first_qb) } else { 0 };
     let group = heads / kv_heads;
     let steps = group * blocks;
     // Step t: query head h, queries r0..r0+BM.
     let at = |t: usize| (hk * group + t / blocks, (first_qb + t % blocks) * BM);
     let copy_qd = |t: usize| {
         let (h, r0) = at(t);
-        let ((q0t, q1t), (d0t, d1t)) = (qd(t % 2, 0), qd(t % 2, 1));
-        copy_head(q0t, q1t, TAIL, qp, [lq, ldq, h * d, d], r0);
-        copy_head(d0t, d1t, TAIL, dop, [lq, ldq, h * d, d], r0);
+        qd(t % 2, 0).copy_from(qp, [s.lq, s.ldq, h * d, d], r0);
+        qd(t % 2, 1).copy_from(dop, [s.lq, s.ldq, h * d, d], r0);
     };
     if steps > 0 {
         copy_qd(0);
@@ -118,46 +120,30 @@ pub fn attention_bwd_kv_kernel<T: Elem>(
         }
         commit_copies();
         let (h, r0) = at(t);
-        let lse_at = if varlen { q0 } else { z * heads * sq } + h * lse_h;
-        let ((sq0, sq1), (sd0, sd1)) = (qd(t % 2, 0), qd(t % 2, 1));
+        let lse_at = s.lse0 + h * lse_h;
+        let (sq_, sd_) = (qd(t % 2, 0), qd(t % 2, 1));
         // Sᵀ: keys are rows, queries columns.
-        let mut st = dot(&sk0, &sq0, AccW::<BM>::zeros());
-        if TAIL {
-            st = dot(&sk1, &sq1, st);
-        }
-        let pt = st.map(|r, col, x| {
+        let pt = dot_head(&sk_, &sq_, AccW::<BM>::zeros()).map(|r, col, x| {
             let (key, query) = (c0 + r, r0 + col);
-            if query >= lq || key >= lk || (causal && key > query) {
-                0.0
-            } else {
-                math::exp2(x * c - lse.read(lse_at + query) * core::f32::consts::LOG2_E)
-            }
+            if query >= s.lq || key >= s.lk || (causal && key > query) { 0.0 } else { prob(x, c, lse.read(lse_at + query)) }
         });
         let ppk = pt.pack::<T>();
-        dv0 = dot_acc(&ppk, &sd0, dv0);
+        dv0 = dot_acc(&ppk, &sd_.main, dv0);
         if TAIL {
-            dv1 = dot_acc(&ppk, &sd1, dv1);
-        }
-        let mut dpt = dot(&sv0, &sd0, AccW::<BM>::zeros());
-        if TAIL {
-            dpt = dot(&sv1, &sd1, dpt);
+            dv1 = dot_acc(&ppk, &sd_.rest, dv1);
         }
         // dSᵀ = Pᵀ ⊙ (dPᵀ − delta[query]); queries past the end have P = 0.
-        let dst = pt.zip(dpt.map(|_, col, x| if r0 + col < lq { x - delta.read((q0 + r0 + col) * heads + h) } else { 0.0 }), |p, dp| p * dp);
+        let dpt = dot_head(&sv_, &sd_, AccW::<BM>::zeros());
+        let dst = pt.zip(dpt.map(|_, col, x| if r0 + col < s.lq { x - delta.read((s.q0 + r0 + col) * heads + h) } else { 0.0 }), |p, dp| p * dp);
         let dspk = dst.pack::<T>();
-        dk0 = dot_acc(&dspk, &sq0, dk0);
+        dk0 = dot_acc(&dspk, &sq_.main, dk0);
         if TAIL {
-            dk1 = dot_acc(&dspk, &sq1, dk1);
+            dk1 = dot_acc(&dspk, &sq_.rest, dk1);
         }
     }
-    let (dkp, dvp, col) = (dk.offset(k0 * ldk), dv.offset(k0 * ldk), hk * d);
-    let at = |c: usize| [c0, col + c];
-    store_acc(&BlockPtr::<T, BN, D0>::new(dkp, [rows, col + d], [ldk, 1], at(0)), &dk0.map(|_, _, x| x * scale));
-    store_acc(&BlockPtr::<T, BN, D0>::new(dvp, [rows, col + d], [ldk, 1], at(0)), &dv0);
-    if TAIL {
-        store_acc(&BlockPtr::<T, BN, D1>::new(dkp, [rows, col + d], [ldk, 1], at(D0)), &dk1.map(|_, _, x| x * scale));
-        store_acc(&BlockPtr::<T, BN, D1>::new(dvp, [rows, col + d], [ldk, 1], at(D0)), &dv1);
-    }
+    let out = [rows, s.ldk, hk * d, d];
+    store_head(dk.offset(s.k_at()), out, c0, &dk0.map(|_, _, x| x * scale), &dk1.map(|_, _, x| x * scale), TAIL);
+    store_head(dv.offset(s.k_at()), out, c0, &dv0, &dv1, TAIL);
 }
 
 // ---- 3. dQ -------------------------------------------------------------------------------
@@ -184,39 +170,31 @@ pub fn attention_bwd_q_kernel<T: Elem>(
     const TAIL: bool = D > D0;
     const D1: usize = if TAIL { D - D0 } else { 32 };
     type AccW<const N: usize> = rustile::Acc<BM, N, THREADS, true>;
+    type Rows<const R: usize> = Head<T, R, D0, D1, THREADS>;
 
     let (qb, h, z) = (program_id(0), program_id(1), program_id(2));
     let _ = batch;
     let (causal, varlen) = (flags & CAUSAL != 0, flags & VARLEN != 0);
-    let (q0, lq, k0, lk) = sequence(z, cu_q, cu_k, [sq, sk, q_bs, kv_bs], varlen);
+    let s = Seq::of(z, cu_q, cu_k, [sq, sk, q_bs, kv_bs, heads, kv_heads, d], varlen);
     let r0 = qb * BM;
-    if r0 >= lq {
+    if r0 >= s.lq {
         return;
     }
     let hk = h / (heads / kv_heads);
-    let (ldq, ldk) = (heads * d, kv_heads * d);
-    let (qp, dop, kp, vp) = (q.offset(q0 * ldq), d_o.offset(q0 * ldq), k.offset(k0 * ldk), v.offset(k0 * ldk));
+    let (kp, vp) = (k.offset(s.k_at()), v.offset(s.k_at()));
     let c = scale * core::f32::consts::LOG2_E;
-    let lse_at = if varlen { q0 } else { z * heads * sq } + h * lse_h;
+    let lse_at = s.lse0 + h * lse_h;
 
     // Shared memory: Q, dO, then two stages of K and V.
-    let tiles = |at: usize, rows: usize| (at, if TAIL { at + rows * D0 * 2 } else { at });
-    let (qa, qt) = tiles(0, BM);
-    let (da, dt) = tiles(BM * D * 2, BM);
-    let (sq0, sq1) = (Shared::<T, BM, D0>::at(qa), Shared::<T, BM, D1>::at(qt));
-    let (sd0, sd1) = (Shared::<T, BM, D0>::at(da), Shared::<T, BM, D1>::at(dt));
-    let kv = |stage: usize, which: usize| {
-        let (a, t) = tiles(2 * BM * D * 2 + (2 * stage + which) * BN * D * 2, BN);
-        (Shared::<T, BN, D0>::at(a), Shared::<T, BN, D1>::at(t))
-    };
+    let (sq_, sd_) = (Rows::<BM>::at(0, TAIL), Rows::<BM>::at(BM * D * 2, TAIL));
+    let kv = |stage: usize, which: usize| Rows::<BN>::at(2 * BM * D * 2 + (2 * stage + which) * BN * D * 2, TAIL);
     let copy_kv = |j: usize| {
-        let ((k0t, k1t), (v0t, v1t)) = (kv(j % 2, 0), kv(j % 2, 1));
-        copy_head(k0t, k1t, TAIL, kp, [lk, ldk, hk * d, d], j * BN);
-        copy_head(v0t, v1t, TAIL, vp, [lk, ldk, hk * d, d], j * BN);
+        kv(j % 2, 0).copy_from(kp, [s.lk, s.ldk, hk * d, d], j * BN);
+        kv(j % 2, 1).copy_from(vp, [s.lk, s.ldk, hk * d, d], j * BN);
     };
-    copy_head(sq0, sq1, TAIL, qp, [lq, ldq, h * d, d], r0);
-    copy_head(sd0, sd1, TAIL, dop, [lq, ldq, h * d, d], r0);
-    let blocks = if causal { cdiv(lk.min(r0 + BM), BN) } else { cdiv(lk, BN) };
+    sq_.copy_from(q.offset(s.q_at()), [s.lq, s.ldq, h * d, d], r0);
+    sd_.copy_from(d_o.offset(s.q_at()), [s.lq, s.ldq, h * d, d], r0);
+    let blocks = s.key_blocks(r0, BM, BN, causal);
     if blocks > 0 {
         copy_kv(0);
     }
@@ -232,31 +210,16 @@ pub fn attention_bwd_q_kernel<T: Elem>(
         }
         commit_copies();
         let c0 = j * BN;
-        let ((sk0, sk1), (sv0, sv1)) = (kv(j % 2, 0), kv(j % 2, 1));
-        let mut s = dot(&sq0, &sk0, AccW::<BN>::zeros());
-        if TAIL {
-            s = dot(&sq1, &sk1, s);
-        }
-        let p = s.map(|r, col, x| {
-            if r0 + r >= lq || c0 + col >= lk || (causal && c0 + col > r0 + r) {
-                0.0
-            } else {
-                math::exp2(x * c - lse.read(lse_at + r0 + r) * core::f32::consts::LOG2_E)
-            }
+        let (sk_, sv_) = (kv(j % 2, 0), kv(j % 2, 1));
+        let p = dot_head(&sq_, &sk_, AccW::<BN>::zeros()).map(|r, col, x| {
+            if r0 + r >= s.lq || c0 + col >= s.lk || (causal && c0 + col > r0 + r) { 0.0 } else { prob(x, c, lse.read(lse_at + r0 + r)) }
         });
-        let mut dp = dot(&sd0, &sv0, AccW::<BN>::zeros());
+        let dp = dot_head(&sd_, &sv_, AccW::<BN>::zeros());
+        let ds = p.zip(dp.map(|r, _, x| if r0 + r < s.lq { x - delta.read((s.q0 + r0 + r) * heads + h) } else { 0.0 }), |p, dp| p * dp).pack::<T>();
+        dq0 = dot_acc(&ds, &sk_.main, dq0);
         if TAIL {
-            dp = dot(&sd1, &sv1, dp);
-        }
-        let ds = p.zip(dp.map(|r, _, x| if r0 + r < lq { x - delta.read((q0 + r0 + r) * heads + h) } else { 0.0 }), |p, dp| p * dp).pack::<T>();
-        dq0 = dot_acc(&ds, &sk0, dq0);
-        if TAIL {
-            dq1 = dot_acc(&ds, &sk1, dq1);
+            dq1 = dot_acc(&ds, &sk_.rest, dq1);
         }
     }
-    let (dqp, col) = (dq.offset(q0 * ldq), h * d);
-    store_acc(&BlockPtr::<T, BM, D0>::new(dqp, [lq, col + d], [ldq, 1], [r0, col]), &dq0.map(|_, _, x| x * scale));
-    if TAIL {
-        store_acc(&BlockPtr::<T, BM, D1>::new(dqp, [lq, col + d], [ldq, 1], [r0, col + D0]), &dq1.map(|_, _, x| x * scale));
-    }
+    store_head(dq.offset(s.q_at()), [s.lq, s.ldq, h * d, d], r0, &dq0.map(|_, _, x| x * scale), &dq1.map(|_, _, x| x * scale), TAIL);
 }

@@ -7,9 +7,7 @@
 //! rows are keys). `wgmma` reads rows of at most 128 bytes, so a head is
 //! stored as 64-column tiles: one at D = 64, two at 128, and 64 plus a tile
 //! of 16 or 32 columns at 72/80 and 96.
-use super::{copy_head, sequence, CAUSAL, VARLEN};
 use rustile::prelude::*;
-use rustile::wgmma;
 
 /// One block of `BM` query rows of one head, as [`super::attention_fwd_kernel`]
 /// (the same arguments).
@@ -29,40 +27,35 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
     batch: usize, sq: usize, sk: usize, heads: usize, kv_heads: usize, d: usize,
     q_bs: usize, kv_bs: usize, lse_h: usize, scale: f32, flags: u32,
 ) {
+    // Here, not at the top: on other arches the macro leaves the body out.
+    use crate::attention::{store_head, Head, Seq, CAUSAL, VARLEN};
+    use rustile::wgmma;
     // A head as a 64-column tile and, past 64, a second one of D1 columns
     // (otherwise D1 names an unused tile).
     const TAIL: bool = D > 64;
     const D1: usize = if TAIL { D - 64 } else { 64 };
     type AccW<const N: usize> = rustile::Acc<BM, N, THREADS, true>;
+    type Rows<const R: usize> = Head<T, R, 64, D1, THREADS>;
 
     let (qb, h, z) = (program_id(0), program_id(1), program_id(2));
     let _ = batch;
     let (causal, varlen) = (flags & CAUSAL != 0, flags & VARLEN != 0);
-    let (q0, lq, k0, lk) = sequence(z, cu_q, cu_k, [sq, sk, q_bs, kv_bs], varlen);
+    let s = Seq::of(z, cu_q, cu_k, [sq, sk, q_bs, kv_bs, heads, kv_heads, d], varlen);
     let r0 = qb * BM;
-    if r0 >= lq {
+    if r0 >= s.lq {
         return;
     }
     let kvh = h / (heads / kv_heads);
-    let (ldq, ldk) = (heads * d, kv_heads * d);
-    let (qp, kp, vp) = (q.offset(q0 * ldq), k.offset(k0 * ldk), v.offset(k0 * ldk));
-    let blocks = if causal { cdiv(lk.min(r0 + BM), BN) } else { cdiv(lk, BN) };
+    let (kp, vp) = (k.offset(s.k_at()), v.offset(s.k_at()));
+    let blocks = s.key_blocks(r0, BM, BN, causal);
 
     // Shared memory: Q, then two stages of K and V; every tile starts on a
     // multiple of 1024 bytes (the swizzle period wgmma's descriptors assume).
-    let tiles = |at: usize, rows: usize| (at, if TAIL { at + rows * 64 * 2 } else { at });
-    let (qa, qt) = tiles(0, BM);
-    let (sq0, sq1) = (Shared::<T, BM, 64>::at(qa), Shared::<T, BM, D1>::at(qt));
-    let kv = |stage: usize, which: usize| {
-        let (a, t) = tiles(BM * D * 2 + (2 * stage + which) * BN * D * 2, BN);
-        (Shared::<T, BN, 64>::at(a), Shared::<T, BN, D1>::at(t))
-    };
-    let copy_kv = |j: usize, which: usize| {
-        let (main, rest) = kv(j % 2, which);
-        copy_head(main, rest, TAIL, if which == 0 { kp } else { vp }, [lk, ldk, kvh * d, d], j * BN);
-    };
+    let sq_ = Rows::<BM>::at(0, TAIL);
+    let kv = |stage: usize, which: usize| Rows::<BN>::at(BM * D * 2 + (2 * stage + which) * BN * D * 2, TAIL);
+    let copy_kv = |j: usize, which: usize| kv(j % 2, which).copy_from(if which == 0 { kp } else { vp }, [s.lk, s.ldk, kvh * d, d], j * BN);
 
-    copy_head(sq0, sq1, TAIL, qp, [lq, ldq, h * d, d], r0);
+    sq_.copy_from(q.offset(s.q_at()), [s.lq, s.ldq, h * d, d], r0);
     if blocks > 0 {
         copy_kv(0, 0);
     }
@@ -83,18 +76,18 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
             copy_kv(j + 1, 0);
         }
         commit_copies();
-        let (k0t, k1t) = kv(j % 2, 0);
-        let mut s = AccW::<BN>::zeros();
-        wgmma::dot_async(&sq0, &k0t, &mut s);
+        let kt = kv(j % 2, 0);
+        let mut sc = AccW::<BN>::zeros();
+        wgmma::dot_async(&sq_.main, &kt.main, &mut sc);
         if TAIL {
-            wgmma::dot_async(&sq1, &k1t, &mut s);
+            wgmma::dot_async(&sq_.rest, &kt.rest, &mut sc);
         }
-        wgmma::wait::<0, BM, BN, THREADS>(&mut s);
+        wgmma::wait::<0, BM, BN, THREADS>(&mut sc);
         let c0 = j * BN;
-        if c0 + BN > lk || (causal && c0 + BN > r0 + 1) {
-            s = s.map(|r, c, x| if c0 + c >= lk || (causal && c0 + c > r0 + r) { f32::NEG_INFINITY } else { x });
+        if c0 + BN > s.lk || (causal && c0 + BN > r0 + 1) {
+            sc = sc.map(|r, c, x| if c0 + c >= s.lk || (causal && c0 + c > r0 + r) { f32::NEG_INFINITY } else { x });
         }
-        let (p, alpha) = stats.step(s);
+        let (p, alpha) = stats.step(sc);
         let p = p.pack::<T>();
         o0 = o0.map_rows(&alpha, |x, a| x * a);
         if TAIL {
@@ -108,23 +101,18 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
             copy_kv(j + 1, 1);
         }
         commit_copies();
-        let (v0t, v1t) = kv(j % 2, 1);
-        wgmma::dot_acc_async(&p, &v0t, &mut o0);
+        let vt = kv(j % 2, 1);
+        wgmma::dot_acc_async(&p, &vt.main, &mut o0);
         if TAIL {
-            wgmma::dot_acc_async(&p, &v1t, &mut o1);
+            wgmma::dot_acc_async(&p, &vt.rest, &mut o1);
         }
         wgmma::wait::<0, BM, 64, THREADS>(&mut o0);
         if TAIL {
             wgmma::wait::<0, BM, D1, THREADS>(&mut o1);
         }
     }
-
     let inv_l = stats.inv_l();
-    let (op, c0) = (o.offset(q0 * ldq), h * d);
-    store_acc(&BlockPtr::<T, BM, 64>::new(op, [lq, c0 + d], [ldq, 1], [r0, c0]), &o0.map_rows(&inv_l, |x, i| x * i));
-    if TAIL {
-        store_acc(&BlockPtr::<T, BM, D1>::new(op, [lq, c0 + d], [ldq, 1], [r0, c0 + 64]), &o1.map_rows(&inv_l, |x, i| x * i));
-    }
-    let first = if varlen { q0 } else { z * heads * sq };
-    stats.lse().store(lse.offset(first + h * lse_h), r0, lq);
+    let out = [s.lq, s.ldq, h * d, d];
+    store_head(o.offset(s.q_at()), out, r0, &o0.map_rows(&inv_l, |x, i| x * i), &o1.map_rows(&inv_l, |x, i| x * i), TAIL);
+    stats.lse().store(lse.offset(s.lse0 + h * lse_h), r0, s.lq);
 }

@@ -44,14 +44,21 @@ pub struct Dims {
     pub d: usize,
 }
 
-/// The config for head dim `d`: the narrowest padded width that holds it.
-pub fn config_for(d: usize) -> Result<usize> {
+/// Whether the kernels take head dim `d`: a multiple of 8 up to 128,
+/// padded on chip to the narrowest config that holds it.
+pub fn check_head_dim(d: usize) -> Result<()> {
     if d == 0 || d % 8 != 0 || d > 128 {
         return Err(Error::Shape(format!(
             "attention: head dim {d} is not supported; it must be a multiple of 8 up to 128 (64, 72, 96 and 128 are benchmarked)"
         )));
     }
-    Ok(crate::pick_config(attention_fwd_kernel::CONFIGS, |c| c.get("D").unwrap() >= d))
+    Ok(())
+}
+
+/// The first of a kernel's `configs` (all list D = 64, 80, 96, 128) whose
+/// padded head dim holds `d`.
+fn config_in(configs: &[rustile::KernelConfig], d: usize) -> usize {
+    crate::pick_config(configs, |c| c.get("D").unwrap() >= d)
 }
 
 /// What a launch takes once the arguments passed [`check_opts`].
@@ -67,7 +74,7 @@ pub(super) fn check_opts(dims: &Dims, opt: &Attention, varlen: bool) -> Result<C
     if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
         return Err(Error::Shape(format!("attention: {heads} query heads cannot share {kv_heads} key/value heads (heads must be a multiple of kv_heads)")));
     }
-    config_for(d)?;
+    check_head_dim(d)?;
     let keys = match opt.keys {
         Some(_) if varlen => return Err(Error::Invalid("attention_varlen: give each sequence's key count in SeqLens, not Attention::keys".into())),
         Some(n) if n > sk => return Err(Error::Shape(format!("attention: keys = {n}, but k and v hold {sk} per sequence"))),
@@ -163,17 +170,17 @@ impl Forward {
     /// bench/RESULTS.md): its 16-column tail costs `wgmma` a narrow second
     /// product. `RUSTILE_ATTENTION=mma` picks the portable one everywhere.
     pub fn on(gpu: &Gpu, d: usize) -> Forward {
-        let portable = std::env::var("RUSTILE_ATTENTION").is_ok_and(|v| v == "mma");
+        static PORTABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let portable = *PORTABLE.get_or_init(|| std::env::var("RUSTILE_ATTENTION").is_ok_and(|v| v == "mma"));
         if !portable && d % 64 == 0 && attention_fwd_wgmma_kernel::supported(gpu) { Forward::Wgmma } else { Forward::Mma }
     }
 
-    /// The program's config for head dim `d` (checked by [`config_for`]).
+    /// The program's config for head dim `d` (checked by [`check_head_dim`]).
     fn config(self, d: usize) -> usize {
-        let configs = match self {
+        config_in(match self {
             Forward::Mma => attention_fwd_kernel::CONFIGS,
             Forward::Wgmma => attention_fwd_wgmma_kernel::CONFIGS,
-        };
-        crate::pick_config(configs, |c| c.get("D").unwrap() >= d)
+        }, d)
     }
 }
 
@@ -440,8 +447,7 @@ fn expect_grads<T: Elem>([o, d_o]: [&Tensor<T>; 2], [dq, dk, dv]: [&Tensor<T>; 3
 
 /// The backward's configs for head dim `d`: `(dK/dV kernel, dQ kernel)`.
 fn backward_configs(d: usize) -> (usize, usize) {
-    let pick = |configs| crate::pick_config(configs, |c| c.get("D").unwrap() >= d);
-    (pick(attention_bwd_kv_kernel::CONFIGS), pick(attention_bwd_q_kernel::CONFIGS))
+    (config_in(attention_bwd_kv_kernel::CONFIGS, d), config_in(attention_bwd_q_kernel::CONFIGS, d))
 }
 
 /// The three backward launches, fixed or variable length: `sizes` are the

@@ -26,38 +26,121 @@
 //! (`dot_acc`). K and V of the next block load while this one multiplies.
 use rustile::prelude::*;
 
-// ---- copies -----------------------------------------------------------------------------
+// ---- shared by the kernels ---------------------------------------------------------------
 
-/// Rows `r0..r0+R` of one head (`rows` rows `ld` elements apart, its `d`
-/// columns from column `c0`) into shared memory: columns `0..D0` into
-/// `main`, and when `tail` the next `D1` into `rest`, zero past `d`. A head dim that is not a power
-/// of two is two tiles, so that each keeps a swizzle the `ldmatrix`
-/// addressing and bank spread rely on.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn copy_head<T: Elem, const R: usize, const D0: usize, const D1: usize, const TH: usize>(
+/// `R` rows of one head in shared memory: its first `D0` columns in `main`
+/// and, when the head is wider (`tail`), the next `D1` in `rest`. A head
+/// dim that is not a power of two is two tiles so that each keeps a swizzle
+/// `ldmatrix` and `wgmma` read (one tile of 80 columns could not); without
+/// a tail `rest` aliases `main` and is never read.
+#[derive(Clone, Copy)]
+struct Head<T, const R: usize, const D0: usize, const D1: usize, const TH: usize> {
     main: Shared<T, R, D0, TH>,
     rest: Shared<T, R, D1, TH>,
     tail: bool,
-    src: Ptr<T>,
-    [rows, ld, c0, d]: [usize; 4],
-    r0: usize,
-) {
-    main.copy_from(&rustile::BlockPtr::new(src, [rows, c0 + d], [ld, 1], [r0, c0]));
-    if tail {
-        rest.copy_from(&rustile::BlockPtr::new(src, [rows, c0 + d], [ld, 1], [r0, c0 + D0]));
+}
+
+impl<T: Elem, const R: usize, const D0: usize, const D1: usize, const TH: usize> Head<T, R, D0, D1, TH> {
+    /// At byte `at` of the program's shared memory, the tail right after the main tile.
+    #[inline(always)]
+    fn at(at: usize, tail: bool) -> Self {
+        Head { main: Shared::at(at), rest: Shared::at(if tail { at + R * D0 * 2 } else { at }), tail }
+    }
+
+    /// Rows `r0..r0+R` of one head (`rows` rows `ld` elements apart, its `d`
+    /// columns from column `c0`), zero past `d` and past the last row.
+    #[inline(always)]
+    fn copy_from(&self, src: Ptr<T>, [rows, ld, c0, d]: [usize; 4], r0: usize) {
+        self.main.copy_from(&BlockPtr::new(src, [rows, c0 + d], [ld, 1], [r0, c0]));
+        if self.tail {
+            self.rest.copy_from(&BlockPtr::new(src, [rows, c0 + d], [ld, 1], [r0, c0 + D0]));
+        }
     }
 }
 
-/// Where sequence `z` starts and how long it is, in queries and keys:
-/// `(q0, lq, k0, lk)` (see [`attention_fwd_kernel`] for the arguments).
+/// `acc + a·bᵀ` over a head's columns on `mma.sync` (both tiles).
 #[inline(always)]
-fn sequence(z: usize, cu_q: Ptr<u32>, cu_k: Ptr<u32>, [sq, sk, q_bs, kv_bs]: [usize; 4], varlen: bool) -> (usize, usize, usize, usize) {
-    if varlen {
-        let (q0, k0) = (cu_q.read(z) as usize, cu_k.read(z) as usize);
-        (q0, cu_q.read(z + 1) as usize - q0, k0, cu_k.read(z + 1) as usize - k0)
-    } else {
-        (z * q_bs, sq, z * kv_bs, sk)
+fn dot_head<T: Elem, const M: usize, const N: usize, const D0: usize, const D1: usize, const TH: usize>(
+    a: &Head<T, M, D0, D1, TH>,
+    b: &Head<T, N, D0, D1, TH>,
+    acc: rustile::Acc<M, N, TH, true>,
+) -> rustile::Acc<M, N, TH, true>
+where
+    [(); rustile::mma::acc_len(M, N, TH)]:,
+{
+    let acc = dot(&a.main, &b.main, acc);
+    if a.tail { dot(&a.rest, &b.rest, acc) } else { acc }
+}
+
+/// Rows `r0..r0+R` of one head of `dst` (`rows` rows `ld` elements apart,
+/// its `d` columns from column `c0`): `main` its first `D0` columns and,
+/// with `tail`, `rest` the next `D1`; nothing past `d` or the last row.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn store_head<T: Elem, const R: usize, const D0: usize, const D1: usize, const TH: usize>(
+    dst: PtrMut<T>,
+    [rows, ld, c0, d]: [usize; 4],
+    r0: usize,
+    main: &rustile::Acc<R, D0, TH, true>,
+    rest: &rustile::Acc<R, D1, TH, true>,
+    tail: bool,
+) where
+    [(); rustile::mma::acc_len(R, D0, TH)]:,
+    [(); rustile::mma::acc_len(R, D1, TH)]:,
+{
+    store_acc(&BlockPtr::new(dst, [rows, c0 + d], [ld, 1], [r0, c0]), main);
+    if tail {
+        store_acc(&BlockPtr::new(dst, [rows, c0 + d], [ld, 1], [r0, c0 + D0]), rest);
+    }
+}
+
+/// One sequence of the batch as a program sees it: its queries start at
+/// token `q0` (`lq` of them), its keys at `k0` (`lk`); rows are `ldq`
+/// (`ldk`) elements apart; its first log-sum-exp is `lse0` (the kernels'
+/// arguments are [`attention_fwd_kernel`]'s).
+#[derive(Clone, Copy)]
+struct Seq {
+    q0: usize,
+    lq: usize,
+    k0: usize,
+    lk: usize,
+    ldq: usize,
+    ldk: usize,
+    lse0: usize,
+}
+
+impl Seq {
+    /// Sequence `z`: the fixed-length layout, or with `varlen` the
+    /// cumulative offsets `cu_q`, `cu_k`.
+    #[inline(always)]
+    fn of(z: usize, cu_q: Ptr<u32>, cu_k: Ptr<u32>, [sq, sk, q_bs, kv_bs, heads, kv_heads, d]: [usize; 7], varlen: bool) -> Seq {
+        let (ldq, ldk) = (heads * d, kv_heads * d);
+        if varlen {
+            let (q0, k0) = (cu_q.read(z) as usize, cu_k.read(z) as usize);
+            let (lq, lk) = (cu_q.read(z + 1) as usize - q0, cu_k.read(z + 1) as usize - k0);
+            Seq { q0, lq, k0, lk, ldq, ldk, lse0: q0 }
+        } else {
+            Seq { q0: z * q_bs, lq: sq, k0: z * kv_bs, lk: sk, ldq, ldk, lse0: z * heads * sq }
+        }
+    }
+
+    /// Elements before the sequence's first query row (of `q`, `o`, `do`)
+    /// and first key row (of `k`, `v`); a head is a column window of the
+    /// rows (an offset to the head itself would pass the end of a sequence
+    /// with no keys).
+    #[inline(always)]
+    fn q_at(&self) -> usize {
+        self.q0 * self.ldq
+    }
+    #[inline(always)]
+    fn k_at(&self) -> usize {
+        self.k0 * self.ldk
+    }
+
+    /// Key blocks of `bn` that queries `r0..r0+bm` read (causal: none past the block's last row).
+    #[inline(always)]
+    fn key_blocks(&self, r0: usize, bm: usize, bn: usize, causal: bool) -> usize {
+        cdiv(if causal { self.lk.min(r0 + bm) } else { self.lk }, bn)
     }
 }
 
@@ -90,45 +173,32 @@ pub fn attention_fwd_kernel<T: Elem>(
     batch: usize, sq: usize, sk: usize, heads: usize, kv_heads: usize, d: usize,
     q_bs: usize, kv_bs: usize, lse_h: usize, scale: f32, flags: u32,
 ) {
-    // The head dim as one or two shared tiles (see `copy_head`): D0 columns,
+    // The head dim as one or two shared tiles (see `Head`): D0 columns,
     // then D1 more when D is not D0 (otherwise D1 names an unused tile).
     const D0: usize = if D >= 128 { 128 } else { 64 };
     const TAIL: bool = D > D0;
     const D1: usize = if TAIL { D - D0 } else { 32 };
     type AccW<const N: usize> = rustile::Acc<BM, N, THREADS, true>;
+    type Rows<const R: usize> = Head<T, R, D0, D1, THREADS>;
 
     let (qb, h, z) = (program_id(0), program_id(1), program_id(2));
     let _ = batch; // the grid
     let (causal, varlen) = (flags & CAUSAL != 0, flags & VARLEN != 0);
-    let (q0, lq, k0, lk) = sequence(z, cu_q, cu_k, [sq, sk, q_bs, kv_bs], varlen);
+    let s = Seq::of(z, cu_q, cu_k, [sq, sk, q_bs, kv_bs, heads, kv_heads, d], varlen);
     let r0 = qb * BM;
-    if r0 >= lq {
+    if r0 >= s.lq {
         return; // a shorter sequence of a variable-length batch
     }
     let kvh = h / (heads / kv_heads);
-    let (ldq, ldk) = (heads * d, kv_heads * d);
-    // The sequence's first rows; a head is a column window of them (an
-    // offset to the head itself would pass the end of a sequence with no keys).
-    let (qp, kp, vp) = (q.offset(q0 * ldq), k.offset(k0 * ldk), v.offset(k0 * ldk));
-    // Causal: keys past the block's last row are never seen.
-    let blocks = if causal { cdiv(lk.min(r0 + BM), BN) } else { cdiv(lk, BN) };
+    let (kp, vp) = (k.offset(s.k_at()), v.offset(s.k_at()));
+    let blocks = s.key_blocks(r0, BM, BN, causal);
 
-    // Shared memory: Q, then two stages of K and V, each D columns (two
-    // tiles; without a tail the unused one aliases the first).
-    let tiles = |at: usize, rows: usize| (at, if TAIL { at + rows * D0 * 2 } else { at });
-    let (qa, qt) = tiles(0, BM);
-    let kv_at = |stage: usize, which: usize| BM * D * 2 + (2 * stage + which) * BN * D * 2;
-    let (sq0, sq1) = (Shared::<T, BM, D0>::at(qa), Shared::<T, BM, D1>::at(qt));
-    let kv = |stage: usize, which: usize| {
-        let (a, t) = tiles(kv_at(stage, which), BN);
-        (Shared::<T, BN, D0>::at(a), Shared::<T, BN, D1>::at(t))
-    };
-    let copy_kv = |j: usize, which: usize| {
-        let (main, rest) = kv(j % 2, which);
-        copy_head(main, rest, TAIL, if which == 0 { kp } else { vp }, [lk, ldk, kvh * d, d], j * BN);
-    };
+    // Shared memory: Q, then two stages of K and V, each D columns.
+    let sq_ = Rows::<BM>::at(0, TAIL);
+    let kv = |stage: usize, which: usize| Rows::<BN>::at(BM * D * 2 + (2 * stage + which) * BN * D * 2, TAIL);
+    let copy_kv = |j: usize, which: usize| kv(j % 2, which).copy_from(if which == 0 { kp } else { vp }, [s.lk, s.ldk, kvh * d, d], j * BN);
 
-    copy_head(sq0, sq1, TAIL, qp, [lq, ldq, h * d, d], r0);
+    sq_.copy_from(q.offset(s.q_at()), [s.lq, s.ldq, h * d, d], r0);
     if blocks > 0 {
         copy_kv(0, 0);
     }
@@ -149,17 +219,13 @@ pub fn attention_fwd_kernel<T: Elem>(
             copy_kv(j + 1, 0);
         }
         commit_copies();
-        let (k0t, k1t) = kv(j % 2, 0);
-        let mut s = dot(&sq0, &k0t, AccW::<BN>::zeros());
-        if TAIL {
-            s = dot(&sq1, &k1t, s);
-        }
+        let mut sc = dot_head(&sq_, &kv(j % 2, 0), AccW::<BN>::zeros());
         // Only a block that crosses the key edge or the diagonal needs a mask.
         let c0 = j * BN;
-        if c0 + BN > lk || (causal && c0 + BN > r0 + 1) {
-            s = s.map(|r, c, x| if c0 + c >= lk || (causal && c0 + c > r0 + r) { f32::NEG_INFINITY } else { x });
+        if c0 + BN > s.lk || (causal && c0 + BN > r0 + 1) {
+            sc = sc.map(|r, c, x| if c0 + c >= s.lk || (causal && c0 + c > r0 + r) { f32::NEG_INFINITY } else { x });
         }
-        let (p, alpha) = stats.step(s);
+        let (p, alpha) = stats.step(sc);
         let p = p.pack::<T>();
         o0 = o0.map_rows(&alpha, |x, a| x * a);
         if TAIL {
@@ -172,21 +238,16 @@ pub fn attention_fwd_kernel<T: Elem>(
             copy_kv(j + 1, 1);
         }
         commit_copies();
-        let (v0t, v1t) = kv(j % 2, 1);
-        o0 = dot_acc(&p, &v0t, o0);
+        let vt = kv(j % 2, 1);
+        o0 = dot_acc(&p, &vt.main, o0);
         if TAIL {
-            o1 = dot_acc(&p, &v1t, o1);
+            o1 = dot_acc(&p, &vt.rest, o1);
         }
     }
-
     let inv_l = stats.inv_l();
-    let (op, c0) = (o.offset(q0 * ldq), h * d);
-    store_acc(&BlockPtr::<T, BM, D0>::new(op, [lq, c0 + d], [ldq, 1], [r0, c0]), &o0.map_rows(&inv_l, |x, i| x * i));
-    if TAIL {
-        store_acc(&BlockPtr::<T, BM, D1>::new(op, [lq, c0 + d], [ldq, 1], [r0, c0 + D0]), &o1.map_rows(&inv_l, |x, i| x * i));
-    }
-    let first = if varlen { q0 } else { z * heads * sq };
-    stats.lse().store(lse.offset(first + h * lse_h), r0, lq);
+    let out = [s.lq, s.ldq, h * d, d];
+    store_head(o.offset(s.q_at()), out, r0, &o0.map_rows(&inv_l, |x, i| x * i), &o1.map_rows(&inv_l, |x, i| x * i), TAIL);
+    stats.lse().store(lse.offset(s.lse0 + h * lse_h), r0, s.lq);
 }
 
 // ---- the forward on Hopper ----------------------------------------------------------------

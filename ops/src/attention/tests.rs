@@ -93,9 +93,9 @@ fn variable_lengths() {
 
 #[test]
 fn bad_arguments_are_errors() {
-    assert!(config_for(80).is_ok() && config_for(72).is_ok());
+    assert!(check_head_dim(80).is_ok() && check_head_dim(72).is_ok());
     for d in [0, 60, 136, 256] {
-        assert!(config_for(d).is_err(), "head dim {d}");
+        assert!(check_head_dim(d).is_err(), "head dim {d}");
     }
     let bad = |dims: Dims, opt: Attention| check_opts(&dims, &opt, false).is_err();
     assert!(bad(dims(1, 8, 8, 3, 2, 64), Attention::default()), "3 heads over 2 kv heads");
