@@ -133,9 +133,11 @@ fn check_sampled<T: Elem>(s: &Shape, q: &[T], k: &[T], v: &[T], o: &[T], grad: O
 pub fn bench_attention(gpu: &Gpu, cfg: &MeasureCfg, shapes: &[Shape]) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     eprintln!(
-        "attention: the forward runs {:?} at D = 128, {:?} at D = 72 (RUSTILE_ATTENTION=mma picks the portable program); the backward mma.sync",
-        attention::Forward::on(gpu, 128),
-        attention::Forward::on(gpu, 72)
+        "attention programs (RUSTILE_ATTENTION=mma or =wgmma picks): forward {:?} at D = 128, {:?} at D = 72; backward {:?}, {:?}",
+        attention::Program::on(gpu, 128),
+        attention::Program::on(gpu, 72),
+        attention::Program::backward_on(gpu, 128),
+        attention::Program::backward_on(gpu, 72),
     );
     for s in shapes {
         let (mut rng, seed) = rng();

@@ -680,6 +680,18 @@ where
         AccRows { v: [x; acc_rows_len(M, TH)] }
     }
 
+    /// `f(row)` for each block row this thread holds (every row in the
+    /// interpreter): per-row values read from memory once, e.g. the
+    /// log-sum-exp of each query of a block.
+    #[inline(always)]
+    pub fn from_fn(f: impl Fn(usize) -> f32) -> Self {
+        let mut v = [0.0; acc_rows_len(M, TH)];
+        for i in 0..v.len() {
+            v[i] = f(rows_pos::<M, TH>(i));
+        }
+        AccRows { v }
+    }
+
     #[inline(always)]
     pub fn map(self, f: impl Fn(f32) -> f32) -> Self {
         let mut v = self.v;
@@ -777,6 +789,73 @@ where
         let mut v = self.v;
         for e in 0..v.len() {
             v[e] = f(v[e], rows.v[Self::row_slot(e)]);
+        }
+        Acc { v }
+    }
+}
+
+// ---- per-column values of an accumulator ---------------------------------------------------
+
+/// f32 values per thread of an [`AccCols`]: on the GPU a thread of the
+/// one-column-of-warps layout holds two columns of each 8-column piece.
+pub const fn acc_cols_len(n: usize) -> usize {
+    if cfg!(target_arch = "nvptx64") { n / 4 } else { n }
+}
+
+/// One f32 per column of an `N`-column accumulator in the `WG` layout, held
+/// by the threads that hold the column: [`AccRows`] for a product whose
+/// columns are the tokens a statistic belongs to (attention's backward with
+/// keys as rows: each query's log-sum-exp). Every warp holds every column.
+#[derive(Clone, Copy)]
+pub struct AccCols<const N: usize>
+where
+    [(); acc_cols_len(N)]:,
+{
+    pub(crate) v: [f32; acc_cols_len(N)],
+}
+
+impl<const N: usize> AccCols<N>
+where
+    [(); acc_cols_len(N)]:,
+{
+    /// `f(col)` for each block column this thread holds (every column in
+    /// the interpreter). Loads made here, before the `wgmma` product they
+    /// combine with is waited for, run under it.
+    #[inline(always)]
+    pub fn from_fn(f: impl Fn(usize) -> f32) -> Self {
+        let mut v = [0.0; acc_cols_len(N)];
+        for i in 0..v.len() {
+            v[i] = f(cols_pos::<N>(i));
+        }
+        AccCols { v }
+    }
+}
+
+/// Block column of this thread's column value `i`.
+#[inline(always)]
+fn cols_pos<const N: usize>(i: usize) -> usize {
+    #[cfg(target_arch = "nvptx64")]
+    return (i / 2) * 8 + (rustile_device::thread_idx() as usize % 4) * 2 + i % 2;
+    #[cfg(not(target_arch = "nvptx64"))]
+    i
+}
+
+impl<const M: usize, const N: usize, const TH: usize> Acc<M, N, TH, true>
+where
+    [(); acc_len(M, N, TH)]:,
+    [(); acc_cols_len(N)]:,
+{
+    /// `f(x, c)` of each element `x` and its column's value `c`.
+    #[inline(always)]
+    pub fn map_cols(self, cols: &AccCols<N>, f: impl Fn(f32, f32) -> f32) -> Self {
+        let mut v = self.v;
+        for e in 0..v.len() {
+            // Element e is column (e/4 mod N/8)·8 + 2·(lane mod 4) + e mod 2 (see `acc_pos`).
+            #[cfg(target_arch = "nvptx64")]
+            let slot = ((e / 4) % (N / 8)) * 2 + e % 2;
+            #[cfg(not(target_arch = "nvptx64"))]
+            let slot = e % N;
+            v[e] = f(v[e], cols.v[slot]);
         }
         Acc { v }
     }

@@ -19,14 +19,17 @@ use rustile::prelude::*;
 
 // ---- 1. delta = rowsum(do ⊙ o) ------------------------------------------------------------
 
-/// `delta[r] = Σ_c do[r, c]·o[r, c]` for the `rows × d` matrices `do` and
-/// `o` (a row is one token of one head), in f32.
-#[kernel(configs = [(BM = 32, BN = 128, WARPS = 4)], grid = [cdiv(rows, BM)], dtypes = [bf16, f16])]
-pub fn attention_bwd_rows_kernel<T: Elem>(o: Ptr<T>, d_o: Ptr<T>, delta: PtrMut<f32>, rows: usize, d: usize) {
-    let r0 = program_id(0) * BM;
-    let x = load_or(&BlockPtr::<T, BM, BN>::rows(o, rows, d, [r0, 0]), 0.0).cast::<f32>();
-    let y = load_or(&BlockPtr::<T, BM, BN>::rows(d_o, rows, d, [r0, 0]), 0.0).cast::<f32>();
-    (x * y).row_sum().store(delta, r0, rows);
+/// `delta[h, t] = Σ_c do[t, h, c]·o[t, h, c]` for `o`, `do` of `tokens`
+/// rows of `heads` heads of `d` columns, in f32: the layout of the
+/// forward's log-sum-exp, so that the kernels read a query block's values
+/// of both as one contiguous run.
+#[kernel(configs = [(BM = 32, BN = 128, WARPS = 4)], grid = [cdiv(tokens, BM), heads], dtypes = [bf16, f16])]
+pub fn attention_bwd_rows_kernel<T: Elem>(o: Ptr<T>, d_o: Ptr<T>, delta: PtrMut<f32>, tokens: usize, heads: usize, d: usize) {
+    let (r0, h) = (program_id(0) * BM, program_id(1));
+    let head = |p: Ptr<T>| BlockPtr::<T, BM, BN>::new(p, [tokens, (h + 1) * d], [heads * d, 1], [r0, h * d]);
+    let x = load_or(&head(o), 0.0).cast::<f32>();
+    let y = load_or(&head(d_o), 0.0).cast::<f32>();
+    (x * y).row_sum().store(delta.offset(h * tokens), r0, tokens);
 }
 
 // ---- shared by 2 and 3 ---------------------------------------------------------------------
@@ -35,15 +38,22 @@ pub fn attention_bwd_rows_kernel<T: Elem>(o: Ptr<T>, d_o: Ptr<T>, delta: PtrMut<
 /// forward's `exp(scale·x − lse)` as one multiply-add and a base-2
 /// exponent (`c = scale·log2 e`).
 #[inline(always)]
-fn prob(x: f32, c: f32, lse: f32) -> f32 {
+pub(super) fn prob(x: f32, c: f32, lse: f32) -> f32 {
     math::exp2(x * c - lse * core::f32::consts::LOG2_E)
+}
+
+/// The batch's query tokens, `delta`'s row length: `batch·q_bs`, or with
+/// variable lengths all of them (`lse_h`, the log-sum-exp's row length).
+#[inline(always)]
+pub(super) fn query_tokens(batch: usize, q_bs: usize, lse_h: usize, varlen: bool) -> usize {
+    if varlen { lse_h } else { batch * q_bs }
 }
 
 // ---- 2. dK and dV ------------------------------------------------------------------------
 
 /// One block of `BN` keys of one key/value head: `dk`, `dv` in `k`'s layout.
-/// The arguments are the forward's (`lse` in its layout, `delta` `[tokens,
-/// heads]`), with `do` beside `o`; a variable-length batch gives its
+/// The arguments are the forward's (`lse` in its layout, `delta` `[heads,
+/// tokens]` of the batch's query tokens), with `do` beside `o`; a variable-length batch gives its
 /// longest key sequence as `sk` (the grid).
 ///
 /// The (query head, query block) pairs that read this key block are one
@@ -73,7 +83,6 @@ pub fn attention_bwd_kv_kernel<T: Elem>(
     type Rows<const R: usize> = Head<T, R, D0, D1, THREADS>;
 
     let (kb, hk, z) = (program_id(0), program_id(1), program_id(2));
-    let _ = batch;
     let (causal, varlen) = (flags & CAUSAL != 0, flags & VARLEN != 0);
     let s = Seq::of(z, cu_q, cu_k, [sq, sk, q_bs, kv_bs, heads, kv_heads, d], varlen);
     // The sequence's rows of dk and dv: with `Attention::keys`, the rows past
@@ -85,6 +94,7 @@ pub fn attention_bwd_kv_kernel<T: Elem>(
     }
     let (qp, dop) = (q.offset(s.q_at()), d_o.offset(s.q_at()));
     let c = scale * core::f32::consts::LOG2_E;
+    let tokens = query_tokens(batch, q_bs, lse_h, varlen);
 
     // Shared memory: K, V, then two stages of Q and dO.
     let (sk_, sv_) = (Rows::<BN>::at(0, TAIL), Rows::<BN>::at(BN * D * 2, TAIL));
@@ -134,7 +144,8 @@ pub fn attention_bwd_kv_kernel<T: Elem>(
         }
         // dSᵀ = Pᵀ ⊙ (dPᵀ − delta[query]); queries past the end have P = 0.
         let dpt = dot_head(&sv_, &sd_, AccW::<BM>::zeros());
-        let dst = pt.zip(dpt.map(|_, col, x| if r0 + col < s.lq { x - delta.read((s.q0 + r0 + col) * heads + h) } else { 0.0 }), |p, dp| p * dp);
+        let delta_at = h * tokens + s.q0 + r0;
+        let dst = pt.zip(dpt.map(|_, col, x| if r0 + col < s.lq { x - delta.read(delta_at + col) } else { 0.0 }), |p, dp| p * dp);
         let dspk = dst.pack::<T>();
         dk0 = dot_acc(&dspk, &sq_.main, dk0);
         if TAIL {
@@ -173,7 +184,6 @@ pub fn attention_bwd_q_kernel<T: Elem>(
     type Rows<const R: usize> = Head<T, R, D0, D1, THREADS>;
 
     let (qb, h, z) = (program_id(0), program_id(1), program_id(2));
-    let _ = batch;
     let (causal, varlen) = (flags & CAUSAL != 0, flags & VARLEN != 0);
     let s = Seq::of(z, cu_q, cu_k, [sq, sk, q_bs, kv_bs, heads, kv_heads, d], varlen);
     let r0 = qb * BM;
@@ -184,6 +194,7 @@ pub fn attention_bwd_q_kernel<T: Elem>(
     let (kp, vp) = (k.offset(s.k_at()), v.offset(s.k_at()));
     let c = scale * core::f32::consts::LOG2_E;
     let lse_at = s.lse0 + h * lse_h;
+    let delta_at = h * query_tokens(batch, q_bs, lse_h, varlen) + s.q0;
 
     // Shared memory: Q, dO, then two stages of K and V.
     let (sq_, sd_) = (Rows::<BM>::at(0, TAIL), Rows::<BM>::at(BM * D * 2, TAIL));
@@ -215,7 +226,7 @@ pub fn attention_bwd_q_kernel<T: Elem>(
             if r0 + r >= s.lq || c0 + col >= s.lk || (causal && c0 + col > r0 + r) { 0.0 } else { prob(x, c, lse.read(lse_at + r0 + r)) }
         });
         let dp = dot_head(&sd_, &sv_, AccW::<BN>::zeros());
-        let ds = p.zip(dp.map(|r, _, x| if r0 + r < s.lq { x - delta.read((s.q0 + r0 + r) * heads + h) } else { 0.0 }), |p, dp| p * dp).pack::<T>();
+        let ds = p.zip(dp.map(|r, _, x| if r0 + r < s.lq { x - delta.read(delta_at + r0 + r) } else { 0.0 }), |p, dp| p * dp).pack::<T>();
         dq0 = dot_acc(&ds, &sk_.main, dq0);
         if TAIL {
             dq1 = dot_acc(&ds, &sk_.rest, dq1);

@@ -154,33 +154,70 @@ pub fn attention<T: Elem>(gpu: &Gpu, q: &Tensor<T>, k: &Tensor<T>, v: &Tensor<T>
     forward_on_gpu(gpu, [q, k, v], o, lse, [&none, &none], [batch, sq, keys, heads, kv_heads, d, sq, sk, sq], scale, flags)
 }
 
-/// Which forward program runs.
+/// Which programs run, forward and backward.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Forward {
-    /// [`attention_fwd_kernel`]: `mma.sync`, any GPU from sm_80.
+pub enum Program {
+    /// `mma.sync` ([`attention_fwd_kernel`], [`attention_bwd_kv_kernel`],
+    /// [`attention_bwd_q_kernel`]): any GPU from sm_80.
     Mma,
-    /// [`attention_fwd_wgmma_kernel`]: `wgmma`, Hopper (sm_90a).
+    /// `wgmma` ([`attention_fwd_wgmma_kernel`], [`attention_bwd_kv_wgmma_kernel`],
+    /// [`attention_bwd_q_wgmma_kernel`]): Hopper (sm_90a).
     Wgmma,
 }
 
-impl Forward {
-    /// The faster program `gpu` has for head dim `d`: `wgmma` on Hopper for
-    /// heads of whole 64-column tiles (64, 128). At 72 the `mma.sync` one
-    /// measured faster (131 against 119 TFLOP/s for the vision encoder,
-    /// bench/RESULTS.md): its 16-column tail costs `wgmma` a narrow second
-    /// product. `RUSTILE_ATTENTION=mma` picks the portable one everywhere.
-    pub fn on(gpu: &Gpu, d: usize) -> Forward {
-        static PORTABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        let portable = *PORTABLE.get_or_init(|| std::env::var("RUSTILE_ATTENTION").is_ok_and(|v| v == "mma"));
-        if !portable && d % 64 == 0 && attention_fwd_wgmma_kernel::supported(gpu) { Forward::Wgmma } else { Forward::Mma }
+impl Program {
+    /// The faster programs `gpu` has for head dim `d`: `wgmma` on Hopper for
+    /// heads of whole 64-column tiles (64, 128). At 72 the `mma.sync`
+    /// forward measured faster (131 against 119 TFLOP/s for the vision
+    /// encoder, bench/RESULTS.md): its 16-column tail costs `wgmma` a narrow
+    /// second product. `RUSTILE_ATTENTION=mma` picks the portable ones
+    /// everywhere, `RUSTILE_ATTENTION=wgmma` Hopper's wherever they have the
+    /// head dim (the forward all four, the backward 64 and 128).
+    pub fn on(gpu: &Gpu, d: usize) -> Program {
+        static FORCED: std::sync::OnceLock<Option<Program>> = std::sync::OnceLock::new();
+        let forced = *FORCED.get_or_init(|| match std::env::var("RUSTILE_ATTENTION").as_deref() {
+            Ok("mma") => Some(Program::Mma),
+            Ok("wgmma") => Some(Program::Wgmma),
+            _ => None,
+        });
+        let hopper = attention_fwd_wgmma_kernel::supported(gpu);
+        match forced {
+            Some(Program::Wgmma) if hopper => Program::Wgmma,
+            Some(_) => Program::Mma,
+            None if hopper && d % 64 == 0 => Program::Wgmma,
+            None => Program::Mma,
+        }
     }
 
-    /// The program's config for head dim `d` (checked by [`check_head_dim`]).
-    fn config(self, d: usize) -> usize {
+    /// The backward's programs for head dim `d`: [`Program::on`]'s where
+    /// they have a backward there, else the portable ones.
+    pub fn backward_on(gpu: &Gpu, d: usize) -> Program {
+        match Program::on(gpu, d) {
+            p if p.has_backward(d) => p,
+            _ => Program::Mma,
+        }
+    }
+
+    /// Whether the program has a backward at head dim `d`: `wgmma`'s takes
+    /// whole 64-column tiles only, the head dims [`Program::on`] gives it.
+    pub fn has_backward(self, d: usize) -> bool {
+        self == Program::Mma || d % 64 == 0
+    }
+
+    /// The forward's config for head dim `d` (checked by [`check_head_dim`]).
+    fn forward_config(self, d: usize) -> usize {
         config_in(match self {
-            Forward::Mma => attention_fwd_kernel::CONFIGS,
-            Forward::Wgmma => attention_fwd_wgmma_kernel::CONFIGS,
+            Program::Mma => attention_fwd_kernel::CONFIGS,
+            Program::Wgmma => attention_fwd_wgmma_kernel::CONFIGS,
         }, d)
+    }
+
+    /// The backward's configs for head dim `d`: `(dK/dV kernel, dQ kernel)`.
+    fn backward_configs(self, d: usize) -> (usize, usize) {
+        match self {
+            Program::Mma => (config_in(attention_bwd_kv_kernel::CONFIGS, d), config_in(attention_bwd_q_kernel::CONFIGS, d)),
+            Program::Wgmma => (config_in(attention_bwd_kv_wgmma_kernel::CONFIGS, d), config_in(attention_bwd_q_wgmma_kernel::CONFIGS, d)),
+        }
     }
 }
 
@@ -198,14 +235,14 @@ fn forward_on_gpu<T: Elem>(
     flags: u32,
 ) -> Result<()> {
     let [batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h] = sizes;
-    let kernel = Forward::on(gpu, d);
-    let cfg = kernel.config(d);
+    let kernel = Program::on(gpu, d);
+    let cfg = kernel.forward_config(d);
     match kernel {
-        Forward::Mma => attention_fwd_kernel::launch(
+        Program::Mma => attention_fwd_kernel::launch(
             gpu, cfg, q, k, v, o, lse, cu_q, cu_k,
             batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
         ),
-        Forward::Wgmma => attention_fwd_wgmma_kernel::launch(
+        Program::Wgmma => attention_fwd_wgmma_kernel::launch(
             gpu, cfg, q, k, v, o, lse, cu_q, cu_k,
             batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
         ),
@@ -216,7 +253,7 @@ fn forward_on_gpu<T: Elem>(
 /// `(o, lse)` of `o_len` and `lse_len` values, NaN where nothing was written.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn forward_on_cpu<T: Elem>(
-    kernel: Forward,
+    kernel: Program,
     [q, k, v]: [&[T]; 3],
     [cu_q, cu_k]: [&[u32]; 2],
     sizes: [usize; 9],
@@ -229,13 +266,13 @@ pub(crate) fn forward_on_cpu<T: Elem>(
     if batch * sq * heads == 0 {
         return (o, lse);
     }
-    let cfg = kernel.config(d);
+    let cfg = kernel.forward_config(d);
     match kernel {
-        Forward::Mma => attention_fwd_kernel::cpu(
+        Program::Mma => attention_fwd_kernel::cpu(
             cfg, q, k, v, &mut o, &mut lse, cu_q, cu_k,
             batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
         ),
-        Forward::Wgmma => attention_fwd_wgmma_kernel::cpu(
+        Program::Wgmma => attention_fwd_wgmma_kernel::cpu(
             cfg, q, k, v, &mut o, &mut lse, cu_q, cu_k,
             batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
         ),
@@ -246,11 +283,11 @@ pub(crate) fn forward_on_cpu<T: Elem>(
 /// [`attention`] in the CPU interpreter, on row-major slices in the same
 /// layouts. Returns `(o, lse)`.
 pub fn attention_cpu<T: Elem>(q: &[T], k: &[T], v: &[T], dims: Dims, opt: Attention) -> (Vec<T>, Vec<f32>) {
-    attention_cpu_on(Forward::Mma, q, k, v, dims, opt)
+    attention_cpu_on(Program::Mma, q, k, v, dims, opt)
 }
 
 /// [`attention_cpu`] running the program `kernel`.
-pub fn attention_cpu_on<T: Elem>(kernel: Forward, q: &[T], k: &[T], v: &[T], dims: Dims, opt: Attention) -> (Vec<T>, Vec<f32>) {
+pub fn attention_cpu_on<T: Elem>(kernel: Program, q: &[T], k: &[T], v: &[T], dims: Dims, opt: Attention) -> (Vec<T>, Vec<f32>) {
     let Dims { batch, sq, sk, heads, kv_heads, d } = dims;
     let Checked { keys, scale, flags } = check_opts(&dims, &opt, false).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(q.len(), batch * sq * heads * d, "attention_cpu: q holds {} elements, not {dims:?}'s", q.len());
@@ -380,13 +417,13 @@ pub fn attention_varlen_cpu<T: Elem>(
     shape: [usize; 3],
     opt: Attention,
 ) -> (Vec<T>, Vec<f32>) {
-    attention_varlen_cpu_on(Forward::Mma, q, k, v, q_lens, k_lens, shape, opt)
+    attention_varlen_cpu_on(Program::Mma, q, k, v, q_lens, k_lens, shape, opt)
 }
 
 /// [`attention_varlen_cpu`] running the program `kernel`.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_varlen_cpu_on<T: Elem>(
-    kernel: Forward,
+    kernel: Program,
     q: &[T],
     k: &[T],
     v: &[T],
@@ -445,11 +482,6 @@ fn expect_grads<T: Elem>([o, d_o]: [&Tensor<T>; 2], [dq, dk, dv]: [&Tensor<T>; 3
     Ok(())
 }
 
-/// The backward's configs for head dim `d`: `(dK/dV kernel, dQ kernel)`.
-fn backward_configs(d: usize) -> (usize, usize) {
-    (config_in(attention_bwd_kv_kernel::CONFIGS, d), config_in(attention_bwd_q_kernel::CONFIGS, d))
-}
-
 /// The three backward launches, fixed or variable length: `sizes` are the
 /// kernels' `[batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h]`,
 /// `tokens` the query tokens.
@@ -466,22 +498,35 @@ fn backward_on_gpu<T: Elem>(
     flags: u32,
 ) -> Result<()> {
     let [batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h] = sizes;
-    let (kv_cfg, q_cfg) = backward_configs(d);
+    let program = Program::backward_on(gpu, d);
+    let (kv_cfg, q_cfg) = program.backward_configs(d);
     // The kernel's key grid spans dk's rows: those past the keys used get zeros.
     if batch * sk.max(kv_bs) * kv_heads > 0 {
-        let mut delta = gpu.alloc::<f32>(&[tokens.max(1), heads])?;
+        let mut delta = gpu.alloc::<f32>(&[heads, tokens.max(1)])?;
         if tokens * heads > 0 {
-            attention_bwd_rows_kernel::launch(gpu, 0, o, d_o, &mut delta, tokens * heads, d)?;
+            attention_bwd_rows_kernel::launch(gpu, 0, o, d_o, &mut delta, tokens, heads, d)?;
         }
-        attention_bwd_kv_kernel::launch(
-            gpu, kv_cfg, q, k, v, d_o, lse, &delta, dk, dv, cu_q, cu_k,
-            batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
-        )?;
-        if batch * sq * heads > 0 {
-            attention_bwd_q_kernel::launch(
-                gpu, q_cfg, q, k, v, d_o, lse, &delta, dq, cu_q, cu_k,
+        match program {
+            Program::Mma => attention_bwd_kv_kernel::launch(
+                gpu, kv_cfg, q, k, v, d_o, lse, &delta, dk, dv, cu_q, cu_k,
                 batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
-            )?;
+            )?,
+            Program::Wgmma => attention_bwd_kv_wgmma_kernel::launch(
+                gpu, kv_cfg, q, k, v, d_o, lse, &delta, dk, dv, cu_q, cu_k,
+                batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
+            )?,
+        }
+        if batch * sq * heads > 0 {
+            match program {
+                Program::Mma => attention_bwd_q_kernel::launch(
+                    gpu, q_cfg, q, k, v, d_o, lse, &delta, dq, cu_q, cu_k,
+                    batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
+                )?,
+                Program::Wgmma => attention_bwd_q_wgmma_kernel::launch(
+                    gpu, q_cfg, q, k, v, d_o, lse, &delta, dq, cu_q, cu_k,
+                    batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
+                )?,
+            }
         }
     } else if batch * sq * heads > 0 {
         // No keys at all: no query sees one.
@@ -493,32 +538,72 @@ fn backward_on_gpu<T: Elem>(
 /// [`attention_backward`] in the CPU interpreter, on row-major slices in
 /// the same layouts. Returns `(dq, dk, dv)`.
 #[allow(clippy::type_complexity)]
-pub fn attention_backward_cpu<T: Elem>([q, k, v, o, d_o]: [&[T]; 5], lse: &[f32], dims: Dims, opt: Attention) -> (Vec<T>, Vec<T>, Vec<T>) {
+pub fn attention_backward_cpu<T: Elem>(inputs: [&[T]; 5], lse: &[f32], dims: Dims, opt: Attention) -> (Vec<T>, Vec<T>, Vec<T>) {
+    attention_backward_cpu_on(Program::Mma, inputs, lse, dims, opt)
+}
+
+/// [`attention_backward_cpu`] running the programs `program`.
+#[allow(clippy::type_complexity)]
+pub fn attention_backward_cpu_on<T: Elem>(
+    program: Program,
+    [q, k, v, o, d_o]: [&[T]; 5],
+    lse: &[f32],
+    dims: Dims,
+    opt: Attention,
+) -> (Vec<T>, Vec<T>, Vec<T>) {
     let Dims { batch, sq, sk, heads, kv_heads, d } = dims;
     let Checked { keys, scale, flags, .. } = check_opts(&dims, &opt, false).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!([q.len(), o.len(), d_o.len()], [batch * sq * heads * d; 3], "attention_backward_cpu: q, o and d_o must be {dims:?}'s [batch, sq, heads, d]");
     assert_eq!([k.len(), v.len()], [batch * sk * kv_heads * d; 2], "attention_backward_cpu: k and v do not match {dims:?}");
     assert_eq!(lse.len(), batch * heads * sq, "attention_backward_cpu: lse must be [batch, heads, sq]");
     let sizes = [batch, sq, keys, heads, kv_heads, d, sq, sk, sq];
-    backward_on_cpu([q, k, v, o, d_o], lse, [&[], &[]], batch * sq, sizes, scale, flags)
+    backward_on_cpu(program, [q, k, v, o, d_o], lse, [&[], &[]], batch * sq, sizes, scale, flags)
 }
 
-/// [`backward_on_gpu`] in the CPU interpreter; NaN marks a gradient the kernels missed.
-#[allow(clippy::type_complexity)]
-fn backward_on_cpu<T: Elem>([q, k, v, o, d_o]: [&[T]; 5], lse: &[f32], [cu_q, cu_k]: [&[u32]; 2], tokens: usize, sizes: [usize; 9], scale: f32, flags: u32) -> (Vec<T>, Vec<T>, Vec<T>) {
+/// [`backward_on_gpu`] in the CPU interpreter, with the programs named;
+/// NaN marks a gradient the kernels missed.
+#[allow(clippy::type_complexity, clippy::too_many_arguments)]
+fn backward_on_cpu<T: Elem>(
+    program: Program,
+    [q, k, v, o, d_o]: [&[T]; 5],
+    lse: &[f32],
+    [cu_q, cu_k]: [&[u32]; 2],
+    tokens: usize,
+    sizes: [usize; 9],
+    scale: f32,
+    flags: u32,
+) -> (Vec<T>, Vec<T>, Vec<T>) {
     let [batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h] = sizes;
-    let (kv_cfg, q_cfg) = backward_configs(d);
+    let (kv_cfg, q_cfg) = program.backward_configs(d);
     let nan = |n: usize| vec![T::from_f32(f32::NAN); n];
     let (mut dq, mut dk, mut dv) = (nan(q.len()), nan(k.len()), nan(v.len()));
     let mut delta = vec![0.0f32; tokens * heads];
     if tokens * heads > 0 {
-        attention_bwd_rows_kernel::cpu(0, o, d_o, &mut delta, tokens * heads, d);
+        attention_bwd_rows_kernel::cpu(0, o, d_o, &mut delta, tokens, heads, d);
     }
     if batch * sk.max(kv_bs) * kv_heads > 0 {
-        attention_bwd_kv_kernel::cpu(kv_cfg, q, k, v, d_o, lse, &delta, &mut dk, &mut dv, cu_q, cu_k, batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags);
+        match program {
+            Program::Mma => attention_bwd_kv_kernel::cpu(
+                kv_cfg, q, k, v, d_o, lse, &delta, &mut dk, &mut dv, cu_q, cu_k,
+                batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
+            ),
+            Program::Wgmma => attention_bwd_kv_wgmma_kernel::cpu(
+                kv_cfg, q, k, v, d_o, lse, &delta, &mut dk, &mut dv, cu_q, cu_k,
+                batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
+            ),
+        }
     }
     if batch * sq * heads > 0 {
-        attention_bwd_q_kernel::cpu(q_cfg, q, k, v, d_o, lse, &delta, &mut dq, cu_q, cu_k, batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags);
+        match program {
+            Program::Mma => attention_bwd_q_kernel::cpu(
+                q_cfg, q, k, v, d_o, lse, &delta, &mut dq, cu_q, cu_k,
+                batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
+            ),
+            Program::Wgmma => attention_bwd_q_wgmma_kernel::cpu(
+                q_cfg, q, k, v, d_o, lse, &delta, &mut dq, cu_q, cu_k,
+                batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
+            ),
+        }
     }
     (dq, dk, dv)
 }
@@ -550,6 +635,20 @@ pub fn attention_varlen_backward<T: Elem>(
 /// [`attention_varlen_backward`] in the CPU interpreter. Returns `(dq, dk, dv)`.
 #[allow(clippy::type_complexity)]
 pub fn attention_varlen_backward_cpu<T: Elem>(
+    inputs: [&[T]; 5],
+    lse: &[f32],
+    q_lens: &[usize],
+    k_lens: &[usize],
+    shape: [usize; 3],
+    opt: Attention,
+) -> (Vec<T>, Vec<T>, Vec<T>) {
+    attention_varlen_backward_cpu_on(Program::Mma, inputs, lse, q_lens, k_lens, shape, opt)
+}
+
+/// [`attention_varlen_backward_cpu`] running the programs `program`.
+#[allow(clippy::type_complexity)]
+pub fn attention_varlen_backward_cpu_on<T: Elem>(
+    program: Program,
     [q, k, v, o, d_o]: [&[T]; 5],
     lse: &[f32],
     q_lens: &[usize],
@@ -565,5 +664,5 @@ pub fn attention_varlen_backward_cpu<T: Elem>(
     assert_eq!(lse.len(), heads * b.tq, "attention_varlen_backward_cpu: lse must be [heads, tokens]");
     let (cu_q, cu_k) = (cumulative(q_lens, "query").unwrap(), cumulative(k_lens, "key").unwrap());
     let sizes = [b.seqs, b.max_q, b.max_k, heads, kv_heads, d, 0, 0, b.tq];
-    backward_on_cpu([q, k, v, o, d_o], lse, [&cu_q, &cu_k], b.tq, sizes, scale, flags)
+    backward_on_cpu(program, [q, k, v, o, d_o], lse, [&cu_q, &cu_k], b.tq, sizes, scale, flags)
 }

@@ -260,6 +260,9 @@ pub use hopper::*;
 mod backward;
 pub use backward::*;
 
+mod hopper_backward;
+pub use hopper_backward::*;
+
 // ---- host API ----------------------------------------------------------------------------
 
 #[cfg(not(target_arch = "nvptx64"))]

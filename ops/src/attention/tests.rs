@@ -1,7 +1,7 @@
 //! CPU-interpreter checks of attention against float64: every head dim,
 //! odd lengths (1, 17, 130, 1000, 4099: none a multiple of a tile), causal,
 //! rectangular, GQA/MQA and variable lengths; the forward's two programs
-//! (`mma.sync` and Hopper's `wgmma`) and the backward.
+//! (`mma.sync` and Hopper's `wgmma`) and the backward's two.
 use super::*;
 use crate::reference;
 use crate::testing::*;
@@ -13,7 +13,7 @@ fn check<T: Elem>(dims: Dims, opt: Attention, spread: f32) {
     let k: Vec<T> = normal(&mut rng, batch * sk * kv_heads * d, 0.0, spread);
     let v: Vec<T> = normal(&mut rng, batch * sk * kv_heads * d, 0.0, 1.0);
     let want = attention_want(&q, &k, &v, dims, opt);
-    for kernel in [Forward::Mma, Forward::Wgmma] {
+    for kernel in [Program::Mma, Program::Wgmma] {
         let (o, lse) = attention_cpu_on(kernel, &q, &k, &v, dims, opt);
         let ctx = format!("attention<{}> {kernel:?} {dims:?} {opt:?} (seed {seed})", T::NAME);
         assert_attention_close(&o, &lse, |z, h, i| (z * heads + h) * sq + i, want.clone(), &ctx);
@@ -83,7 +83,7 @@ fn variable_lengths() {
         let v: Vec<bf16> = normal(&mut rng, tk * kv_heads * d, 0.0, 1.0);
         let seqs = packed_seqs(&q_lens, &k_lens);
         let want = reference::attention(&wide(&q), &wide(&k), &wide(&v), &seqs, [heads, kv_heads, d], 1.0 / (d as f64).sqrt(), opt.causal);
-        for kernel in [Forward::Mma, Forward::Wgmma] {
+        for kernel in [Program::Mma, Program::Wgmma] {
             let (o, lse) = attention_varlen_cpu_on(kernel, &q, &k, &v, &q_lens, &k_lens, [heads, kv_heads, d], opt);
             let ctx = format!("attention_varlen {kernel:?} d {d} {opt:?} (seed {seed})");
             assert_attention_close(&o, &lse, |z, h, i| h * tq + seqs[z].0 + i, want.clone(), &ctx);
@@ -112,16 +112,17 @@ fn check_grad<T: Elem>(dims: Dims, opt: Attention) {
     let v: Vec<T> = normal(&mut rng, batch * sk * kv_heads * d, 0.0, 1.0);
     let d_o: Vec<T> = normal(&mut rng, batch * sq * heads * d, 0.0, 1.0);
     let (o, lse) = attention_cpu(&q, &k, &v, dims, opt);
-    let (dq, dk, dv) = attention_backward_cpu([&q, &k, &v, &o, &d_o], &lse, dims, opt);
     let keys = opt.keys.unwrap_or(sk);
     let seqs: Vec<_> = (0..batch).map(|z| (z * sq, sq, z * sk, keys)).collect();
     let scale = opt.scale.unwrap_or(1.0 / (d as f32).sqrt()) as f64;
     let [wq, wk, wv] = reference::attention_grad(&wide(&q), &wide(&k), &wide(&v), &wide(&d_o), &seqs, [heads, kv_heads, d], scale, opt.causal);
-    let ctx = |what: &str| format!("attention backward {what}<{}> {dims:?} {opt:?} (seed {seed})", T::NAME);
-    // The gradients pass through two products with 16-bit operands (P and dS rounded): twice the forward's tolerance.
-    for (name, got, want) in [("dq", &dq, &wq), ("dk", &dk, &wk), ("dv", &dv, &wv)] {
-        let err = rel_err(got, want);
-        assert!(err <= 2.0 * tolerance::<T>(), "{}: rel err {err:.2e}", ctx(name));
+    for program in [Program::Mma, Program::Wgmma].into_iter().filter(|p| p.has_backward(d)) {
+        let (dq, dk, dv) = attention_backward_cpu_on(program, [&q, &k, &v, &o, &d_o], &lse, dims, opt);
+        // The gradients pass through two products with 16-bit operands (P and dS rounded): twice the forward's tolerance.
+        for (name, got, want) in [("dq", &dq, &wq), ("dk", &dk, &wk), ("dv", &dv, &wv)] {
+            let err = rel_err(got, want);
+            assert!(err <= 2.0 * tolerance::<T>(), "attention backward {name}<{}> {program:?} {dims:?} {opt:?} (seed {seed}): rel err {err:.2e}", T::NAME);
+        }
     }
 }
 
@@ -153,12 +154,14 @@ fn backward_of_variable_lengths() {
         let d_o: Vec<bf16> = normal(&mut rng, tq * heads * d, 0.0, 1.0);
         let shape = [heads, kv_heads, d];
         let (o, lse) = attention_varlen_cpu(&q, &k, &v, &q_lens, &k_lens, shape, opt);
-        let (dq, dk, dv) = attention_varlen_backward_cpu([&q, &k, &v, &o, &d_o], &lse, &q_lens, &k_lens, shape, opt);
         let seqs = packed_seqs(&q_lens, &k_lens);
         let want = reference::attention_grad(&wide(&q), &wide(&k), &wide(&v), &wide(&d_o), &seqs, shape, 1.0 / (d as f64).sqrt(), opt.causal);
-        for ((name, got), want) in [("dq", &dq), ("dk", &dk), ("dv", &dv)].into_iter().zip(want) {
-            let err = rel_err(got, &want);
-            assert!(err <= 2.0 * tolerance::<bf16>(), "attention_varlen_backward {name} d {d} {opt:?}: rel err {err:.2e} (seed {seed})");
+        for program in [Program::Mma, Program::Wgmma].into_iter().filter(|p| p.has_backward(d)) {
+            let (dq, dk, dv) = attention_varlen_backward_cpu_on(program, [&q, &k, &v, &o, &d_o], &lse, &q_lens, &k_lens, shape, opt);
+            for ((name, got), want) in [("dq", &dq), ("dk", &dk), ("dv", &dv)].into_iter().zip(&want) {
+                let err = rel_err(got, want);
+                assert!(err <= 2.0 * tolerance::<bf16>(), "attention_varlen_backward {name} {program:?} d {d} {opt:?}: rel err {err:.2e} (seed {seed})");
+            }
         }
     }
 }

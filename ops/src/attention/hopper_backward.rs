@@ -1,0 +1,236 @@
+//! Flash attention backward on Hopper (sm_90a): [`super::attention_bwd_kv_kernel`]
+//! and [`super::attention_bwd_q_kernel`]'s programs with every product on
+//! the warpgroup tensor cores (`wgmma`).
+//!
+//! Both run two warpgroups of 64 accumulator rows each, and keep every
+//! right operand where `wgmma` reads it, in shared memory:
+//! - dK/dV: the rows are 128 keys. `Sᵀ = K·Qᵀ` and `dPᵀ = V·dOᵀ` read K, V,
+//!   Q and dO as stored (K-major); `dV += Pᵀ·dO` and `dK += dSᵀ·Q` take
+//!   `Pᵀ`, `dSᵀ` from the registers the elementwise step left them in and
+//!   dO, Q N-major (their rows are queries, the products' depth);
+//! - dQ: the rows are 128 queries. `S = Q·Kᵀ`, `dP = dO·Vᵀ`, then
+//!   `dQ += dS·K` with K N-major.
+//!
+//! The head dims are 64 and 128, the ones [`super::Program::on`] runs on
+//! `wgmma` (at 72 a 16-column tail of 64 queries would leave threads
+//! of the copy without a chunk). Each step issues both score
+//! products before it waits for the first, so the second runs under the
+//! probabilities' exponentials.
+use rustile::prelude::*;
+
+/// [`super::attention_bwd_kv_kernel`] on `wgmma` (the same arguments): one
+/// block of `BN` keys of one key/value head, walking `BM` queries a step.
+#[kernel(
+    configs = [
+        (D = 64, BM = 64, BN = 128, WARPS = 8, SMEM = 65536),
+        (D = 128, BM = 64, BN = 128, WARPS = 8, SMEM = 131072),
+    ],
+    grid = [cdiv(sk.max(kv_bs), BN), kv_heads, batch],
+    dtypes = [bf16, f16],
+    arch = sm_90a,
+)]
+pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
+    q: Ptr<T>, k: Ptr<T>, v: Ptr<T>, d_o: Ptr<T>, lse: Ptr<f32>, delta: Ptr<f32>, dk: PtrMut<T>, dv: PtrMut<T>,
+    cu_q: Ptr<u32>, cu_k: Ptr<u32>,
+    batch: usize, sq: usize, sk: usize, heads: usize, kv_heads: usize, d: usize,
+    q_bs: usize, kv_bs: usize, lse_h: usize, scale: f32, flags: u32,
+) {
+    // Here, not at the top: on other arches the macro leaves the body out.
+    use crate::attention::{query_tokens, store_head, Head, Seq, CAUSAL, VARLEN};
+    use core::f32::consts::LOG2_E;
+    use rustile::wgmma;
+    const TAIL: bool = D > 64;
+    const D1: usize = if TAIL { D - 64 } else { 64 };
+    // `wgmma` groups a product over the head takes: one per tile.
+    const GROUPS: u32 = if TAIL { 2 } else { 1 };
+    type AccW<const N: usize> = rustile::Acc<BN, N, THREADS, true>;
+    type Rows<const R: usize> = Head<T, R, 64, D1, THREADS>;
+
+    let (kb, hk, z) = (program_id(0), program_id(1), program_id(2));
+    let (causal, varlen) = (flags & CAUSAL != 0, flags & VARLEN != 0);
+    let s = Seq::of(z, cu_q, cu_k, [sq, sk, q_bs, kv_bs, heads, kv_heads, d], varlen);
+    let rows = if varlen { s.lk } else { kv_bs };
+    let c0 = kb * BN;
+    if c0 >= rows {
+        return;
+    }
+    let (qp, dop) = (q.offset(s.q_at()), d_o.offset(s.q_at()));
+    let c = scale * LOG2_E;
+    let tokens = query_tokens(batch, q_bs, lse_h, varlen);
+
+    // Shared memory: K, V, then two stages of Q and dO (every tile on a
+    // multiple of 1024 bytes, the swizzle period).
+    let (sk_, sv_) = (Rows::<BN>::at(0, TAIL), Rows::<BN>::at(BN * D * 2, TAIL));
+    let qd = |stage: usize, which: usize| Rows::<BM>::at(2 * BN * D * 2 + (2 * stage + which) * BM * D * 2, TAIL);
+    sk_.copy_from(k.offset(s.k_at()), [s.lk, s.ldk, hk * d, d], c0);
+    sv_.copy_from(v.offset(s.k_at()), [s.lk, s.ldk, hk * d, d], c0);
+
+    // The walk over (query head, query block) pairs of the `mma.sync` kernel.
+    let first_qb = if causal { c0 / BM } else { 0 };
+    let blocks = if c0 < s.lk { cdiv(s.lq, BM).saturating_sub(first_qb) } else { 0 };
+    let group = heads / kv_heads;
+    let steps = group * blocks;
+    let at = |t: usize| (hk * group + t / blocks, (first_qb + t % blocks) * BM);
+    let copy_qd = |t: usize| {
+        let (h, r0) = at(t);
+        qd(t % 2, 0).copy_from(qp, [s.lq, s.ldq, h * d, d], r0);
+        qd(t % 2, 1).copy_from(dop, [s.lq, s.ldq, h * d, d], r0);
+    };
+    if steps > 0 {
+        copy_qd(0);
+    }
+    commit_copies();
+
+    let (mut dk0, mut dk1) = (AccW::<64>::zeros(), AccW::<D1>::zeros());
+    let (mut dv0, mut dv1) = (AccW::<64>::zeros(), AccW::<D1>::zeros());
+    for t in 0..steps {
+        // Step t's tiles have landed; step t−1's products, the last readers
+        // of the other stage, finished at its end.
+        wait_copies::<0>();
+        wgmma::fence_shared();
+        sync();
+        if t + 1 < steps {
+            copy_qd(t + 1);
+        }
+        commit_copies();
+        let (h, r0) = at(t);
+        let (sq_, sd_) = (qd(t % 2, 0), qd(t % 2, 1));
+        let (mut st, mut dpt) = (AccW::<BM>::zeros(), AccW::<BM>::zeros());
+        wgmma::dot_async(&sk_.main, &sq_.main, &mut st);
+        if TAIL {
+            wgmma::dot_async(&sk_.rest, &sq_.rest, &mut st);
+        }
+        wgmma::dot_async(&sv_.main, &sd_.main, &mut dpt);
+        if TAIL {
+            wgmma::dot_async(&sv_.rest, &sd_.rest, &mut dpt);
+        }
+        // The queries' log-sum-exp (base 2) loads under the products.
+        let lse_at = s.lse0 + h * lse_h + r0;
+        let lse2 = AccCols::<BM>::from_fn(|col| if r0 + col < s.lq { lse.read(lse_at + col) * LOG2_E } else { f32::INFINITY });
+        // Sᵀ is done (dPᵀ may still run). A query past the end has lse = ∞,
+        // so P = 0 there; only keys past the end and the diagonal need a mask.
+        wgmma::wait::<GROUPS, BN, BM, THREADS>(&mut st);
+        let mut pt = st.map_cols(&lse2, |x, l| math::exp2(x * c - l));
+        if c0 + BN > s.lk || (causal && c0 + BN > r0 + 1) {
+            pt = pt.map(|r, col, x| if c0 + r >= s.lk || (causal && c0 + r > r0 + col) { 0.0 } else { x });
+        }
+        let ppk = pt.pack::<T>();
+        wgmma::dot_acc_async(&ppk, &sd_.main, &mut dv0);
+        if TAIL {
+            wgmma::dot_acc_async(&ppk, &sd_.rest, &mut dv1);
+        }
+        // delta loads under dV's product; dSᵀ = Pᵀ ⊙ (dPᵀ − delta) waits for
+        // it too, so that the registers of Pᵀ's copy are free again (with
+        // them live, D = 128 spilled).
+        let delta_at = h * tokens + s.q0 + r0;
+        let dlt = AccCols::<BM>::from_fn(|col| if r0 + col < s.lq { delta.read(delta_at + col) } else { 0.0 });
+        wgmma::wait::<0, BN, BM, THREADS>(&mut dpt);
+        let dspk = pt.zip(dpt.map_cols(&dlt, |x, dl| x - dl), |p, dp| p * dp).pack::<T>();
+        wgmma::dot_acc_async(&dspk, &sq_.main, &mut dk0);
+        if TAIL {
+            wgmma::dot_acc_async(&dspk, &sq_.rest, &mut dk1);
+        }
+        wgmma::wait::<0, BN, 64, THREADS>(&mut dk0);
+    }
+    wgmma::wait::<0, BN, 64, THREADS>(&mut dv0);
+    wgmma::wait::<0, BN, D1, THREADS>(&mut dv1);
+    wgmma::wait::<0, BN, D1, THREADS>(&mut dk1);
+    let out = [rows, s.ldk, hk * d, d];
+    store_head(dk.offset(s.k_at()), out, c0, &dk0.map(|_, _, x| x * scale), &dk1.map(|_, _, x| x * scale), TAIL);
+    store_head(dv.offset(s.k_at()), out, c0, &dv0, &dv1, TAIL);
+}
+
+/// [`super::attention_bwd_q_kernel`] on `wgmma` (the same arguments): one
+/// block of `BM` queries of one head, walking `BN` keys a step. At D = 128
+/// 64-key blocks: with 128, S and dP alone would take 128 registers.
+#[kernel(
+    configs = [
+        (D = 64, BM = 128, BN = 128, WARPS = 8, SMEM = 98304),
+        (D = 128, BM = 128, BN = 64, WARPS = 8, SMEM = 131072),
+    ],
+    grid = [cdiv(sq, BM), heads, batch],
+    dtypes = [bf16, f16],
+    arch = sm_90a,
+)]
+pub fn attention_bwd_q_wgmma_kernel<T: Elem>(
+    q: Ptr<T>, k: Ptr<T>, v: Ptr<T>, d_o: Ptr<T>, lse: Ptr<f32>, delta: Ptr<f32>, dq: PtrMut<T>,
+    cu_q: Ptr<u32>, cu_k: Ptr<u32>,
+    batch: usize, sq: usize, sk: usize, heads: usize, kv_heads: usize, d: usize,
+    q_bs: usize, kv_bs: usize, lse_h: usize, scale: f32, flags: u32,
+) {
+    use crate::attention::{query_tokens, store_head, Head, Seq, CAUSAL, VARLEN};
+    use core::f32::consts::LOG2_E;
+    use rustile::wgmma;
+    const TAIL: bool = D > 64;
+    const D1: usize = if TAIL { D - 64 } else { 64 };
+    const GROUPS: u32 = if TAIL { 2 } else { 1 };
+    type AccW<const N: usize> = rustile::Acc<BM, N, THREADS, true>;
+    type Rows<const R: usize> = Head<T, R, 64, D1, THREADS>;
+
+    let (qb, h, z) = (program_id(0), program_id(1), program_id(2));
+    let (causal, varlen) = (flags & CAUSAL != 0, flags & VARLEN != 0);
+    let s = Seq::of(z, cu_q, cu_k, [sq, sk, q_bs, kv_bs, heads, kv_heads, d], varlen);
+    let r0 = qb * BM;
+    if r0 >= s.lq {
+        return;
+    }
+    let hk = h / (heads / kv_heads);
+    let (kp, vp) = (k.offset(s.k_at()), v.offset(s.k_at()));
+    let c = scale * LOG2_E;
+    // This block's queries' log-sum-exp (base 2; ∞ past the end, so that P
+    // is 0 there) and delta, for every key block.
+    let (lse_at, delta_at) = (s.lse0 + h * lse_h + r0, h * query_tokens(batch, q_bs, lse_h, varlen) + s.q0 + r0);
+    let lse2 = AccRows::<BM, THREADS>::from_fn(|r| if r0 + r < s.lq { lse.read(lse_at + r) * LOG2_E } else { f32::INFINITY });
+    let dlt = AccRows::<BM, THREADS>::from_fn(|r| if r0 + r < s.lq { delta.read(delta_at + r) } else { 0.0 });
+
+    // Shared memory: Q, dO, then two stages of K and V.
+    let (sq_, sd_) = (Rows::<BM>::at(0, TAIL), Rows::<BM>::at(BM * D * 2, TAIL));
+    let kv = |stage: usize, which: usize| Rows::<BN>::at(2 * BM * D * 2 + (2 * stage + which) * BN * D * 2, TAIL);
+    let copy_kv = |j: usize| {
+        kv(j % 2, 0).copy_from(kp, [s.lk, s.ldk, hk * d, d], j * BN);
+        kv(j % 2, 1).copy_from(vp, [s.lk, s.ldk, hk * d, d], j * BN);
+    };
+    sq_.copy_from(q.offset(s.q_at()), [s.lq, s.ldq, h * d, d], r0);
+    sd_.copy_from(d_o.offset(s.q_at()), [s.lq, s.ldq, h * d, d], r0);
+    let blocks = s.key_blocks(r0, BM, BN, causal);
+    if blocks > 0 {
+        copy_kv(0);
+    }
+    commit_copies();
+
+    let (mut dq0, mut dq1) = (AccW::<64>::zeros(), AccW::<D1>::zeros());
+    for j in 0..blocks {
+        wait_copies::<0>();
+        wgmma::fence_shared();
+        sync();
+        if j + 1 < blocks {
+            copy_kv(j + 1);
+        }
+        commit_copies();
+        let c0 = j * BN;
+        let (sk_, sv_) = (kv(j % 2, 0), kv(j % 2, 1));
+        let (mut sc, mut dp) = (AccW::<BN>::zeros(), AccW::<BN>::zeros());
+        wgmma::dot_async(&sq_.main, &sk_.main, &mut sc);
+        if TAIL {
+            wgmma::dot_async(&sq_.rest, &sk_.rest, &mut sc);
+        }
+        wgmma::dot_async(&sd_.main, &sv_.main, &mut dp);
+        if TAIL {
+            wgmma::dot_async(&sd_.rest, &sv_.rest, &mut dp);
+        }
+        wgmma::wait::<GROUPS, BM, BN, THREADS>(&mut sc);
+        let mut p = sc.map_rows(&lse2, |x, l| math::exp2(x * c - l));
+        if c0 + BN > s.lk || (causal && c0 + BN > r0 + 1) {
+            p = p.map(|r, col, x| if c0 + col >= s.lk || (causal && c0 + col > r0 + r) { 0.0 } else { x });
+        }
+        wgmma::wait::<0, BM, BN, THREADS>(&mut dp);
+        let ds = p.zip(dp.map_rows(&dlt, |x, dl| x - dl), |p, dp| p * dp).pack::<T>();
+        wgmma::dot_acc_async(&ds, &sk_.main, &mut dq0);
+        if TAIL {
+            wgmma::dot_acc_async(&ds, &sk_.rest, &mut dq1);
+        }
+        wgmma::wait::<0, BM, 64, THREADS>(&mut dq0);
+    }
+    wgmma::wait::<0, BM, D1, THREADS>(&mut dq1);
+    store_head(dq.offset(s.q_at()), [s.lq, s.ldq, h * d, d], r0, &dq0.map(|_, _, x| x * scale), &dq1.map(|_, _, x| x * scale), TAIL);
+}
