@@ -91,10 +91,10 @@ pub fn spec(shapes: &[Shape]) -> String {
 }
 
 /// Float64 outputs of sampled queries (the first and last four of the first
-/// and last head of the first and last sequence) against ours: the error of
-/// `o`, and with `grad = (d_o, dq)` of `dq` (a query's gradient needs only
-/// its own row of scores).
-fn check_sampled<T: Elem>(s: &Shape, q: &[T], k: &[T], v: &[T], o: &[T], grad: Option<(&[T], &[T])>) -> (f64, f64) {
+/// and last head of the first and last sequence) against ours: the errors
+/// of `o` and, with `(d_o, dq)`, of `dq` (a query's gradient needs only its
+/// own row of scores).
+fn check_sampled<T: Elem>(s: &Shape, q: &[T], k: &[T], v: &[T], o: &[T], (d_o, dq): (&[T], &[T])) -> (f64, f64) {
     let (Dims { batch, sq, sk, heads, kv_heads, d }, causal) = (s.dims, s.causal);
     let scale = 1.0 / (d as f64).sqrt();
     let (mut got, mut want, mut got_dq, mut want_dq) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -118,15 +118,13 @@ fn check_sampled<T: Elem>(s: &Shape, q: &[T], k: &[T], v: &[T], o: &[T], grad: O
                 let qi = wide(&q[at..][..d]);
                 want.extend(reference::attention_head(&qi, &kz, &vz, 1, seen, d, scale, false).0);
                 got.extend_from_slice(&o[at..][..d]);
-                if let Some((d_o, dq)) = grad {
-                    let [gq, _, _] = reference::attention_head_grad(&qi, &kz, &vz, &wide(&d_o[at..][..d]), 1, seen, d, scale, false);
-                    want_dq.extend(gq);
-                    got_dq.extend_from_slice(&dq[at..][..d]);
-                }
+                let [gq, _, _] = reference::attention_head_grad(&qi, &kz, &vz, &wide(&d_o[at..][..d]), 1, seen, d, scale, false);
+                want_dq.extend(gq);
+                got_dq.extend_from_slice(&dq[at..][..d]);
             }
         }
     }
-    (rel_err(&got, &want), if grad.is_some() { rel_err(&got_dq, &want_dq) } else { 0.0 })
+    (rel_err(&got, &want), rel_err(&got_dq, &want_dq))
 }
 
 /// Checks and times `ops::attention` at each shape (bf16).
@@ -152,30 +150,27 @@ pub fn bench_attention(gpu: &Gpu, cfg: &MeasureCfg, shapes: &[Shape]) -> Result<
         let opt = Attention { causal, ..Attention::default() };
         gpu.fill_bytes(&mut o, 0xFF)?;
         attention::attention(gpu, &dq_in, &dk_in, &dv_in, &mut o, &mut lse, opt)?;
-        let (err, _) = check_sampled(s, &q, &k, &v, &gpu.download(&o)?, None);
-        eprintln!("{} {}: sampled rel err {err:.2e} (seed {seed})", s.op(), spec(&[*s]));
-        if err > tolerance::<bf16>() {
-            return Err(Error::Launch { kernel: "attention".into(), msg: format!("wrong result at {s:?}: rel err {err:.2e} (seed {seed})") });
-        }
-        let (free, total) = gpu.mem_info()?;
-        let stats = measure(gpu, cfg, || attention::attention(gpu, &dq_in, &dk_in, &dv_in, &mut o, &mut lse, opt))?;
-        eprintln!("  {:.1} µs, {:.0} TFLOP/s; device memory in use {:.2} GB", stats.median_ms * 1e3, s.flops() / stats.median_ms / 1e9, (total - free) as f64 / 1e9);
-        let fwd_ms = stats.median_ms;
-        rows.push(Row::new(s.op(), &s.sizes(), bf16::NAME, RUSTILE, stats).flops(s.flops()));
-        // The backward, counted as 2.5 forwards; dq of the sampled queries checked here (dk and dv by the GPU tests).
+        // The backward too, counted as 2.5 forwards: o and the dq of the sampled queries are checked here (dk and dv by the GPU tests).
         let d_o_host = normal::<bf16>(&mut rng, qs.iter().product(), 0.0, 1.0);
         let d_o = gpu.upload(&d_o_host, &qs)?;
         let (mut dq, mut dk, mut dv) = (gpu.alloc::<bf16>(&qs)?, gpu.alloc::<bf16>(&ks)?, gpu.alloc::<bf16>(&ks)?);
         attention::attention_backward(gpu, [&dq_in, &dk_in, &dv_in, &o, &d_o], &lse, [&mut dq, &mut dk, &mut dv], opt)?;
-        let (_, err) = check_sampled(s, &q, &k, &v, &gpu.download(&o)?, Some((&d_o_host, &gpu.download(&dq)?)));
-        eprintln!("  backward: sampled dq rel err {err:.2e}");
-        if err > 2.0 * tolerance::<bf16>() {
-            return Err(Error::Launch { kernel: "attention_backward".into(), msg: format!("wrong dq at {s:?}: rel err {err:.2e} (seed {seed})") });
+        let (err, dq_err) = check_sampled(s, &q, &k, &v, &gpu.download(&o)?, (&d_o_host, &gpu.download(&dq)?));
+        eprintln!("{} {}: sampled rel err {err:.2e}, dq {dq_err:.2e} (seed {seed})", s.op(), spec(&[*s]));
+        if err > tolerance::<bf16>() {
+            return Err(Error::Launch { kernel: "attention".into(), msg: format!("wrong result at {s:?}: rel err {err:.2e} (seed {seed})") });
         }
+        if dq_err > 2.0 * tolerance::<bf16>() {
+            return Err(Error::Launch { kernel: "attention_backward".into(), msg: format!("wrong dq at {s:?}: rel err {dq_err:.2e} (seed {seed})") });
+        }
+        let stats = measure(gpu, cfg, || attention::attention(gpu, &dq_in, &dk_in, &dv_in, &mut o, &mut lse, opt))?;
+        eprintln!("  {:.1} µs, {:.0} TFLOP/s", stats.median_ms * 1e3, s.flops() / stats.median_ms / 1e9);
+        let fwd_ms = stats.median_ms;
+        rows.push(Row::new(s.op(), &s.sizes(), bf16::NAME, RUSTILE, stats).flops(s.flops()));
         let bwd = measure(gpu, cfg, || attention::attention_backward(gpu, [&dq_in, &dk_in, &dv_in, &o, &d_o], &lse, [&mut dq, &mut dk, &mut dv], opt))?;
         let (free, total) = gpu.mem_info()?;
         eprintln!(
-            "  backward {:.1} µs, {:.0} TFLOP/s; forward + backward {:.2} ms; device memory in use {:.2} GB",
+            "  backward {:.1} µs, {:.0} TFLOP/s; forward + backward {:.2} ms; device memory in use (both passes' buffers) {:.2} GB",
             bwd.median_ms * 1e3,
             2.5 * s.flops() / bwd.median_ms / 1e9,
             fwd_ms + bwd.median_ms,

@@ -38,15 +38,45 @@ pub fn attention_bwd_rows_kernel<T: Elem>(o: Ptr<T>, d_o: Ptr<T>, delta: PtrMut<
 /// forward's `exp(scale·x − lse)` as one multiply-add and a base-2
 /// exponent (`c = scale·log2 e`).
 #[inline(always)]
-pub(super) fn prob(x: f32, c: f32, lse: f32) -> f32 {
+fn prob(x: f32, c: f32, lse: f32) -> f32 {
     math::exp2(x * c - lse * core::f32::consts::LOG2_E)
 }
 
-/// The batch's query tokens, `delta`'s row length: `batch·q_bs`, or with
-/// variable lengths all of them (`lse_h`, the log-sum-exp's row length).
+/// The batch's query tokens, `delta`'s row length (the host allocates it
+/// from this too): `batch·q_bs`, or with variable lengths all of them
+/// (`lse_h`, the log-sum-exp's row length).
 #[inline(always)]
 pub(super) fn query_tokens(batch: usize, q_bs: usize, lse_h: usize, varlen: bool) -> usize {
     if varlen { lse_h } else { batch * q_bs }
+}
+
+/// The (query head, query block) pairs that read key block `c0` of a
+/// key/value head, as one walk of `steps`: the group's query heads one
+/// after another, each from the first query block that sees the keys.
+#[derive(Clone, Copy)]
+pub(super) struct Walk {
+    pub(super) steps: usize,
+    first_qb: usize,
+    blocks: usize,
+    h0: usize,
+    bm: usize,
+}
+
+impl Walk {
+    /// Key head `hk`, read by `group` query heads in blocks of `bm` queries.
+    #[inline(always)]
+    pub(super) fn of(s: &Seq, c0: usize, bm: usize, hk: usize, group: usize, causal: bool) -> Walk {
+        // Top-left causal: query i reads key j when j ≤ i.
+        let first_qb = if causal { c0 / bm } else { 0 };
+        let blocks = if c0 < s.lk { cdiv(s.lq, bm).saturating_sub(first_qb) } else { 0 };
+        Walk { steps: group * blocks, first_qb, blocks, h0: hk * group, bm }
+    }
+
+    /// Step `t`: query head `h`, queries `r0..r0+bm`.
+    #[inline(always)]
+    pub(super) fn at(&self, t: usize) -> (usize, usize) {
+        (self.h0 + t / self.blocks, (self.first_qb + t % self.blocks) * self.bm)
+    }
 }
 
 // ---- 2. dK and dV ------------------------------------------------------------------------
@@ -56,9 +86,8 @@ pub(super) fn query_tokens(batch: usize, q_bs: usize, lse_h: usize, varlen: bool
 /// tokens]` of the batch's query tokens), with `do` beside `o`; a variable-length batch gives its
 /// longest key sequence as `sk` (the grid).
 ///
-/// The (query head, query block) pairs that read this key block are one
-/// flat walk, so that the next pair's Q and dO load while this one
-/// multiplies. D = 128 takes 32-query blocks: dK and dV hold 64 registers
+/// The query blocks that read this key block are one flat [`Walk`], so
+/// that the next one's Q and dO load while this one multiplies. D = 128 takes 32-query blocks: dK and dV hold 64 registers
 /// each there, and two 64-wide score blocks more would spill.
 #[kernel(
     configs = [
@@ -102,34 +131,28 @@ pub fn attention_bwd_kv_kernel<T: Elem>(
     sk_.copy_from(k.offset(s.k_at()), [s.lk, s.ldk, hk * d, d], c0);
     sv_.copy_from(v.offset(s.k_at()), [s.lk, s.ldk, hk * d, d], c0);
 
-    // Top-left causal: query i reads key j when j ≤ i, so the first query block that reads this key block.
-    let first_qb = if causal { c0 / BM } else { 0 };
-    let blocks = if c0 < s.lk { cdiv(s.lq, BM).saturating_sub(first_qb) } else { 0 };
-    let group = heads / kv_heads;
-    let steps = group * blocks;
-    // Step t: query head h, queries r0..r0+BM.
-    let at = |t: usize| (hk * group + t / blocks, (first_qb + t % blocks) * BM);
+    let walk = Walk::of(&s, c0, BM, hk, heads / kv_heads, causal);
     let copy_qd = |t: usize| {
-        let (h, r0) = at(t);
+        let (h, r0) = walk.at(t);
         qd(t % 2, 0).copy_from(qp, [s.lq, s.ldq, h * d, d], r0);
         qd(t % 2, 1).copy_from(dop, [s.lq, s.ldq, h * d, d], r0);
     };
-    if steps > 0 {
+    if walk.steps > 0 {
         copy_qd(0);
     }
     commit_copies();
 
     let (mut dk0, mut dk1) = (AccW::<D0>::zeros(), AccW::<D1>::zeros());
     let (mut dv0, mut dv1) = (AccW::<D0>::zeros(), AccW::<D1>::zeros());
-    for t in 0..steps {
+    for t in 0..walk.steps {
         // Step t's tiles have landed, and every thread is done with step t−1's stage.
         wait_copies::<0>();
         sync();
-        if t + 1 < steps {
+        if t + 1 < walk.steps {
             copy_qd(t + 1);
         }
         commit_copies();
-        let (h, r0) = at(t);
+        let (h, r0) = walk.at(t);
         let lse_at = s.lse0 + h * lse_h;
         let (sq_, sd_) = (qd(t % 2, 0), qd(t % 2, 1));
         // Sᵀ: keys are rows, queries columns.

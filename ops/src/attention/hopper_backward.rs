@@ -36,7 +36,7 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
     q_bs: usize, kv_bs: usize, lse_h: usize, scale: f32, flags: u32,
 ) {
     // Here, not at the top: on other arches the macro leaves the body out.
-    use crate::attention::{query_tokens, store_head, Head, Seq, CAUSAL, VARLEN};
+    use crate::attention::{query_tokens, store_head, Head, Seq, Walk, CAUSAL, VARLEN};
     use core::f32::consts::LOG2_E;
     use rustile::wgmma;
     const TAIL: bool = D > 64;
@@ -65,35 +65,30 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
     sk_.copy_from(k.offset(s.k_at()), [s.lk, s.ldk, hk * d, d], c0);
     sv_.copy_from(v.offset(s.k_at()), [s.lk, s.ldk, hk * d, d], c0);
 
-    // The walk over (query head, query block) pairs of the `mma.sync` kernel.
-    let first_qb = if causal { c0 / BM } else { 0 };
-    let blocks = if c0 < s.lk { cdiv(s.lq, BM).saturating_sub(first_qb) } else { 0 };
-    let group = heads / kv_heads;
-    let steps = group * blocks;
-    let at = |t: usize| (hk * group + t / blocks, (first_qb + t % blocks) * BM);
+    let walk = Walk::of(&s, c0, BM, hk, heads / kv_heads, causal);
     let copy_qd = |t: usize| {
-        let (h, r0) = at(t);
+        let (h, r0) = walk.at(t);
         qd(t % 2, 0).copy_from(qp, [s.lq, s.ldq, h * d, d], r0);
         qd(t % 2, 1).copy_from(dop, [s.lq, s.ldq, h * d, d], r0);
     };
-    if steps > 0 {
+    if walk.steps > 0 {
         copy_qd(0);
     }
     commit_copies();
 
     let (mut dk0, mut dk1) = (AccW::<64>::zeros(), AccW::<D1>::zeros());
     let (mut dv0, mut dv1) = (AccW::<64>::zeros(), AccW::<D1>::zeros());
-    for t in 0..steps {
+    for t in 0..walk.steps {
         // Step t's tiles have landed; step t−1's products, the last readers
         // of the other stage, finished at its end.
         wait_copies::<0>();
         wgmma::fence_shared();
         sync();
-        if t + 1 < steps {
+        if t + 1 < walk.steps {
             copy_qd(t + 1);
         }
         commit_copies();
-        let (h, r0) = at(t);
+        let (h, r0) = walk.at(t);
         let (sq_, sd_) = (qd(t % 2, 0), qd(t % 2, 1));
         let (mut st, mut dpt) = (AccW::<BM>::zeros(), AccW::<BM>::zeros());
         wgmma::dot_async(&sk_.main, &sq_.main, &mut st);

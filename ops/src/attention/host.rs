@@ -467,7 +467,7 @@ pub fn attention_backward<T: Elem>(
     let Checked { keys, scale, flags, .. } = check_opts(&dims, &opt, false)?;
     let none = gpu.alloc::<u32>(&[0])?;
     let sizes = [batch, sq, keys, heads, kv_heads, d, sq, sk, sq];
-    backward_on_gpu(gpu, [q, k, v, o, d_o], lse, [dq, dk, dv], [&none, &none], batch * sq, sizes, scale, flags)
+    backward_on_gpu(gpu, [q, k, v, o, d_o], lse, [dq, dk, dv], [&none, &none], sizes, scale, flags)
 }
 
 /// The shapes and layouts the backward checks beyond the forward's: `o`,
@@ -483,8 +483,7 @@ fn expect_grads<T: Elem>([o, d_o]: [&Tensor<T>; 2], [dq, dk, dv]: [&Tensor<T>; 3
 }
 
 /// The three backward launches, fixed or variable length: `sizes` are the
-/// kernels' `[batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h]`,
-/// `tokens` the query tokens.
+/// kernels' `[batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h]`.
 #[allow(clippy::too_many_arguments)]
 fn backward_on_gpu<T: Elem>(
     gpu: &Gpu,
@@ -492,12 +491,12 @@ fn backward_on_gpu<T: Elem>(
     lse: &Tensor<f32>,
     [dq, dk, dv]: [&mut Tensor<T>; 3],
     [cu_q, cu_k]: [&Tensor<u32>; 2],
-    tokens: usize,
     sizes: [usize; 9],
     scale: f32,
     flags: u32,
 ) -> Result<()> {
     let [batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h] = sizes;
+    let tokens = query_tokens(batch, q_bs, lse_h, flags & VARLEN != 0);
     let program = Program::backward_on(gpu, d);
     let (kv_cfg, q_cfg) = program.backward_configs(d);
     // The kernel's key grid spans dk's rows: those past the keys used get zeros.
@@ -557,7 +556,7 @@ pub fn attention_backward_cpu_on<T: Elem>(
     assert_eq!([k.len(), v.len()], [batch * sk * kv_heads * d; 2], "attention_backward_cpu: k and v do not match {dims:?}");
     assert_eq!(lse.len(), batch * heads * sq, "attention_backward_cpu: lse must be [batch, heads, sq]");
     let sizes = [batch, sq, keys, heads, kv_heads, d, sq, sk, sq];
-    backward_on_cpu(program, [q, k, v, o, d_o], lse, [&[], &[]], batch * sq, sizes, scale, flags)
+    backward_on_cpu(program, [q, k, v, o, d_o], lse, [&[], &[]], sizes, scale, flags)
 }
 
 /// [`backward_on_gpu`] in the CPU interpreter, with the programs named;
@@ -568,12 +567,12 @@ fn backward_on_cpu<T: Elem>(
     [q, k, v, o, d_o]: [&[T]; 5],
     lse: &[f32],
     [cu_q, cu_k]: [&[u32]; 2],
-    tokens: usize,
     sizes: [usize; 9],
     scale: f32,
     flags: u32,
 ) -> (Vec<T>, Vec<T>, Vec<T>) {
     let [batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h] = sizes;
+    let tokens = query_tokens(batch, q_bs, lse_h, flags & VARLEN != 0);
     let (kv_cfg, q_cfg) = program.backward_configs(d);
     let nan = |n: usize| vec![T::from_f32(f32::NAN); n];
     let (mut dq, mut dk, mut dv) = (nan(q.len()), nan(k.len()), nan(v.len()));
@@ -629,7 +628,7 @@ pub fn attention_varlen_backward<T: Elem>(
     expect_grads([o, d_o], [&*dq, &*dk, &*dv], q.shape(), k.shape())?;
     let Checked { scale, flags, .. } = check_opts(&b.dims(heads, kv_heads, d), &opt, true)?;
     let sizes = [b.seqs, b.max_q, b.max_k, heads, kv_heads, d, 0, 0, b.tq];
-    backward_on_gpu(gpu, [q, k, v, o, d_o], lse, [dq, dk, dv], [&seqs.cu_q, &seqs.cu_k], b.tq, sizes, scale, flags)
+    backward_on_gpu(gpu, [q, k, v, o, d_o], lse, [dq, dk, dv], [&seqs.cu_q, &seqs.cu_k], sizes, scale, flags)
 }
 
 /// [`attention_varlen_backward`] in the CPU interpreter. Returns `(dq, dk, dv)`.
@@ -664,5 +663,5 @@ pub fn attention_varlen_backward_cpu_on<T: Elem>(
     assert_eq!(lse.len(), heads * b.tq, "attention_varlen_backward_cpu: lse must be [heads, tokens]");
     let (cu_q, cu_k) = (cumulative(q_lens, "query").unwrap(), cumulative(k_lens, "key").unwrap());
     let sizes = [b.seqs, b.max_q, b.max_k, heads, kv_heads, d, 0, 0, b.tq];
-    backward_on_cpu(program, [q, k, v, o, d_o], lse, [&cu_q, &cu_k], b.tq, sizes, scale, flags)
+    backward_on_cpu(program, [q, k, v, o, d_o], lse, [&cu_q, &cu_k], sizes, scale, flags)
 }

@@ -70,17 +70,22 @@ fn long_sequences() {
     check::<bf16>(dims(1, 4099, 4099, 1, 1, 64), Attention::causal(), 1.0);
 }
 
+/// Random `q [Σ q_lens, heads, d]`, `k`, `v [Σ k_lens, kv_heads, d]`.
+fn varlen_qkv(rng: &mut rand::rngs::StdRng, q_lens: &[usize], k_lens: &[usize], [heads, kv_heads, d]: [usize; 3]) -> [Vec<bf16>; 3] {
+    let (tq, tk): (usize, usize) = (q_lens.iter().sum(), k_lens.iter().sum());
+    let q = normal(rng, tq * heads * d, 0.0, 1.0);
+    [q, normal(rng, tk * kv_heads * d, 0.0, 1.0), normal(rng, tk * kv_heads * d, 0.0, 1.0)]
+}
+
 #[test]
 fn variable_lengths() {
     // Sequences of 17, 1, 0 and 130 queries; one with no keys (its queries: zeros, lse −∞).
     let (q_lens, k_lens) = ([17, 1, 0, 130, 5], [20, 1, 3, 129, 0]);
     for (d, opt) in [(64, Attention::default()), (72, Attention::causal()), (128, Attention::default())] {
         let (heads, kv_heads) = (4, 2);
-        let (tq, tk): (usize, usize) = (q_lens.iter().sum(), k_lens.iter().sum());
+        let tq: usize = q_lens.iter().sum();
         let (mut rng, seed) = rng();
-        let q: Vec<bf16> = normal(&mut rng, tq * heads * d, 0.0, 1.0);
-        let k: Vec<bf16> = normal(&mut rng, tk * kv_heads * d, 0.0, 1.0);
-        let v: Vec<bf16> = normal(&mut rng, tk * kv_heads * d, 0.0, 1.0);
+        let [q, k, v] = varlen_qkv(&mut rng, &q_lens, &k_lens, [heads, kv_heads, d]);
         let seqs = packed_seqs(&q_lens, &k_lens);
         let want = reference::attention(&wide(&q), &wide(&k), &wide(&v), &seqs, [heads, kv_heads, d], 1.0 / (d as f64).sqrt(), opt.causal);
         for kernel in [Program::Mma, Program::Wgmma] {
@@ -146,12 +151,9 @@ fn backward_of_variable_lengths() {
     let (q_lens, k_lens) = ([17, 1, 0, 130, 5, 40], [20, 1, 3, 129, 0, 200]);
     for (d, opt) in [(64, Attention::default()), (72, Attention::causal()), (128, Attention::causal())] {
         let (heads, kv_heads) = (4, 2);
-        let (tq, tk): (usize, usize) = (q_lens.iter().sum(), k_lens.iter().sum());
         let (mut rng, seed) = rng();
-        let q: Vec<bf16> = normal(&mut rng, tq * heads * d, 0.0, 1.0);
-        let k: Vec<bf16> = normal(&mut rng, tk * kv_heads * d, 0.0, 1.0);
-        let v: Vec<bf16> = normal(&mut rng, tk * kv_heads * d, 0.0, 1.0);
-        let d_o: Vec<bf16> = normal(&mut rng, tq * heads * d, 0.0, 1.0);
+        let [q, k, v] = varlen_qkv(&mut rng, &q_lens, &k_lens, [heads, kv_heads, d]);
+        let d_o: Vec<bf16> = normal(&mut rng, q.len(), 0.0, 1.0);
         let shape = [heads, kv_heads, d];
         let (o, lse) = attention_varlen_cpu(&q, &k, &v, &q_lens, &k_lens, shape, opt);
         let seqs = packed_seqs(&q_lens, &k_lens);
