@@ -11,6 +11,7 @@ so the two sets of rows line up. Progress goes to stderr.
 """
 
 import argparse
+import contextlib
 import json
 import sys
 
@@ -59,6 +60,19 @@ def attention_flops(b, sq, sk, h, d, causal):
     return 4.0 * b * h * d * pairs
 
 
+def longest_kernel(fn):
+    """The name of the GPU kernel that takes longest in one call of `fn`."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.key_averages() if getattr(e, "device_time_total", 0) > 0]
+    if not kernels:
+        return "no kernel seen"
+    return max(kernels, key=lambda e: e.device_time_total).key[:60]
+
+
 def attention_rows(specs, dtype, dtype_name):
     """SDPA's flash and cuDNN backends at each shape `BxSqxSkxHxHkvxD[c]`:
     q [B, Sq, H, D] and k, v [B, Sk, Hkv, D] token-major, as rustile's,
@@ -75,9 +89,11 @@ def attention_rows(specs, dtype, dtype_name):
         k = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype).transpose(1, 2)
         v = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype).transpose(1, 2)
         flops = attention_flops(b, sq, sk, h, d, causal)
-        for name, backend in [("sdpa flash", SDPBackend.FLASH_ATTENTION), ("sdpa cudnn", SDPBackend.CUDNN_ATTENTION)]:
+        # "sdpa": no backend forced, what a user calling SDPA gets (its
+        # choice is named after the time).
+        for name, backend in [("sdpa flash", SDPBackend.FLASH_ATTENTION), ("sdpa cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa", None)]:
             def fn():
-                with sdpa_kernel(backend):
+                with sdpa_kernel(backend) if backend is not None else contextlib.nullcontext():
                     return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hkv != h)
             try:
                 torch.cuda.reset_peak_memory_stats()
@@ -87,13 +103,14 @@ def attention_rows(specs, dtype, dtype_name):
                 print(f"{op} {shape_s} {name}: not run ({str(e).splitlines()[0]})", file=sys.stderr)
                 continue
             peak = torch.cuda.max_memory_allocated() / 1e9
+            picked = f"  ({longest_kernel(fn)})" if backend is None else ""
             print(f"{op:12} {shape_s:>26} {dtype_name:5} {name:11} {ms * 1e3:9.1f} us "
-                  f"{flops / ms / 1e9:6.0f} TFLOP/s  peak {peak:.2f} GB", file=sys.stderr)
+                  f"{flops / ms / 1e9:6.0f} TFLOP/s  peak {peak:.2f} GB{picked}", file=sys.stderr)
             rows.append({"op": op, "shape": shape_s, "dtype": dtype_name, "impl": name, "median_ms": ms, "flops": flops})
             # The backward alone: the graph of one forward, its gradients taken again and again.
             try:
                 qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
-                with sdpa_kernel(backend):
+                with sdpa_kernel(backend) if backend is not None else contextlib.nullcontext():
                     out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal, enable_gqa=hkv != h)
                 dout = torch.randn_like(out)
                 grad = lambda: torch.autograd.grad(out, (qg, kg, vg), dout, retain_graph=True)

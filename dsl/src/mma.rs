@@ -163,6 +163,16 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
         Shared { base, _t: core::marker::PhantomData }
     }
 
+    /// The tile's shared-memory address (in the interpreter: its offset
+    /// from the program's first byte, the same number).
+    #[inline(always)]
+    pub(crate) fn address(&self) -> usize {
+        #[cfg(target_arch = "nvptx64")]
+        return self.base as usize;
+        #[cfg(not(target_arch = "nvptx64"))]
+        return be::smem_offset(self.base as *const u8);
+    }
+
     /// Writes a register tile (in the standard layout) into this shared tile.
     /// Call `sync()` before other threads read it.
     #[inline(always)]
@@ -923,7 +933,7 @@ pub fn store_acc_with<T: Elem, const M: usize, const N: usize, const TH: usize, 
 ///
 /// Whichever layout the accumulator has, the stores of a warp then cover
 /// whole rows (coalesced). Both barriers are inside; call `sync()` after it
-/// before the scratch is written again. `N` is a multiple of 32. Mark `f`
+/// before the scratch is written again. `N` is 16 or a multiple of 32. Mark `f`
 /// `#[inline(always)]` if it is long: called out of line, its captures go
 /// through local memory.
 #[inline(always)]
@@ -1011,10 +1021,11 @@ pub fn store_acc_staged_with<T: Elem, const M: usize, const N: usize, const TH: 
 /// chunks are permuted by `r % 4` and a chunk's two 16-byte halves swapped
 /// in every other group of four chunks, so that neither the accumulator's
 /// 8-byte writes (4 rows × 32 bytes a half-warp) nor the 16-byte chunk
-/// reads (8 consecutive chunks a quarter-warp) meet in a bank.
+/// reads (8 consecutive chunks a quarter-warp) meet in a bank. A row of two
+/// chunks (N = 16) is permuted by `r % 2` only.
 #[inline(always)]
 const fn staged_at(r: usize, c: usize, n: usize) -> usize {
-    let chunk = (c / V) ^ (r % 4);
+    let chunk = (c / V) ^ (r % if n >= 4 * V { 4 } else { 2 });
     let half = ((c / 4) % 2) ^ ((chunk / 4) % 2);
     r * n + chunk * V + half * 4 + c % 4
 }
@@ -1023,8 +1034,8 @@ const fn staged_at(r: usize, c: usize, n: usize) -> usize {
 struct Staged<const M: usize, const N: usize, const TH: usize>;
 impl<const M: usize, const N: usize, const TH: usize> Staged<M, N, TH> {
     const OK: () = assert!(
-        N % 32 == 0 && (M * N / V) % TH == 0,
-        "store_acc_staged: N must be a multiple of 32, and the block's 8-column chunks a multiple of the thread count"
+        (N == 16 || N % 32 == 0) && (M * N / V) % TH == 0,
+        "store_acc_staged: N must be 16 or a multiple of 32, and the block's 8-column chunks a multiple of the thread count"
     );
 }
 
@@ -1039,7 +1050,7 @@ mod tests {
     /// and keeps 4-column halves contiguous (the 16-byte reads).
     #[test]
     fn staged_scratch_permutes_each_row() {
-        for n in [32, 64, 128, 256] {
+        for n in [16, 32, 64, 128, 256] {
             for r in 0..16 {
                 let mut seen = vec![false; n];
                 for c in 0..n {

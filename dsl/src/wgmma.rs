@@ -124,6 +124,24 @@ pub fn fence_shared() {
     rustile_device::fence_proxy_async();
 }
 
+/// Bytes between the reduction scratch that every program's shared memory
+/// starts with (`4·TH`, see `Shared::at`) and the first 1024-byte
+/// boundary: where a program's first `wgmma` tile may go.
+pub const fn pad(th: usize) -> usize {
+    (1024 - (th * 4) % 1024) % 1024
+}
+
+/// Stops a product whose tile is off its swizzle period (8 rows of
+/// `row_bytes`): the hardware swizzles by address, so the tensor cores would
+/// read it scrambled. The interpreter checks the same offsets as the GPU.
+#[inline(always)]
+fn on_period<T: Elem, const R: usize, const C: usize, const TH: usize>(t: &Shared<T, R, C, TH>, row_bytes: usize) {
+    assert!(
+        t.address() % (8 * row_bytes) == 0,
+        "wgmma: a shared tile does not start on its swizzle period (8 rows); put tiles at wgmma::pad(TH) plus whole periods"
+    );
+}
+
 /// Starts `acc + a·bᵀ` over all `K` of the tiles on the tensor cores
 /// (one `wgmma` per 16-deep slice, committed as one group). `acc` must not
 /// be read until [`wait`] says this group finished.
@@ -136,6 +154,8 @@ pub fn dot_async<TA: Elem, TB: Elem, const M: usize, const N: usize, const K: us
     [(); acc_len(M, N, TH)]:,
 {
     let () = WgShape::<TA, TB, M, N, K, TH>::OK;
+    on_period(a, K * core::mem::size_of::<TA>());
+    on_period(b, K * core::mem::size_of::<TB>());
     #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
     {
         use rustile_device as d;
@@ -146,9 +166,6 @@ pub fn dot_async<TA: Elem, TB: Elem, const M: usize, const N: usize, const K: us
         // 8): the next slice is the descriptor + 2.
         let da = d::wgmma_desc(a.base + warpgroup * 64 * row_bytes, row_bytes);
         let db = d::wgmma_desc(b.base, row_bytes);
-        // The hardware swizzle is a function of the address: a tile off its
-        // 8-row period would be read scrambled, so stop instead.
-        assert!((a.base | b.base) % (8 * row_bytes) == 0, "wgmma: a shared tile does not start on its swizzle period (8 rows)");
         d::wgmma_fence();
         for ks in 0..row_bytes as usize / 32 {
             let (da, db) = (da + 2 * ks as u64, db + 2 * ks as u64);
@@ -253,11 +270,11 @@ pub fn dot_acc_async<T: Elem, const M: usize, const K: usize, const N: usize, co
     [(); acc_len(M, N, TH)]:,
 {
     let () = WgAccShape::<M, K, N, TH>::OK;
+    on_period(v, N * 2);
     #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
     {
         use rustile_device as d;
         let row_bytes = (N * 2) as u32;
-        assert!(v.base % (8 * row_bytes) == 0, "wgmma: a shared tile does not start on its swizzle period (8 rows)");
         d::wgmma_fence();
         for ks in 0..K / 16 {
             // Sixteen rows of v further down; this warp's A fragment of
@@ -299,5 +316,34 @@ pub fn dot_acc_async<T: Elem, const M: usize, const K: usize, const N: usize, co
             }
             acc.v[m * N + n] = s;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::mma::{Acc, Shared};
+    use crate::{bf16, backend::run_grid};
+
+    /// One warpgroup's product over 64×64 tiles at byte `at` of the program's
+    /// shared memory (after the reduction scratch).
+    fn product_at(at: usize) {
+        run_grid([1, 1, 1], 128 * 4 + at + 2 * 64 * 64 * 2, || {
+            let (a, b) = (Shared::<bf16, 64, 64, 128>::at(at), Shared::<bf16, 64, 64, 128>::at(at + 64 * 64 * 2));
+            let mut acc = Acc::<64, 64, 128, true>::zeros();
+            super::dot_async(&a, &b, &mut acc);
+        });
+    }
+
+    /// The GPU traps on a tile off its swizzle period; the interpreter stops
+    /// there too, with the message (4 warps: a 512-byte scratch, so the
+    /// first aligned tile is at `pad(128)` = 512).
+    #[test]
+    fn a_tile_off_its_swizzle_period_stops_the_interpreter() {
+        assert_eq!(super::pad(128), 512);
+        assert_eq!(super::pad(256), 0);
+        product_at(super::pad(128));
+        let off = std::panic::catch_unwind(|| product_at(0)).expect_err("a tile 512 bytes off its period ran");
+        let msg = off.downcast_ref::<String>().map(String::as_str).or(off.downcast_ref::<&str>().copied()).unwrap_or("");
+        assert!(msg.contains("swizzle period"), "{msg}");
     }
 }

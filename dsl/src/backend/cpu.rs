@@ -100,6 +100,13 @@ pub fn smem_at(offset: usize, bytes: usize) -> *mut u8 {
     })
 }
 
+/// Byte offset of `p` from the start of this program's shared memory (what
+/// the GPU's shared address of the same tile is, the window starting on a
+/// 1024-byte boundary there).
+pub fn smem_offset(p: *const u8) -> usize {
+    SMEM.with(|(m, _)| p as usize - unsafe { (*m.get()).as_ptr() } as usize)
+}
+
 /// The program's index along `axis`.
 pub fn program_id(axis: u32) -> usize {
     PROGRAM.with(|p| p.get().0[axis as usize])

@@ -176,8 +176,8 @@ pub fn attention_bwd_kv_kernel<T: Elem>(
         }
     }
     let out = [rows, s.ldk, hk * d, d];
-    store_head(dk.offset(s.k_at()), out, c0, &dk0.map(|_, _, x| x * scale), &dk1.map(|_, _, x| x * scale), TAIL);
-    store_head(dv.offset(s.k_at()), out, c0, &dv0, &dv1, TAIL);
+    store_head(dk.offset(s.k_at()), out, c0, &dk0, &dk1, TAIL, scale);
+    store_head(dv.offset(s.k_at()), out, c0, &dv0, &dv1, TAIL, 1.0);
 }
 
 // ---- 3. dQ -------------------------------------------------------------------------------
@@ -255,5 +255,5 @@ pub fn attention_bwd_q_kernel<T: Elem>(
             dq1 = dot_acc(&ds, &sk_.rest, dq1);
         }
     }
-    store_head(dq.offset(s.q_at()), [s.lq, s.ldq, h * d, d], r0, &dq0.map(|_, _, x| x * scale), &dq1.map(|_, _, x| x * scale), TAIL);
+    store_head(dq.offset(s.q_at()), [s.lq, s.ldq, h * d, d], r0, &dq0, &dq1, TAIL, scale);
 }

@@ -1,7 +1,11 @@
 //! Flash attention forward on Hopper (sm_90a): [`super::attention_fwd_kernel`]'s
 //! program with both products on the warpgroup tensor cores (`wgmma`).
 //!
-//! Two warpgroups take 64 query rows each of a 128-row block. `S = Q·Kᵀ`
+//! Each warpgroup takes 64 query rows: two of a 128-row block, or at D = 80
+//! one alone, three programs a SM (short sequences, as a vision encoder's
+//! 256 tokens, then have four times the programs to hide each one's first
+//! loads behind the others' products: 174 TFLOP/s there against 158 with
+//! 128 rows, bench/RESULTS.md). `S = Q·Kᵀ`
 //! reads Q and K straight from shared memory; `O += P·V` takes `P` from the
 //! registers the softmax left it in and V from shared memory, N-major (V's
 //! rows are keys). `wgmma` reads rows of at most 128 bytes, so a head is
@@ -13,10 +17,10 @@ use rustile::prelude::*;
 /// (the same arguments).
 #[kernel(
     configs = [
-        (D = 64, BM = 128, BN = 128, WARPS = 8, SMEM = 81920),
-        (D = 80, BM = 128, BN = 128, WARPS = 8, SMEM = 102400),
-        (D = 96, BM = 128, BN = 128, WARPS = 8, SMEM = 122880),
-        (D = 128, BM = 128, BN = 128, WARPS = 8, SMEM = 163840),
+        (D = 64, BM = 128, BN = 128, WARPS = 8, OCC = 1, SMEM = 81920),
+        (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 3, SMEM = 51712),
+        (D = 96, BM = 128, BN = 128, WARPS = 8, OCC = 1, SMEM = 122880),
+        (D = 128, BM = 128, BN = 128, WARPS = 8, OCC = 1, SMEM = 163840),
     ],
     grid = [cdiv(sq, BM), heads, batch],
     dtypes = [bf16, f16],
@@ -51,8 +55,9 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
 
     // Shared memory: Q, then two stages of K and V; every tile starts on a
     // multiple of 1024 bytes (the swizzle period wgmma's descriptors assume).
-    let sq_ = Rows::<BM>::at(0, TAIL);
-    let kv = |stage: usize, which: usize| Rows::<BN>::at(BM * D * 2 + (2 * stage + which) * BN * D * 2, TAIL);
+    let at = wgmma::pad(THREADS);
+    let sq_ = Rows::<BM>::at(at, TAIL);
+    let kv = |stage: usize, which: usize| Rows::<BN>::at(at + BM * D * 2 + (2 * stage + which) * BN * D * 2, TAIL);
     let copy_kv = |j: usize, which: usize| kv(j % 2, which).copy_from(if which == 0 { kp } else { vp }, [s.lk, s.ldk, kvh * d, d], j * BN);
 
     sq_.copy_from(q.offset(s.q_at()), [s.lq, s.ldq, h * d, d], r0);
@@ -113,6 +118,6 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
     }
     let inv_l = stats.inv_l();
     let out = [s.lq, s.ldq, h * d, d];
-    store_head(o.offset(s.q_at()), out, r0, &o0.map_rows(&inv_l, |x, i| x * i), &o1.map_rows(&inv_l, |x, i| x * i), TAIL);
+    store_head(o.offset(s.q_at()), out, r0, &o0.map_rows(&inv_l, |x, i| x * i), &o1.map_rows(&inv_l, |x, i| x * i), TAIL, 1.0);
     stats.lse().store(lse.offset(s.lse0 + h * lse_h), r0, s.lq);
 }

@@ -2,7 +2,7 @@
 //! and [`super::attention_bwd_q_kernel`]'s programs with every product on
 //! the warpgroup tensor cores (`wgmma`).
 //!
-//! Both run two warpgroups of 64 accumulator rows each, and keep every
+//! Both run warpgroups of 64 accumulator rows each, and keep every
 //! right operand where `wgmma` reads it, in shared memory:
 //! - dK/dV: the rows are 128 keys. `Sᵀ = K·Qᵀ` and `dPᵀ = V·dOᵀ` read K, V,
 //!   Q and dO as stored (K-major); `dV += Pᵀ·dO` and `dK += dSᵀ·Q` take
@@ -11,9 +11,9 @@
 //! - dQ: the rows are 128 queries. `S = Q·Kᵀ`, `dP = dO·Vᵀ`, then
 //!   `dQ += dS·K` with K N-major.
 //!
-//! The head dims are 64 and 128, the ones [`super::Program::on`] runs on
-//! `wgmma` (at 72 a 16-column tail of 64 queries would leave threads
-//! of the copy without a chunk). Each step issues both score
+//! The head dims are 64, 80 (72 padded) and 128. At 80 a program is one
+//! warpgroup of 64 rows: with two, a 16-column tail of 64 rows would leave
+//! threads of the copy without a chunk. Each step issues both score
 //! products before it waits for the first, so the second runs under the
 //! probabilities' exponentials.
 use rustile::prelude::*;
@@ -22,8 +22,9 @@ use rustile::prelude::*;
 /// block of `BN` keys of one key/value head, walking `BM` queries a step.
 #[kernel(
     configs = [
-        (D = 64, BM = 64, BN = 128, WARPS = 8, SMEM = 65536),
-        (D = 128, BM = 64, BN = 128, WARPS = 8, SMEM = 131072),
+        (D = 64, BM = 64, BN = 128, WARPS = 8, OCC = 1, SMEM = 65536),
+        (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 2, SMEM = 61952),
+        (D = 128, BM = 64, BN = 128, WARPS = 8, OCC = 1, SMEM = 131072),
     ],
     grid = [cdiv(sk.max(kv_bs), BN), kv_heads, batch],
     dtypes = [bf16, f16],
@@ -60,8 +61,9 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
 
     // Shared memory: K, V, then two stages of Q and dO (every tile on a
     // multiple of 1024 bytes, the swizzle period).
-    let (sk_, sv_) = (Rows::<BN>::at(0, TAIL), Rows::<BN>::at(BN * D * 2, TAIL));
-    let qd = |stage: usize, which: usize| Rows::<BM>::at(2 * BN * D * 2 + (2 * stage + which) * BM * D * 2, TAIL);
+    let at = wgmma::pad(THREADS);
+    let (sk_, sv_) = (Rows::<BN>::at(at, TAIL), Rows::<BN>::at(at + BN * D * 2, TAIL));
+    let qd = |stage: usize, which: usize| Rows::<BM>::at(at + 2 * BN * D * 2 + (2 * stage + which) * BM * D * 2, TAIL);
     sk_.copy_from(k.offset(s.k_at()), [s.lk, s.ldk, hk * d, d], c0);
     sv_.copy_from(v.offset(s.k_at()), [s.lk, s.ldk, hk * d, d], c0);
 
@@ -131,8 +133,8 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
     wgmma::wait::<0, BN, D1, THREADS>(&mut dv1);
     wgmma::wait::<0, BN, D1, THREADS>(&mut dk1);
     let out = [rows, s.ldk, hk * d, d];
-    store_head(dk.offset(s.k_at()), out, c0, &dk0.map(|_, _, x| x * scale), &dk1.map(|_, _, x| x * scale), TAIL);
-    store_head(dv.offset(s.k_at()), out, c0, &dv0, &dv1, TAIL);
+    store_head(dk.offset(s.k_at()), out, c0, &dk0, &dk1, TAIL, scale);
+    store_head(dv.offset(s.k_at()), out, c0, &dv0, &dv1, TAIL, 1.0);
 }
 
 /// [`super::attention_bwd_q_kernel`] on `wgmma` (the same arguments): one
@@ -140,8 +142,9 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
 /// 64-key blocks: with 128, S and dP alone would take 128 registers.
 #[kernel(
     configs = [
-        (D = 64, BM = 128, BN = 128, WARPS = 8, SMEM = 98304),
-        (D = 128, BM = 128, BN = 64, WARPS = 8, SMEM = 131072),
+        (D = 64, BM = 128, BN = 128, WARPS = 8, OCC = 1, SMEM = 98304),
+        (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 2, SMEM = 61952),
+        (D = 128, BM = 128, BN = 64, WARPS = 8, OCC = 1, SMEM = 131072),
     ],
     grid = [cdiv(sq, BM), heads, batch],
     dtypes = [bf16, f16],
@@ -179,8 +182,9 @@ pub fn attention_bwd_q_wgmma_kernel<T: Elem>(
     let dlt = AccRows::<BM, THREADS>::from_fn(|r| if r0 + r < s.lq { delta.read(delta_at + r) } else { 0.0 });
 
     // Shared memory: Q, dO, then two stages of K and V.
-    let (sq_, sd_) = (Rows::<BM>::at(0, TAIL), Rows::<BM>::at(BM * D * 2, TAIL));
-    let kv = |stage: usize, which: usize| Rows::<BN>::at(2 * BM * D * 2 + (2 * stage + which) * BN * D * 2, TAIL);
+    let at = wgmma::pad(THREADS);
+    let (sq_, sd_) = (Rows::<BM>::at(at, TAIL), Rows::<BM>::at(at + BM * D * 2, TAIL));
+    let kv = |stage: usize, which: usize| Rows::<BN>::at(at + 2 * BM * D * 2 + (2 * stage + which) * BN * D * 2, TAIL);
     let copy_kv = |j: usize| {
         kv(j % 2, 0).copy_from(kp, [s.lk, s.ldk, hk * d, d], j * BN);
         kv(j % 2, 1).copy_from(vp, [s.lk, s.ldk, hk * d, d], j * BN);
@@ -227,5 +231,5 @@ pub fn attention_bwd_q_wgmma_kernel<T: Elem>(
         wgmma::wait::<0, BM, 64, THREADS>(&mut dq0);
     }
     wgmma::wait::<0, BM, D1, THREADS>(&mut dq1);
-    store_head(dq.offset(s.q_at()), [s.lq, s.ldq, h * d, d], r0, &dq0.map(|_, _, x| x * scale), &dq1.map(|_, _, x| x * scale), TAIL);
+    store_head(dq.offset(s.q_at()), [s.lq, s.ldq, h * d, d], r0, &dq0, &dq1, TAIL, scale);
 }

@@ -166,13 +166,13 @@ pub enum Program {
 }
 
 impl Program {
-    /// The faster programs `gpu` has for head dim `d`: `wgmma` on Hopper for
-    /// heads of whole 64-column tiles (64, 128). At 72 the `mma.sync`
-    /// forward measured faster (131 against 119 TFLOP/s for the vision
-    /// encoder, bench/RESULTS.md): its 16-column tail costs `wgmma` a narrow
-    /// second product. `RUSTILE_ATTENTION=mma` picks the portable ones
-    /// everywhere, `RUSTILE_ATTENTION=wgmma` Hopper's wherever they have the
-    /// head dim (the forward all four, the backward 64 and 128).
+    /// The faster programs `gpu` has for head dim `d`: `wgmma` on Hopper at
+    /// 64, 72-80 and 128 (at 72, for the vision encoder, the forward ties
+    /// `mma.sync` and the backward is 1.6× faster, bench/RESULTS.md); at 96
+    /// `mma.sync` (`wgmma` not measured there). `RUSTILE_ATTENTION=mma` picks
+    /// the portable ones everywhere, `RUSTILE_ATTENTION=wgmma` Hopper's
+    /// wherever they have the head dim (the forward all, the backward up to
+    /// 80 and 128).
     pub fn on(gpu: &Gpu, d: usize) -> Program {
         static FORCED: std::sync::OnceLock<Option<Program>> = std::sync::OnceLock::new();
         let forced = *FORCED.get_or_init(|| match std::env::var("RUSTILE_ATTENTION").as_deref() {
@@ -184,7 +184,7 @@ impl Program {
         match forced {
             Some(Program::Wgmma) if hopper => Program::Wgmma,
             Some(_) => Program::Mma,
-            None if hopper && d % 64 == 0 => Program::Wgmma,
+            None if hopper && (d % 64 == 0 || (65..=80).contains(&d)) => Program::Wgmma,
             None => Program::Mma,
         }
     }
@@ -198,10 +198,10 @@ impl Program {
         }
     }
 
-    /// Whether the program has a backward at head dim `d`: `wgmma`'s takes
-    /// whole 64-column tiles only, the head dims [`Program::on`] gives it.
+    /// Whether the program has a backward at head dim `d`: `wgmma`'s has
+    /// configs for 64, 80 and 128 (none for 96: a 32-column tail).
     pub fn has_backward(self, d: usize) -> bool {
-        self == Program::Mma || d % 64 == 0
+        self == Program::Mma || d <= 80 || d % 64 == 0
     }
 
     /// The forward's config for head dim `d` (checked by [`check_head_dim`]).

@@ -73,8 +73,16 @@ where
 }
 
 /// Rows `r0..r0+R` of one head of `dst` (`rows` rows `ld` elements apart,
-/// its `d` columns from column `c0`): `main` its first `D0` columns and,
-/// with `tail`, `rest` the next `D1`; nothing past `d` or the last row.
+/// its `d` columns from column `c0`), times `scale`: `main` its first `D0`
+/// columns and, with `tail`, `rest` the next `D1`; nothing past `d` or the
+/// last row.
+///
+/// Staged through the first `4·R·(D0+D1)` bytes of shared memory (the
+/// main loop's tiles, free by now: a program with no key block may still
+/// have its first copies landing there, hence the wait), so that each warp
+/// stores whole rows in 16-byte pieces: straight from the accumulator
+/// layout a thread has 4 bytes a row, and every sector would be written in
+/// four partial pieces.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn store_head<T: Elem, const R: usize, const D0: usize, const D1: usize, const TH: usize>(
@@ -84,14 +92,19 @@ fn store_head<T: Elem, const R: usize, const D0: usize, const D1: usize, const T
     main: &rustile::Acc<R, D0, TH, true>,
     rest: &rustile::Acc<R, D1, TH, true>,
     tail: bool,
+    scale: f32,
 ) where
     [(); rustile::mma::acc_len(R, D0, TH)]:,
     [(); rustile::mma::acc_len(R, D1, TH)]:,
 {
-    store_acc(&BlockPtr::new(dst, [rows, c0 + d], [ld, 1], [r0, c0]), main);
+    wait_copies::<0>();
+    let scaled = |_, _, x: [f32; 8]| x.map(|v| v * scale);
+    store_acc_staged(&BlockPtr::new(dst, [rows, c0 + d], [ld, 1], [r0, c0]), main, 0, scaled);
     if tail {
-        store_acc(&BlockPtr::new(dst, [rows, c0 + d], [ld, 1], [r0, c0 + D0]), rest);
+        store_acc_staged(&BlockPtr::new(dst, [rows, c0 + d], [ld, 1], [r0, c0 + D0]), rest, 4 * R * D0, scaled);
     }
+    // The next use of the scratch (the dK/dV kernels' second store) waits for every reader of this one.
+    sync();
 }
 
 /// One sequence of the batch as a program sees it: its queries start at
@@ -160,10 +173,10 @@ pub const VARLEN: u32 = 2;
 /// token `z·heads·sq`, or `cu_q[z]`).
 #[kernel(
     configs = [
-        (D = 64, BM = 128, BN = 64, WARPS = 4, SMEM = 49152),
-        (D = 80, BM = 128, BN = 64, WARPS = 4, SMEM = 61440),
-        (D = 96, BM = 128, BN = 64, WARPS = 4, SMEM = 73728),
-        (D = 128, BM = 128, BN = 32, WARPS = 4, SMEM = 65536),
+        (D = 64, BM = 128, BN = 64, WARPS = 4, OCC = 1, SMEM = 49152),
+        (D = 80, BM = 128, BN = 64, WARPS = 4, OCC = 1, SMEM = 61440),
+        (D = 96, BM = 128, BN = 64, WARPS = 4, OCC = 1, SMEM = 73728),
+        (D = 128, BM = 128, BN = 32, WARPS = 4, OCC = 1, SMEM = 65536),
     ],
     grid = [cdiv(sq, BM), heads, batch],
     dtypes = [bf16, f16],
@@ -246,7 +259,7 @@ pub fn attention_fwd_kernel<T: Elem>(
     }
     let inv_l = stats.inv_l();
     let out = [s.lq, s.ldq, h * d, d];
-    store_head(o.offset(s.q_at()), out, r0, &o0.map_rows(&inv_l, |x, i| x * i), &o1.map_rows(&inv_l, |x, i| x * i), TAIL);
+    store_head(o.offset(s.q_at()), out, r0, &o0.map_rows(&inv_l, |x, i| x * i), &o1.map_rows(&inv_l, |x, i| x * i), TAIL, 1.0);
     stats.lse().store(lse.offset(s.lse0 + h * lse_h), r0, s.lq);
 }
 

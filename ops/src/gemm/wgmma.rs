@@ -74,11 +74,8 @@ where
     acc
 }
 
-/// Bytes between the reduction scratch (`4·TH`) and the first stage, so
-/// that the stages start on a 1024-byte boundary.
-pub const fn pad(th: usize) -> usize {
-    (1024 - (th * 4) % 1024) % 1024
-}
+/// Where the first stage goes: past the reduction scratch, on a 1024-byte boundary.
+pub use rustile::wgmma::pad;
 
 // `SMEM = pad(32·WARPS) + STAGES·(BM + BN)·BK·2` (the interpreter checks
 // it). The last config shares an SM between two programs (`OCC = 2`), so
