@@ -73,11 +73,18 @@ def longest_kernel(fn):
     return max(kernels, key=lambda e: e.device_time_total).key[:60]
 
 
+def forced(backend):
+    """SDPA restricted to `backend`; None: SDPA's own choice."""
+    from torch.nn.attention import sdpa_kernel
+
+    return contextlib.nullcontext() if backend is None else sdpa_kernel(backend)
+
+
 def attention_rows(specs, dtype, dtype_name):
     """SDPA's flash and cuDNN backends at each shape `BxSqxSkxHxHkvxD[c]`:
     q [B, Sq, H, D] and k, v [B, Sk, Hkv, D] token-major, as rustile's,
     seen as [B, H, S, D] by a transpose (no copy)."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention import SDPBackend
 
     rows = []
     for spec in [x for x in specs.split(",") if x]:
@@ -93,7 +100,7 @@ def attention_rows(specs, dtype, dtype_name):
         # choice is named after the time).
         for name, backend in [("sdpa flash", SDPBackend.FLASH_ATTENTION), ("sdpa cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa", None)]:
             def fn():
-                with sdpa_kernel(backend) if backend is not None else contextlib.nullcontext():
+                with forced(backend):
                     return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hkv != h)
             try:
                 torch.cuda.reset_peak_memory_stats()
@@ -110,7 +117,7 @@ def attention_rows(specs, dtype, dtype_name):
             # The backward alone: the graph of one forward, its gradients taken again and again.
             try:
                 qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
-                with sdpa_kernel(backend) if backend is not None else contextlib.nullcontext():
+                with forced(backend):
                     out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal, enable_gqa=hkv != h)
                 dout = torch.randn_like(out)
                 grad = lambda: torch.autograd.grad(out, (qg, kg, vg), dout, retain_graph=True)

@@ -77,9 +77,10 @@ where
 /// columns and, with `tail`, `rest` the next `D1`; nothing past `d` or the
 /// last row.
 ///
-/// Staged through the first `4·R·(D0+D1)` bytes of shared memory (the
-/// main loop's tiles, free by now: a program with no key block may still
-/// have its first copies landing there, hence the wait), so that each warp
+/// Staged through the first `4·R·D0` bytes of shared memory (the main
+/// loop's tiles, free by now: a program with no key block may still have
+/// its first copies landing there, hence the wait; each staged store's
+/// first barrier waits for the previous one's readers), so that each warp
 /// stores whole rows in 16-byte pieces: straight from the accumulator
 /// layout a thread has 4 bytes a row, and every sector would be written in
 /// four partial pieces.
@@ -101,10 +102,8 @@ fn store_head<T: Elem, const R: usize, const D0: usize, const D1: usize, const T
     let scaled = |_, _, x: [f32; 8]| x.map(|v| v * scale);
     store_acc_staged(&BlockPtr::new(dst, [rows, c0 + d], [ld, 1], [r0, c0]), main, 0, scaled);
     if tail {
-        store_acc_staged(&BlockPtr::new(dst, [rows, c0 + d], [ld, 1], [r0, c0 + D0]), rest, 4 * R * D0, scaled);
+        store_acc_staged(&BlockPtr::new(dst, [rows, c0 + d], [ld, 1], [r0, c0 + D0]), rest, 0, scaled);
     }
-    // The next use of the scratch (the dK/dV kernels' second store) waits for every reader of this one.
-    sync();
 }
 
 /// One sequence of the batch as a program sees it: its queries start at
