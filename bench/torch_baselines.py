@@ -20,7 +20,13 @@ import torch.nn.functional as F
 from triton.testing import do_bench
 
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
-OPS = ["add", "swiglu", "softmax", "layernorm", "rmsnorm", "gemm", "attention"]
+OPS = ["add", "swiglu", "softmax", "layernorm", "rmsnorm", "gemm", "attention", "trimul"]
+
+# GPU MODE's trimul shapes (N, B, dim, masked, x from Cauchy(0, 2)); hidden 128.
+# The same list as rustile_ops::trimul::BENCH_SHAPES.
+TRIMUL_SHAPES = [(256, 2, 128, False, False), (768, 1, 128, False, True), (256, 2, 384, True, False),
+                 (512, 1, 128, False, False), (1024, 1, 128, False, True), (768, 1, 384, True, False),
+                 (1024, 1, 384, False, False)]
 
 
 def problem(op, args, dtype):
@@ -135,6 +141,47 @@ def attention_rows(specs, dtype, dtype_name):
     return rows
 
 
+def trimul_reference(x, mask, p):
+    """The outgoing triangle multiplicative update, written as the math reads (fp32)."""
+    dim, hidden = x.shape[-1], p["out_norm_w"].shape[0]
+    x = F.layer_norm(x, (dim,), p["norm_w"], p["norm_b"], eps=1e-5)
+    m = mask.unsqueeze(-1)
+    left = F.linear(x, p["left"]) * m * torch.sigmoid(F.linear(x, p["left_gate"]))
+    right = F.linear(x, p["right"]) * m * torch.sigmoid(F.linear(x, p["right_gate"]))
+    t = torch.einsum("bikd,bjkd->bijd", left, right)
+    u = F.layer_norm(t, (hidden,), p["out_norm_w"], p["out_norm_b"], eps=1e-5) * torch.sigmoid(F.linear(x, p["out_gate"]))
+    return F.linear(u, p["out"])
+
+
+def trimul_rows():
+    """The reference in eager PyTorch and under torch.compile at GPU MODE's shapes."""
+    rows = []
+    compiled = torch.compile(trimul_reference)
+    for n, b, dim, masked, cauchy in TRIMUL_SHAPES:
+        hidden = 128
+        x = torch.empty(b, n, n, dim, device="cuda")
+        x.cauchy_(0, 2) if cauchy else x.normal_()
+        mask = torch.randint(0, 2, (b, n, n), device="cuda").float() if masked else torch.ones(b, n, n, device="cuda")
+        lin = lambda o, i: torch.randn(o, i, device="cuda") / i**0.5
+        p = {"norm_w": 1 + 0.2 * torch.randn(dim, device="cuda"), "norm_b": 0.2 * torch.randn(dim, device="cuda"),
+             "left": lin(hidden, dim), "left_gate": lin(hidden, dim), "right": lin(hidden, dim), "right_gate": lin(hidden, dim),
+             "out_gate": lin(hidden, dim), "out_norm_w": 1 + 0.2 * torch.randn(hidden, device="cuda"),
+             "out_norm_b": 0.2 * torch.randn(hidden, device="cuda"), "out": lin(dim, hidden)}
+        shape_s = f"{n}x{b}x{dim}"
+        want = trimul_reference(x, mask, p)
+        got = compiled(x, mask, p)
+        if not torch.allclose(want, got, rtol=2e-2, atol=2e-2):
+            print(f"warning: torch.compile trimul {shape_s} differs from eager", file=sys.stderr)
+        del want, got
+        for name, f in [("torch eager", trimul_reference), ("torch.compile", compiled)]:
+            ms = time_ms(f, [x, mask, p])
+            print(f"trimul {shape_s:>14} f32   {name:14} {ms:9.3f} ms", file=sys.stderr)
+            rows.append({"op": "trimul", "shape": shape_s, "dtype": "f32", "impl": name, "median_ms": ms})
+        del x, mask, p
+        torch.cuda.empty_cache()
+    return rows
+
+
 def time_ms(fn, inputs):
     # do_bench warms up, clears L2 before every repetition and times each
     # with CUDA events; the median is what the Rust side reports too.
@@ -162,6 +209,10 @@ def main():
         if op == "attention":
             # Attention runs in bf16 (its benchmark's element type), whatever --dtype says.
             rows += attention_rows(args.attn, torch.bfloat16, "bf16")
+            continue
+        if op == "trimul":
+            # fp32 in and out, at its own shapes, whatever --dtype says.
+            rows += trimul_rows()
             continue
         fn, inputs, shape, nbytes = problem(op, args, dtype)
         compiled = torch.compile(fn)

@@ -12,6 +12,7 @@ pub mod gemm;
 pub mod grouped;
 pub mod ops;
 pub mod torch;
+pub mod trimul;
 pub mod tune;
 
 /// The sizes and element type one run uses, as the op benches see them.

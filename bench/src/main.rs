@@ -10,10 +10,10 @@ use rustile_host::{Error, Gpu};
 
 use rustile_bench::cublas::{Blas, BlasLt};
 use rustile_bench::harness::{self, MeasureCfg, Report};
-use rustile_bench::{attention, fp8, gemm, ops, torch, Sizes};
+use rustile_bench::{attention, fp8, gemm, ops, torch, trimul, Sizes};
 
 /// The ops this bench knows, in table order.
-const OPS: &[&str] = &["add", "swiglu", "softmax", "layernorm", "rmsnorm", "gemm", "dual_gemm", "mlp", "grouped", "gemm_fp8", "attention"];
+const OPS: &[&str] = &["add", "swiglu", "softmax", "layernorm", "rmsnorm", "gemm", "dual_gemm", "mlp", "grouped", "gemm_fp8", "attention", "trimul"];
 /// The ops measured against cuBLAS / cuBLASLt (in this process) rather than PyTorch.
 const GEMM_OPS: &[&str] = &["gemm", "dual_gemm", "mlp", "grouped", "gemm_fp8"];
 
@@ -21,7 +21,7 @@ const GEMM_OPS: &[&str] = &["gemm", "dual_gemm", "mlp", "grouped", "gemm_fp8"];
 #[command(about = "Rustile ops against PyTorch (eager and torch.compile) on this GPU")]
 struct Args {
     /// Comma-separated ops to run.
-    #[arg(long, value_delimiter = ',', default_value = "add,swiglu,softmax,layernorm,rmsnorm,gemm,dual_gemm,mlp,grouped,gemm_fp8,attention")]
+    #[arg(long, value_delimiter = ',', default_value = "add,swiglu,softmax,layernorm,rmsnorm,gemm,dual_gemm,mlp,grouped,gemm_fp8,attention,trimul")]
     ops: Vec<String>,
     /// Rows of the row-wise ops (softmax, layernorm, rmsnorm).
     #[arg(long, default_value_t = 8192)]
@@ -166,6 +166,8 @@ fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes, shapes: &[[usize; 3]], attn_
             report.rows.extend(run_gemm(op, false)?);
         } else if op == "attention" {
             report.rows.extend(attention::bench_attention(gpu, &cfg, attn_shapes)?);
+        } else if op == "trimul" {
+            report.rows.extend(trimul::bench_trimul(gpu, &cfg, copy)?);
         } else {
             report.rows.extend(ops::bench_op(gpu, &cfg, op, sizes, args.sweep)?);
         }
@@ -197,6 +199,9 @@ fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes, shapes: &[[usize; 3]], attn_
 
     report.finish();
     report.print_table();
+    if args.ops.iter().any(|o| o == "trimul") {
+        trimul::summary(&report.rows);
+    }
     match report.write_json(&args.json) {
         Ok(()) => eprintln!("wrote {}", args.json.display()),
         Err(e) => eprintln!("could not write {}: {e}", args.json.display()),

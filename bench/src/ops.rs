@@ -185,6 +185,13 @@ pub fn cpu_fallback(ops: &[String]) -> bool {
                 let grad_err = [dq, dk, dv].iter().zip(&grads).map(|(got, want)| rel_err(got, want)).fold(0.0, f64::max);
                 ("2x77x150x4x2x72 fwd+bwd".into(), rel_err(&o, &want).max(grad_err / 2.0))
             }
+            "trimul" => {
+                // N = 24, dim 128, hidden 128, x from Cauchy(0, 2), masked.
+                let dims = rustile_ops::trimul::Dims { batch: 1, n: 24, dim: 128, hidden: 128 };
+                let case = rustile_ops::testing::TriMulCase::new(&mut rng, dims, true, true);
+                let got = rustile_ops::trimul::trimul_cpu(&case.x, case.mask.as_deref(), &case.params(|v| v.as_slice()), dims);
+                ("24x1x128".into(), rel_err(&got, &case.want()))
+            }
             "gemm_fp8" => {
                 let (m, n, k) = (67, 45, 96);
                 let a: Vec<rustile::F8E4M3> = normal(&mut rng, m * k, 0.0, 2.0);
@@ -209,7 +216,7 @@ pub fn cpu_fallback(ops: &[String]) -> bool {
         };
         let pass = err <= tolerance::<bf16>();
         ok &= pass;
-        println!("{op:<10} {shape:>12} {:>6} {err:>12.2e} {:>8.1}ms {}", if op == "gemm_fp8" { "e4m3" } else { "bf16" }, t0.elapsed().as_secs_f64() * 1e3, if pass { "ok" } else { "WRONG" });
+        println!("{op:<10} {shape:>12} {:>6} {err:>12.2e} {:>8.1}ms {}", match op.as_str() { "gemm_fp8" => "e4m3", "trimul" => "f32", _ => "bf16" }, t0.elapsed().as_secs_f64() * 1e3, if pass { "ok" } else { "WRONG" });
     }
     println!("(CPU interpreter results are checks, not speed; seed {seed})");
     ok

@@ -58,6 +58,7 @@ pub mod grouped_gemm;
 pub mod mlp;
 pub mod norm;
 pub mod softmax;
+pub mod trimul;
 pub mod vector;
 
 #[cfg(not(target_arch = "nvptx64"))]

@@ -205,3 +205,40 @@ pub fn attention_grad(q: &[f64], k: &[f64], v: &[f64], d_o: &[f64], seqs: &[(usi
     }
     [dq, dk, dv]
 }
+
+/// TriMul (`ops::trimul`) in float64 with the stated math (LayerNorm eps
+/// 1e-5): its output rows at the pairs `at` (`[b, i, j]` each), one `dim`
+/// row a pair, for `x` `[batch, n, n, dim]`. A pair needs only row `i` of
+/// left and row `j` of right, so a GPU test at a large shape can check
+/// samples of its output.
+pub fn trimul_at(x: &[f64], mask: Option<&[f64]>, p: &crate::trimul::Params<&[f64]>, d: crate::trimul::Dims, at: &[[usize; 3]]) -> Vec<f64> {
+    use std::collections::HashMap;
+    let crate::trimul::Dims { n, dim, hidden: h, .. } = d;
+    let sigmoid = |v: f64| 1.0 / (1.0 + (-v).exp());
+    let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(a, b)| a * b).sum::<f64>();
+    // x̂ of pair r (flat index over [batch, n, n]).
+    let norm = |r: usize| layer_norm(&x[r * dim..][..dim], dim, p.norm_w, Some(p.norm_b), 1e-5).0;
+    // Row `first / n` of left (or right): [n pairs k, h], gated and masked.
+    let gated_row = |first: usize, w: &[f64], g: &[f64]| -> Vec<f64> {
+        let mut row = Vec::with_capacity(n * h);
+        for r in first..first + n {
+            let (xh, keep) = (norm(r), mask.map_or(1.0, |m| m[r]));
+            row.extend((0..h).map(|c| dot(&xh, &w[c * dim..][..dim]) * keep * sigmoid(dot(&xh, &g[c * dim..][..dim]))));
+        }
+        row
+    };
+    let (mut lefts, mut rights) = (HashMap::new(), HashMap::new());
+    let mut out = Vec::with_capacity(at.len() * dim);
+    for &[b, i, j] in at {
+        let first = |row: usize| (b * n + row) * n;
+        let l = lefts.entry((b, i)).or_insert_with(|| gated_row(first(i), p.left, p.left_gate));
+        let r = rights.entry((b, j)).or_insert_with(|| gated_row(first(j), p.right, p.right_gate));
+        // t[b, i, j, c] = Σ_k left[b, i, k, c] · right[b, j, k, c]
+        let t: Vec<f64> = (0..h).map(|c| (0..n).map(|k| l[k * h + c] * r[k * h + c]).sum()).collect();
+        let tn = layer_norm(&t, h, p.out_norm_w, Some(p.out_norm_b), 1e-5).0;
+        let xh = norm(first(i) + j);
+        let u: Vec<f64> = (0..h).map(|c| tn[c] * sigmoid(dot(&xh, &p.out_gate[c * dim..][..dim]))).collect();
+        out.extend((0..dim).map(|o| dot(&u, &p.out[o * h..][..h])));
+    }
+    out
+}

@@ -185,3 +185,78 @@ pub fn attention_want<T: Elem>(q: &[T], k: &[T], v: &[T], dims: crate::attention
     let scale = opt.scale.unwrap_or(1.0 / (d as f32).sqrt()) as f64;
     crate::reference::attention(&wide(q), &wide(k), &wide(v), &seqs, [heads, kv_heads, d], scale, opt.causal)
 }
+
+/// `n` values drawn from Cauchy(0, `scale`) (heavy tails: a row of them is
+/// dominated by a few huge values).
+pub fn cauchy(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
+    (0..n).map(|_| scale * (std::f32::consts::PI * (rng.gen::<f32>() - 0.5)).tan()).collect()
+}
+
+/// Every element within `atol + rtol·|ref|` (as `torch.allclose`), or a
+/// panic naming the worst one and how many fail.
+pub fn assert_allclose(out: &[f32], want: &[f64], rtol: f64, atol: f64, ctx: &str) {
+    assert_eq!(out.len(), want.len(), "{ctx}: output has {} elements, reference {}", out.len(), want.len());
+    let excess = |i: usize| {
+        let e = (out[i] as f64 - want[i]).abs() - (atol + rtol * want[i].abs());
+        if e.is_nan() { f64::INFINITY } else { e }
+    };
+    let bad = (0..out.len()).filter(|&i| excess(i) > 0.0).count();
+    if bad > 0 {
+        let i = (0..out.len()).max_by(|&a, &b| excess(a).total_cmp(&excess(b))).unwrap();
+        panic!("{ctx}: {bad} of {} elements outside atol {atol:.0e} + rtol {rtol:.0e}; worst [{i}] = {} against {}", out.len(), out[i], want[i]);
+    }
+}
+
+/// A TriMul problem with fresh random values: `x` normal or Cauchy(0, 2)
+/// (GPU MODE's two distributions), a 0/1 mask or none, and parameters as a
+/// freshly initialized module would hold them, perturbed (linear weights
+/// N(0, 1/fan_in); norm weights N(1, 0.2), biases N(0, 0.2)).
+pub struct TriMulCase {
+    pub dims: crate::trimul::Dims,
+    pub x: Vec<f32>,
+    pub mask: Option<Vec<f32>>,
+    /// In the field order of `trimul::Params`.
+    pub params: [Vec<f32>; 10],
+}
+
+impl TriMulCase {
+    pub fn new(rng: &mut StdRng, dims: crate::trimul::Dims, cauchy_x: bool, masked: bool) -> TriMulCase {
+        let crate::trimul::Dims { batch, n, dim, hidden } = dims;
+        let rows = batch * n * n;
+        let x = if cauchy_x { cauchy(rng, rows * dim, 2.0) } else { normal(rng, rows * dim, 0.0, 1.0) };
+        let mask = masked.then(|| (0..rows).map(|_| rng.gen_range(0..2) as f32).collect());
+        let mut linear = |out: usize, inp: usize| normal::<f32>(rng, out * inp, 0.0, 1.0 / (inp as f32).sqrt());
+        let [lp, lg, rp, rg, og] = [(); 5].map(|_| linear(hidden, dim));
+        let w_out = linear(dim, hidden);
+        let params = [
+            normal(rng, dim, 1.0, 0.2),
+            normal(rng, dim, 0.0, 0.2),
+            lp,
+            lg,
+            rp,
+            rg,
+            og,
+            normal(rng, hidden, 1.0, 0.2),
+            normal(rng, hidden, 0.0, 0.2),
+            w_out,
+        ];
+        TriMulCase { dims, x, mask, params }
+    }
+
+    pub fn params<'a, W: Copy>(&'a self, each: impl Fn(&'a Vec<f32>) -> W) -> crate::trimul::Params<W> {
+        crate::trimul::Params::from_fields(self.params.each_ref().map(each))
+    }
+
+    /// The float64 reference output.
+    pub fn want(&self) -> Vec<f64> {
+        let n = self.dims.n;
+        self.want_at(&(0..self.dims.batch * n * n).map(|r| [r / (n * n), r / n % n, r % n]).collect::<Vec<_>>())
+    }
+
+    /// The float64 reference's output rows at pairs `[b, i, j]`.
+    pub fn want_at(&self, at: &[[usize; 3]]) -> Vec<f64> {
+        let params = self.params.each_ref().map(|p| wide(p));
+        let p = crate::trimul::Params::from_fields(params.each_ref().map(|p| p.as_slice()));
+        crate::reference::trimul_at(&wide(&self.x), self.mask.as_ref().map(|m| wide(m)).as_deref(), &p, self.dims, at)
+    }
+}
