@@ -22,12 +22,6 @@ from triton.testing import do_bench
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 OPS = ["add", "swiglu", "softmax", "layernorm", "rmsnorm", "gemm", "attention", "trimul"]
 
-# GPU MODE's trimul shapes (N, B, dim, masked, x from Cauchy(0, 2)); hidden 128.
-# The same list as rustile_ops::trimul::BENCH_SHAPES.
-TRIMUL_SHAPES = [(256, 2, 128, False, False), (768, 1, 128, False, True), (256, 2, 384, True, False),
-                 (512, 1, 128, False, False), (1024, 1, 128, False, True), (768, 1, 384, True, False),
-                 (1024, 1, 384, False, False)]
-
 
 def problem(op, args, dtype):
     """(function, inputs, shape, bytes moved) for one op, on fresh random inputs."""
@@ -153,11 +147,15 @@ def trimul_reference(x, mask, p):
     return F.linear(u, p["out"])
 
 
-def trimul_rows():
-    """The reference in eager PyTorch and under torch.compile at GPU MODE's shapes."""
+def trimul_rows(specs):
+    """The reference in eager PyTorch and under torch.compile at each shape
+    `NxBxD[m][c]` (m: masked, c: x from Cauchy(0, 2)); hidden 128."""
     rows = []
     compiled = torch.compile(trimul_reference)
-    for n, b, dim, masked, cauchy in TRIMUL_SHAPES:
+    for spec in [x for x in specs.split(",") if x]:
+        body = spec.rstrip("mc")
+        masked, cauchy = "m" in spec[len(body):], "c" in spec[len(body):]
+        n, b, dim = (int(x) for x in body.split("x"))
         hidden = 128
         x = torch.empty(b, n, n, dim, device="cuda")
         x.cauchy_(0, 2) if cauchy else x.normal_()
@@ -197,6 +195,7 @@ def main():
     p.add_argument("--mnk", default="4096,4096,4096", type=lambda v: [int(x) for x in v.split(",")])
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     p.add_argument("--attn", default="", help="attention shapes BxSqxSkxHxHkvxD, c appended for causal, comma-separated")
+    p.add_argument("--trimul", default="", help="trimul shapes NxBxD, m appended if masked and c if x is Cauchy, comma-separated")
     p.add_argument("--json", required=True)
     args = p.parse_args()
     if not torch.cuda.is_available():
@@ -211,8 +210,8 @@ def main():
             rows += attention_rows(args.attn, torch.bfloat16, "bf16")
             continue
         if op == "trimul":
-            # fp32 in and out, at its own shapes, whatever --dtype says.
-            rows += trimul_rows()
+            # fp32 in and out, whatever --dtype says.
+            rows += trimul_rows(args.trimul)
             continue
         fn, inputs, shape, nbytes = problem(op, args, dtype)
         compiled = torch.compile(fn)

@@ -713,17 +713,11 @@ fn host_apis_check_their_arguments() {
 #[test]
 #[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
 fn trimul_matches_float64() {
-    use rand::Rng;
-    use rustile_ops::trimul::{Dims, Params, TriMul, BENCH_SHAPES};
+    use rustile_ops::trimul::{Dims, BENCH_SHAPES};
     use testing::{assert_allclose, TriMulCase};
     let Some(gpu) = gpu_or_skip("trimul_matches_float64") else { return };
     let run = |case: &TriMulCase| -> Vec<f32> {
-        let Dims { batch, n, dim, hidden } = case.dims;
-        let shapes = Params::<()>::shapes(dim, hidden);
-        let params: Vec<_> = case.params.iter().zip(&shapes).map(|(p, s)| gpu.upload(p, s).unwrap()).collect();
-        let tm = TriMul::new(&gpu, &Params::from_fields(std::array::from_fn(|i| &params[i])), dim, hidden).unwrap();
-        let x = gpu.upload(&case.x, &[batch, n, n, dim]).unwrap();
-        let mask = case.mask.as_ref().map(|m| gpu.upload(m, &[batch, n, n]).unwrap());
+        let (tm, x, mask) = case.upload(&gpu).unwrap();
         gpu.download(&tm.forward(&gpu, &x, mask.as_ref()).unwrap()).unwrap()
     };
     for (batch, n, dim, hidden, cauchy_x, masked) in [(2, 33, 128, 128, true, true), (1, 7, 16, 40, false, false), (1, 130, 200, 128, false, true)] {
@@ -735,11 +729,8 @@ fn trimul_matches_float64() {
     for s in BENCH_SHAPES {
         let (mut rng, seed) = rng();
         let case = TriMulCase::new(&mut rng, s.dims(), s.cauchy, s.masked);
-        let Dims { batch, n, dim, .. } = case.dims;
-        let mut at = vec![[0, 0, 0], [batch - 1, n - 1, n - 1], [0, 0, n - 1], [batch - 1, n - 1, 0]];
-        at.extend((0..12).map(|_| [rng.gen_range(0..batch), rng.gen_range(0..n), rng.gen_range(0..n)]));
-        let out = run(&case);
-        let got: Vec<f32> = at.iter().flat_map(|&[b, i, j]| out[((b * n + i) * n + j) * dim..][..dim].to_vec()).collect();
+        let at = case.sample_pairs(&mut rng, 12);
+        let got = case.rows_at(&run(&case), &at);
         let ctx = format!("trimul {s:?} at {at:?} (seed {seed})");
         assert_allclose(&got, &case.want_at(&at), 2e-2, 2e-2, &ctx);
     }

@@ -186,6 +186,7 @@ fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes, shapes: &[[usize; 3]], attn_
                     numel: sizes.numel,
                     dtype: &sizes.dtype,
                     attn: &attention::spec(attn_shapes),
+                    trimul: &trimul::spec(),
                 };
                 match torch::run(&args.python, &script, &req) {
                     Ok(rows) => report.rows.extend(rows),

@@ -38,6 +38,8 @@ pub struct Request<'a> {
     pub dtype: &'a str,
     /// Attention shapes, as `attention::spec` writes them.
     pub attn: &'a str,
+    /// TriMul shapes, as `trimul::spec` writes them.
+    pub trimul: &'a str,
 }
 
 #[derive(Deserialize)]
@@ -54,6 +56,7 @@ pub fn run(python: &str, script: &Path, req: &Request) -> Result<Vec<Row>, Strin
         .args(["--rows", &req.rows.to_string(), "--cols", &req.cols.to_string()])
         .args(["--numel", &req.numel.to_string(), "--dtype", req.dtype])
         .args(["--attn", req.attn])
+        .args(["--trimul", req.trimul])
         .arg("--json")
         .arg(&out)
         // The script's progress goes to our stderr; our stdout stays the table.

@@ -5,10 +5,9 @@
 //! (`trimul`) and shape (`NxBxD`), and [`summary`] prints the geometric means.
 use crate::harness::{measure, MeasureCfg, Row, RUSTILE};
 
-use rand::Rng;
 use rustile_host::{Error, Gpu, Result};
-use rustile_ops::testing::{rng, TriMulCase};
-use rustile_ops::trimul::{BenchShape, Dims, Params, TriMul, BENCH_SHAPES};
+use rustile_ops::testing::{allclose_ratio, rng, TriMulCase};
+use rustile_ops::trimul::{BenchShape, Dims, BENCH_SHAPES};
 
 /// H100 SXM's dense bf16 tensor-core peak (the datasheet's, 989 TFLOP/s):
 /// the compute side of each shape's floor.
@@ -31,6 +30,13 @@ fn shape(s: &BenchShape) -> [usize; 3] {
     [s.n, s.batch, s.dim]
 }
 
+/// The shapes for `torch_baselines.py --trimul`: `NxBxD`, then `m` if masked
+/// and `c` if x is drawn from Cauchy(0, 2), comma-separated.
+pub fn spec() -> String {
+    let one = |s: &BenchShape| format!("{}{}{}", crate::harness::shape_str(&shape(s)), if s.masked { "m" } else { "" }, if s.cauchy { "c" } else { "" });
+    BENCH_SHAPES.iter().map(one).collect::<Vec<_>>().join(",")
+}
+
 /// Checks and times `ops::trimul` at GPU MODE's shapes; `copy_gb_s` is the
 /// measured copy bandwidth (the memory side of each shape's floor).
 pub fn bench_trimul(gpu: &Gpu, cfg: &MeasureCfg, copy_gb_s: f64) -> Result<Vec<Row>> {
@@ -39,26 +45,18 @@ pub fn bench_trimul(gpu: &Gpu, cfg: &MeasureCfg, copy_gb_s: f64) -> Result<Vec<R
     for s in BENCH_SHAPES {
         let (mut rng, seed) = rng();
         let case = TriMulCase::new(&mut rng, s.dims(), s.cauchy, s.masked);
-        let Dims { batch, n, dim, hidden } = case.dims;
-        let shapes = Params::<()>::shapes(dim, hidden);
-        let params = case.params.iter().zip(&shapes).map(|(p, sh)| gpu.upload(p, sh)).collect::<Result<Vec<_>>>()?;
-        let tm = TriMul::new(gpu, &Params::from_fields(std::array::from_fn(|i| &params[i])), dim, hidden)?;
-        let x = gpu.upload(&case.x, &[batch, n, n, dim])?;
-        let mask = case.mask.as_ref().map(|m| gpu.upload(m, &[batch, n, n])).transpose()?;
+        let Dims { batch, n, dim, .. } = case.dims;
+        let (tm, x, mask) = case.upload(gpu)?;
         let mut ws = tm.workspace(gpu, batch, n)?;
         let mut out = gpu.alloc::<f32>(&[batch, n, n, dim])?;
         gpu.fill_bytes(&mut out, 0xFF)?;
         tm.forward_into(gpu, &x, mask.as_ref(), &mut ws, &mut out)?;
 
-        // Eight pairs against float64: two corners and six at random.
-        let mut at = vec![[0, 0, 0], [batch - 1, n - 1, n - 1]];
-        at.extend((0..6).map(|_| [rng.gen_range(0..batch), rng.gen_range(0..n), rng.gen_range(0..n)]));
-        let host = gpu.download(&out)?;
-        let got: Vec<f32> = at.iter().flat_map(|&[b, i, j]| host[((b * n + i) * n + j) * dim..][..dim].to_vec()).collect();
-        let want = case.want_at(&at);
-        let worst = got.iter().zip(&want).map(|(g, w)| (*g as f64 - w).abs() / (2e-2 + 2e-2 * w.abs())).fold(0.0, f64::max);
+        // Eight pairs against float64: the four corners and four at random.
+        let at = case.sample_pairs(&mut rng, 4);
+        let worst = allclose_ratio(&case.rows_at(&gpu.download(&out)?, &at), &case.want_at(&at), 2e-2, 2e-2);
         eprintln!("trimul {s:?}: sampled error {worst:.2} of the tolerance (seed {seed})");
-        if !(worst <= 1.0) {
+        if worst > 1.0 {
             return Err(Error::Launch { kernel: "trimul".into(), msg: format!("wrong result at {s:?}: {worst:.2} × rtol = atol = 2e-2 (seed {seed})") });
         }
 

@@ -4,7 +4,7 @@
 //! there is one, else in the CPU interpreter, checked against float64
 //! (elementwise, rtol = atol = 2e-2) either way.
 //! `cargo run --release --example trimul -p rustile-ops`
-use rustile_ops::testing::{rng, TriMulCase};
+use rustile_ops::testing::{allclose_ratio, rng, TriMulCase};
 use rustile_ops::trimul::{trimul_cpu, Dims, Params, TriMul};
 
 fn main() {
@@ -14,6 +14,7 @@ fn main() {
     let case = TriMulCase::new(&mut rng, dims, false, true);
     let out = match rustile_host::Gpu::new() {
         Ok(gpu) => {
+            // The parameters as fp32 tensors of their module shapes; TriMul::new prepares them once.
             let shapes = Params::<()>::shapes(dims.dim, dims.hidden);
             let params: Vec<_> = case.params.iter().zip(&shapes).map(|(p, s)| gpu.upload(p, s).unwrap()).collect();
             let tm = TriMul::new(&gpu, &Params::from_fields(std::array::from_fn(|i| &params[i])), dims.dim, dims.hidden).unwrap();
@@ -28,8 +29,7 @@ fn main() {
             trimul_cpu(&case.x, case.mask.as_deref(), &case.params(|v| v.as_slice()), dims)
         }
     };
-    let want = case.want();
-    let worst = out.iter().zip(&want).map(|(o, w)| (*o as f64 - w).abs() / (2e-2 + 2e-2 * w.abs())).fold(0.0, f64::max);
+    let worst = allclose_ratio(&out, &case.want(), 2e-2, 2e-2);
     println!("out is [1, 96, 96, 128]; worst element at {worst:.2} of the tolerance (rtol = atol = 2e-2)");
     assert!(worst <= 1.0, "outside the tolerance");
 }

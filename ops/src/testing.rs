@@ -192,17 +192,28 @@ pub fn cauchy(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
     (0..n).map(|_| scale * (std::f32::consts::PI * (rng.gen::<f32>() - 0.5)).tan()).collect()
 }
 
+/// Each `|out − ref| / (atol + rtol·|ref|)`: at most 1 where the element is
+/// within `torch.allclose`'s bound; a NaN gives infinity.
+fn allclose_ratios<'a>(out: &'a [f32], want: &'a [f64], rtol: f64, atol: f64) -> impl Iterator<Item = f64> + 'a {
+    assert_eq!(out.len(), want.len(), "output has {} elements, reference {}", out.len(), want.len());
+    out.iter().zip(want).map(move |(&o, &w)| {
+        let r = (o as f64 - w).abs() / (atol + rtol * w.abs());
+        if r.is_nan() { f64::INFINITY } else { r }
+    })
+}
+
+/// The largest of [`allclose_ratios`]: at most 1 when every element is within the bound.
+pub fn allclose_ratio(out: &[f32], want: &[f64], rtol: f64, atol: f64) -> f64 {
+    worst(allclose_ratios(out, want, rtol, atol))
+}
+
 /// Every element within `atol + rtol·|ref|` (as `torch.allclose`), or a
 /// panic naming the worst one and how many fail.
 pub fn assert_allclose(out: &[f32], want: &[f64], rtol: f64, atol: f64, ctx: &str) {
-    assert_eq!(out.len(), want.len(), "{ctx}: output has {} elements, reference {}", out.len(), want.len());
-    let excess = |i: usize| {
-        let e = (out[i] as f64 - want[i]).abs() - (atol + rtol * want[i].abs());
-        if e.is_nan() { f64::INFINITY } else { e }
-    };
-    let bad = (0..out.len()).filter(|&i| excess(i) > 0.0).count();
+    let ratios: Vec<f64> = allclose_ratios(out, want, rtol, atol).collect();
+    let bad = ratios.iter().filter(|&&r| r > 1.0).count();
     if bad > 0 {
-        let i = (0..out.len()).max_by(|&a, &b| excess(a).total_cmp(&excess(b))).unwrap();
+        let i = (0..ratios.len()).max_by(|&a, &b| ratios[a].total_cmp(&ratios[b])).unwrap();
         panic!("{ctx}: {bad} of {} elements outside atol {atol:.0e} + rtol {rtol:.0e}; worst [{i}] = {} against {}", out.len(), out[i], want[i]);
     }
 }
@@ -245,6 +256,33 @@ impl TriMulCase {
 
     pub fn params<'a, W: Copy>(&'a self, each: impl Fn(&'a Vec<f32>) -> W) -> crate::trimul::Params<W> {
         crate::trimul::Params::from_fields(self.params.each_ref().map(each))
+    }
+
+    /// The parameters, x and the mask on the GPU, the weights prepared.
+    pub fn upload(&self, gpu: &rustile_host::Gpu) -> rustile_host::Result<(crate::trimul::TriMul, rustile_host::Tensor<f32>, Option<rustile_host::Tensor<f32>>)> {
+        use crate::trimul::{Dims, Params, TriMul};
+        let Dims { batch, n, dim, hidden } = self.dims;
+        let shapes = Params::<()>::shapes(dim, hidden);
+        let params = self.params.iter().zip(&shapes).map(|(p, s)| gpu.upload(p, s)).collect::<rustile_host::Result<Vec<_>>>()?;
+        let tm = TriMul::new(gpu, &Params::from_fields(std::array::from_fn(|i| &params[i])), dim, hidden)?;
+        let x = gpu.upload(&self.x, &[batch, n, n, dim])?;
+        let mask = self.mask.as_ref().map(|m| gpu.upload(m, &[batch, n, n])).transpose()?;
+        Ok((tm, x, mask))
+    }
+
+    /// Pairs `[b, i, j]` to check a large output at: the four corners of the
+    /// first and last batch's pair grid, then `random` drawn at random.
+    pub fn sample_pairs(&self, rng: &mut StdRng, random: usize) -> Vec<[usize; 3]> {
+        let crate::trimul::Dims { batch, n, .. } = self.dims;
+        let mut at = vec![[0, 0, 0], [batch - 1, n - 1, n - 1], [0, 0, n - 1], [batch - 1, n - 1, 0]];
+        at.extend((0..random).map(|_| [rng.gen_range(0..batch), rng.gen_range(0..n), rng.gen_range(0..n)]));
+        at
+    }
+
+    /// The output rows of pairs `at` from a whole `[batch, n, n, dim]` output.
+    pub fn rows_at(&self, out: &[f32], at: &[[usize; 3]]) -> Vec<f32> {
+        let crate::trimul::Dims { n, dim, .. } = self.dims;
+        at.iter().flat_map(|&[b, i, j]| out[((b * n + i) * n + j) * dim..][..dim].to_vec()).collect()
     }
 
     /// The float64 reference output.

@@ -119,19 +119,20 @@ fn project_config(dim: usize) -> usize {
     crate::pick_config(trimul_project_kernel::CONFIGS, |c| c.get("DMAX").unwrap() >= dim)
 }
 
-/// The output config: 128-wide blocks of `dim`, unless `dim` fits in 64.
+/// The output config: the narrowest `BN` that holds `dim`, else the widest.
 fn out_config(dim: usize) -> usize {
-    if dim <= 64 { 1 } else { 0 }
+    crate::pick_config(trimul_out_kernel::CONFIGS, |c| c.get("BN").unwrap() >= dim)
 }
 
 /// The contraction `t[b, d] = left[b, d]·right[b, d]ᵀ`, over `batch·hidden` matrices of `n×n`.
 fn contraction(d: &Dims) -> Plan {
     let (n, pairs) = (d.n, d.pairs());
-    Plan { batch: d.batch * d.hidden, ld: [n, n, n], stride: [pairs, pairs, pairs, 0], ..Plan::nt(n, n, n) }
+    Plan { batch: d.batch * d.hidden, stride: [pairs, pairs, pairs, 0], ..Plan::nt(n, n, n) }
 }
 
-fn stack<T: Elem>(parts: &[&[f32]]) -> Vec<T> {
-    parts.iter().flat_map(|p| p.iter().map(|&v| T::from_f32(v))).collect()
+/// The matrices one after another, converted to `T`.
+fn stack<T: Elem>(parts: &[impl AsRef<[f32]>]) -> Vec<T> {
+    parts.iter().flat_map(|p| p.as_ref().iter().map(|&v| T::from_f32(v))).collect()
 }
 
 /// TriMul on the GPU, its weights prepared: the five projections stacked
@@ -159,10 +160,9 @@ impl TriMul {
         for ((what, t), shape) in PARAM_NAMES.iter().zip(p.fields()).zip(Params::<()>::shapes(dim, hidden)) {
             expect_shape(what, t, &shape)?;
         }
-        let host = p.projections().map(|t| gpu.download(t));
-        let host = host.into_iter().collect::<Result<Vec<_>>>()?;
-        let w = gpu.upload(&stack::<bf16>(&host.iter().map(|v| v.as_slice()).collect::<Vec<_>>()), &[5 * hidden, dim])?;
-        let w_out = gpu.upload(&stack::<bf16>(&[&gpu.download(p.out)?]), &[dim, hidden])?;
+        let projections = p.projections().into_iter().map(|t| gpu.download(t)).collect::<Result<Vec<_>>>()?;
+        let w = gpu.upload(&stack::<bf16>(&projections), &[5 * hidden, dim])?;
+        let w_out = gpu.upload(&stack::<bf16>(&[gpu.download(p.out)?]), &[dim, hidden])?;
         let copy = |t: &Tensor<f32>| -> Result<Tensor<f32>> {
             let mut own = gpu.alloc(t.shape())?;
             gpu.copy_d2d(t, &mut own)?;

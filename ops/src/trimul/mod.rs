@@ -168,8 +168,8 @@ pub fn trimul_project_kernel<T: Elem>(
 // the store's scratch (`4·BP·BN`).
 #[kernel(
     configs = [
-        (BP = 64, HM = 128, BN = 128, WARPS = 8, SMEM = 114688),
         (BP = 64, HM = 128, BN = 64, WARPS = 8, SMEM = 65536),
+        (BP = 64, HM = 128, BN = 128, WARPS = 8, SMEM = 114688),
     ],
     grid = [cdiv(pairs, BP), batch],
     dtypes = [bf16],
