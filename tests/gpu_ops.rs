@@ -707,31 +707,48 @@ fn host_apis_check_their_arguments() {
 }
 
 /// `ops::trimul` on the GPU against float64, elementwise at rtol = atol =
-/// 2e-2: whole outputs at small odd sizes, and at GPU MODE's seven shapes
+/// 2e-2: whole outputs at small odd sizes with each projection kernel the
+/// GPU has (every config of both), and at GPU MODE's seven shapes
 /// the rows of 16 pairs (the corners and random ones; the reference at a
 /// pair needs one row of left and one of right, not the whole update).
 #[test]
 #[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
 fn trimul_matches_float64() {
-    use rustile_ops::trimul::{Dims, BENCH_SHAPES};
+    use rustile_ops::trimul::{Dims, Projection, BENCH_SHAPES};
     use testing::{assert_allclose, TriMulCase};
     let Some(gpu) = gpu_or_skip("trimul_matches_float64") else { return };
-    let run = |case: &TriMulCase| -> Vec<f32> {
+    // The update with the projection kernel `how`, step by step.
+    let run = |case: &TriMulCase, how: Projection| -> Vec<f32> {
         let (tm, x, mask) = case.upload(&gpu).unwrap();
-        gpu.download(&tm.forward(&gpu, &x, mask.as_ref()).unwrap()).unwrap()
+        let Dims { batch, n, dim, .. } = case.dims;
+        let mut ws = tm.workspace(&gpu, batch, n).unwrap();
+        let mut out = gpu.alloc::<f32>(&[batch, n, n, dim]).unwrap();
+        tm.project_with(&gpu, &x, mask.as_ref(), &mut ws, how).unwrap();
+        tm.contract(&gpu, &mut ws).unwrap();
+        tm.finish(&gpu, &ws, &mut out).unwrap();
+        gpu.download(&out).unwrap()
     };
-    for (batch, n, dim, hidden, cauchy_x, masked) in [(2, 33, 128, 128, true, true), (1, 7, 16, 40, false, false), (1, 130, 200, 128, false, true)] {
+    // Both projection kernels where the GPU has both (wgmma: Hopper).
+    let mut kernels = vec![Projection::Mma];
+    if Projection::best(&gpu) == Projection::Wgmma {
+        kernels.push(Projection::Wgmma);
+    }
+    for (batch, n, dim, hidden, cauchy_x, masked) in [(2, 33, 128, 128, true, true), (1, 7, 16, 40, false, false), (1, 130, 200, 128, false, true), (1, 9, 600, 128, true, true)] {
         let (mut rng, seed) = rng();
         let case = TriMulCase::new(&mut rng, Dims { batch, n, dim, hidden }, cauchy_x, masked);
-        let ctx = format!("trimul {:?} cauchy={cauchy_x} mask={masked} (seed {seed})", case.dims);
-        assert_allclose(&run(&case), &case.want(), 2e-2, 2e-2, &ctx);
+        for &how in &kernels {
+            let ctx = format!("trimul {:?} {how:?} cauchy={cauchy_x} mask={masked} (seed {seed})", case.dims);
+            assert_allclose(&run(&case, how), &case.want(), 2e-2, 2e-2, &ctx);
+        }
     }
+    // GPU MODE's shapes through `forward` (the faster kernel).
     for s in BENCH_SHAPES {
         let (mut rng, seed) = rng();
         let case = TriMulCase::new(&mut rng, s.dims(), s.cauchy, s.masked);
         let at = case.sample_pairs(&mut rng, 12);
-        let got = case.rows_at(&run(&case), &at);
-        let ctx = format!("trimul {s:?} at {at:?} (seed {seed})");
-        assert_allclose(&got, &case.want_at(&at), 2e-2, 2e-2, &ctx);
+        let (tm, x, mask) = case.upload(&gpu).unwrap();
+        let out = gpu.download(&tm.forward(&gpu, &x, mask.as_ref()).unwrap()).unwrap();
+        let ctx = format!("trimul {s:?} {:?} at {at:?} (seed {seed})", Projection::best(&gpu));
+        assert_allclose(&case.rows_at(&out, &at), &case.want_at(&at), 2e-2, 2e-2, &ctx);
     }
 }

@@ -167,7 +167,7 @@ fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes, shapes: &[[usize; 3]], attn_
         } else if op == "attention" {
             report.rows.extend(attention::bench_attention(gpu, &cfg, attn_shapes)?);
         } else if op == "trimul" {
-            report.rows.extend(trimul::bench_trimul(gpu, &cfg, copy)?);
+            report.rows.extend(trimul::bench_trimul(gpu, &cfg, copy, args.sweep)?);
         } else {
             report.rows.extend(ops::bench_op(gpu, &cfg, op, sizes, args.sweep)?);
         }

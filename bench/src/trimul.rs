@@ -7,7 +7,8 @@ use crate::harness::{measure, MeasureCfg, Row, RUSTILE};
 
 use rustile_host::{Error, Gpu, Result};
 use rustile_ops::testing::{allclose_ratio, rng, TriMulCase};
-use rustile_ops::trimul::{BenchShape, Dims, BENCH_SHAPES};
+use rustile_ops::gemm::{gemm_tma_kernel, Config};
+use rustile_ops::trimul::{BenchShape, Dims, Projection, BENCH_SHAPES};
 
 /// H100 SXM's dense bf16 tensor-core peak (the datasheet's, 989 TFLOP/s):
 /// the compute side of each shape's floor.
@@ -38,8 +39,10 @@ pub fn spec() -> String {
 }
 
 /// Checks and times `ops::trimul` at GPU MODE's shapes; `copy_gb_s` is the
-/// measured copy bandwidth (the memory side of each shape's floor).
-pub fn bench_trimul(gpu: &Gpu, cfg: &MeasureCfg, copy_gb_s: f64) -> Result<Vec<Row>> {
+/// measured copy bandwidth (the memory side of each shape's floor). With
+/// `sweep`, on Hopper, also the `mma.sync` projection and the contraction on
+/// every TMA GEMM config (printed, not rows).
+pub fn bench_trimul(gpu: &Gpu, cfg: &MeasureCfg, copy_gb_s: f64, sweep: bool) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     eprintln!("trimul: time per kernel, and the floor max(bytes / {copy_gb_s:.0} GB/s, FLOPs / {:.0} TFLOP/s)", PEAK_FLOPS / 1e12);
     for s in BENCH_SHAPES {
@@ -64,6 +67,17 @@ pub fn bench_trimul(gpu: &Gpu, cfg: &MeasureCfg, copy_gb_s: f64) -> Result<Vec<R
         let project = measure(gpu, cfg, || tm.project(gpu, &x, mask.as_ref(), &mut ws))?;
         let contract = measure(gpu, cfg, || tm.contract(gpu, &mut ws))?;
         let finish = measure(gpu, cfg, || tm.finish(gpu, &ws, &mut out))?;
+        // Beside the wgmma projection: the mma.sync one, and the contraction
+        // on each TMA GEMM config (what its choice leaves on the table).
+        if sweep && Projection::best(gpu) == Projection::Wgmma {
+            let mma = measure(gpu, cfg, || tm.project_with(gpu, &x, mask.as_ref(), &mut ws, Projection::Mma))?;
+            let mut sweep = String::new();
+            for (i, c) in gemm_tma_kernel::CONFIGS.iter().enumerate() {
+                let t = measure(gpu, cfg, || tm.contract_with(gpu, &mut ws, Some(Config::Tma(i))))?;
+                sweep += &format!(" {}: {:.3}", c.name, t.median_ms);
+            }
+            eprintln!("  project on mma.sync {:.3} ms; contract by TMA config:{sweep}", mma.median_ms);
+        }
         let floor_ms = (bytes(&s) / (copy_gb_s * 1e9)).max(flops(case.dims) / PEAK_FLOPS) * 1e3;
         let ms = whole.median_ms;
         eprintln!(

@@ -211,15 +211,30 @@ impl From<usize> for Config {
 /// kernel for the layout it takes, else the `mma.sync` kernels; each from
 /// its tuned table, else its default.
 pub fn choose(gpu: &Gpu, p: &Plan) -> Config {
+    choose_by(gpu, p, p.m)
+}
+
+/// [`choose`] for a batch of many small matrices (TriMul's contraction:
+/// 128 of 1024×1024): the tables are looked up by the rows of the whole
+/// batch, `batch·m`. A single small GEMM's winner trades block size for
+/// parallelism (1024³ takes 64×128 blocks to fill the SMs), which the batch
+/// already has: at 128 × 1024³ the 128×256 blocks take 0.46 ms, the 1024³
+/// winner 1.0 (bench/RESULTS.md, session 18).
+pub fn choose_batched(gpu: &Gpu, p: &Plan) -> Config {
+    choose_by(gpu, p, p.m * p.batch)
+}
+
+/// [`choose`] with the tables looked up at `rows` rows.
+fn choose_by(gpu: &Gpu, p: &Plan, rows: usize) -> Config {
     if !p.ta && p.tb && gemm_wgmma_kernel::supported(gpu) {
-        let (cc, shape) = (gpu.compute_capability(), [p.m, p.n, p.k]);
+        let (cc, shape) = (gpu.compute_capability(), [rows, p.n, p.k]);
         let heuristic = || wgmma_heuristic(p.m * p.batch, p.n);
         if p.tma_ready() {
             return Config::Tma(crate::tune::config(cc, "gemm_tma", gemm_tma_kernel::CONFIGS, &shape, heuristic));
         }
         return Config::Wgmma(crate::tune::config(cc, "gemm_wgmma", gemm_wgmma_kernel::CONFIGS, &shape, heuristic));
     }
-    Config::Mma(mma_config(gpu, p))
+    Config::Mma(mma_config_by(gpu, p, rows))
 }
 
 /// [`default_wgmma_config`], except that an output at most 128 wide never
@@ -237,7 +252,11 @@ fn wgmma_heuristic(rows: usize, n: usize) -> usize {
 /// The `mma.sync` config a plan runs on a GPU without `wgmma` (tuned, else
 /// the default): every layout shares gemm_nt's config space and table.
 pub fn mma_config(gpu: &Gpu, p: &Plan) -> usize {
-    crate::tune::config(gpu.compute_capability(), "gemm_nt", gemm_nt_kernel::CONFIGS, &[p.m, p.n, p.k], || default_config(p.m * p.batch, p.n))
+    mma_config_by(gpu, p, p.m)
+}
+
+fn mma_config_by(gpu: &Gpu, p: &Plan, rows: usize) -> usize {
+    crate::tune::config(gpu.compute_capability(), "gemm_nt", gemm_nt_kernel::CONFIGS, &[rows, p.n, p.k], || default_config(p.m * p.batch, p.n))
 }
 
 /// A fused epilogue for [`gemm_nt_fused`]: `act(α·a·bᵀ + bias) + residual + β·c`.

@@ -3,7 +3,7 @@
 //! interpreter. Host-only.
 use super::*;
 use crate::check::expect_shape;
-use crate::gemm::{launch_plan, launch_plan_cpu, Config, Epi, Epilogue, Plan};
+use crate::gemm::{choose_batched, launch_plan, launch_plan_cpu, Config, Epi, Epilogue, Plan};
 use rustile_host::{Error, Gpu, Result, Tensor};
 
 /// The sizes of one update: `x` is `[batch, n, n, dim]`, the hidden channels `hidden`.
@@ -15,9 +15,12 @@ pub struct Dims {
     pub hidden: usize,
 }
 
-/// The widest hidden size [`trimul_out_kernel`] normalizes (one tile of channels).
+/// The widest hidden size: the channels [`trimul_out_kernel`] normalizes
+/// in one tile, and [`trimul_project_wgmma_kernel`] projects in one block.
 pub fn max_hidden() -> usize {
-    trimul_out_kernel::CONFIGS.iter().map(|c| c.get("HM").unwrap()).min().unwrap()
+    let out = trimul_out_kernel::CONFIGS.iter().map(|c| c.get("HM").unwrap());
+    let project = trimul_project_wgmma_kernel::CONFIGS.iter().map(|c| c.get("BH").unwrap());
+    out.chain(project).min().unwrap()
 }
 
 impl Dims {
@@ -114,9 +117,35 @@ pub const BENCH_SHAPES: [BenchShape; 7] = {
 /// LayerNorm's epsilon (both norms), as in AlphaFold3.
 pub const EPS: f32 = 1e-5;
 
-/// The projection config for rows of `dim`: the first whose `DMAX` holds them.
-fn project_config(dim: usize) -> usize {
-    crate::pick_config(trimul_project_kernel::CONFIGS, |c| c.get("DMAX").unwrap() >= dim)
+/// Which projection kernel runs: [`TriMul::forward`] takes the faster one
+/// the GPU has ([`Projection::best`]); the other stays callable, for tests
+/// and comparisons ([`TriMul::project_with`], [`trimul_cpu_with`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Projection {
+    /// [`trimul_project_kernel`]: `mma.sync`, any GPU.
+    Mma,
+    /// [`trimul_project_wgmma_kernel`]: `wgmma`, Hopper only.
+    Wgmma,
+}
+
+impl Projection {
+    /// `Wgmma` on Hopper, else `Mma`.
+    pub fn best(gpu: &Gpu) -> Projection {
+        if trimul_project_wgmma_kernel::supported(gpu) {
+            Projection::Wgmma
+        } else {
+            Projection::Mma
+        }
+    }
+
+    /// The config for rows of `dim`: the first whose `DMAX` holds them.
+    fn config(self, dim: usize) -> usize {
+        let configs = match self {
+            Projection::Mma => trimul_project_kernel::CONFIGS,
+            Projection::Wgmma => trimul_project_wgmma_kernel::CONFIGS,
+        };
+        crate::pick_config(configs, |c| c.get("DMAX").unwrap() >= dim)
+    }
 }
 
 /// The output config: the narrowest `BN` that holds `dim`, else the widest.
@@ -201,22 +230,43 @@ impl TriMul {
         Ok(Workspace { dims: Dims { batch, n, dim: self.dim, hidden: self.hidden }, left: alloc()?, right: alloc()?, gate: alloc()?, t: alloc()? })
     }
 
-    /// Step 1: LayerNorm and the five projections (`ws.left`, `ws.right`, `ws.gate`).
+    /// Step 1: LayerNorm and the five projections (`ws.left`, `ws.right`,
+    /// `ws.gate`), on the GPU's faster kernel.
     pub fn project(&self, gpu: &Gpu, x: &Tensor<f32>, mask: Option<&Tensor<f32>>, ws: &mut Workspace) -> Result<()> {
+        self.project_with(gpu, x, mask, ws, Projection::best(gpu))
+    }
+
+    /// [`TriMul::project`] on the kernel `how` names (`Wgmma` needs Hopper).
+    pub fn project_with(&self, gpu: &Gpu, x: &Tensor<f32>, mask: Option<&Tensor<f32>>, ws: &mut Workspace, how: Projection) -> Result<()> {
         let d = self.dims_of(x, mask)?;
         if d != ws.dims {
             return Err(Error::Shape(format!("trimul: the workspace is for {:?}, x is {:?}", ws.dims, d)));
         }
         let [w, b] = &self.norm;
-        let cfg = project_config(d.dim);
+        let cfg = how.config(d.dim);
         let (left, right, gate) = (&mut ws.left, &mut ws.right, &mut ws.gate);
         let (batch, pairs, dim, hidden) = (d.batch, d.pairs(), d.dim, d.hidden);
-        trimul_project_kernel::launch(gpu, cfg, x, mask.unwrap_or(x), w, b, &self.w, left, right, gate, batch, pairs, dim, hidden, EPS, mask.is_some() as u32)
+        let (mask, has_mask) = (mask.unwrap_or(x), mask.is_some() as u32);
+        match how {
+            Projection::Mma => trimul_project_kernel::launch(gpu, cfg, x, mask, w, b, &self.w, left, right, gate, batch, pairs, dim, hidden, EPS, has_mask),
+            Projection::Wgmma if trimul_project_wgmma_kernel::supported(gpu) => {
+                trimul_project_wgmma_kernel::launch(gpu, cfg, x, mask, w, b, &self.w, left, right, gate, batch, pairs, dim, hidden, EPS, has_mask)
+            }
+            Projection::Wgmma => Err(Error::Launch { kernel: "trimul_project_wgmma_kernel".into(), msg: "wgmma needs a Hopper GPU (sm_90)".into() }),
+        }
     }
 
-    /// Step 2: the contraction over k, `ws.t` from `ws.left` and `ws.right`.
+    /// Step 2: the contraction over k, `ws.t` from `ws.left` and `ws.right`
+    /// (the GEMM config [`choose_batched`] picks).
     pub fn contract(&self, gpu: &Gpu, ws: &mut Workspace) -> Result<()> {
-        launch_plan(gpu, None, &contraction(&ws.dims), &ws.left, &ws.right, &mut ws.t, &Epilogue::new())
+        self.contract_with(gpu, ws, None)
+    }
+
+    /// [`TriMul::contract`] on a given GEMM config (for sweeps).
+    pub fn contract_with(&self, gpu: &Gpu, ws: &mut Workspace, cfg: Option<Config>) -> Result<()> {
+        let plan = contraction(&ws.dims);
+        let cfg = cfg.unwrap_or_else(|| choose_batched(gpu, &plan));
+        launch_plan(gpu, Some(cfg), &plan, &ws.left, &ws.right, &mut ws.t, &Epilogue::new())
     }
 
     /// Step 3: LayerNorm of t, the output gate and the output projection.
@@ -255,6 +305,11 @@ pub struct Workspace {
 /// [`TriMul::forward`], on slices (`x` `[batch, n, n, dim]`, `mask`
 /// `[batch, n, n]`); fp32 `[batch, n, n, dim]`.
 pub fn trimul_cpu(x: &[f32], mask: Option<&[f32]>, p: &Params<&[f32]>, d: Dims) -> Vec<f32> {
+    trimul_cpu_with(x, mask, p, d, Projection::Mma)
+}
+
+/// [`trimul_cpu`] with the projection kernel `how` names.
+pub fn trimul_cpu_with(x: &[f32], mask: Option<&[f32]>, p: &Params<&[f32]>, d: Dims, how: Projection) -> Vec<f32> {
     d.check().unwrap_or_else(|e| panic!("{e}"));
     let (Dims { batch, dim, hidden, .. }, pairs) = (d, d.pairs());
     assert_eq!(x.len(), batch * pairs * dim, "trimul: x holds {} elements, not {batch}×{pairs}×{dim}", x.len());
@@ -265,10 +320,15 @@ pub fn trimul_cpu(x: &[f32], mask: Option<&[f32]>, p: &Params<&[f32]>, d: Dims) 
     let w_out = stack::<bf16>(&[p.out]);
     let parts = || vec![bf16::default(); batch * hidden * pairs];
     let (mut left, mut right, mut gate, mut t) = (parts(), parts(), parts(), parts());
-    trimul_project_kernel::cpu(
-        project_config(dim), x, mask.unwrap_or(x), p.norm_w, p.norm_b, &w, &mut left, &mut right, &mut gate,
-        batch, pairs, dim, hidden, EPS, mask.is_some() as u32,
-    );
+    let (cfg, mask_or_x, has_mask) = (how.config(dim), mask.unwrap_or(x), mask.is_some() as u32);
+    match how {
+        Projection::Mma => trimul_project_kernel::cpu(
+            cfg, x, mask_or_x, p.norm_w, p.norm_b, &w, &mut left, &mut right, &mut gate, batch, pairs, dim, hidden, EPS, has_mask,
+        ),
+        Projection::Wgmma => trimul_project_wgmma_kernel::cpu(
+            cfg, x, mask_or_x, p.norm_w, p.norm_b, &w, &mut left, &mut right, &mut gate, batch, pairs, dim, hidden, EPS, has_mask,
+        ),
+    }
     let plan = contraction(&d);
     let cfg = Config::Mma(crate::gemm::default_config(plan.m * plan.batch, plan.n));
     launch_plan_cpu(cfg, &plan, &left, &right, &mut t, &[], &[], Epi::NONE);

@@ -1,16 +1,22 @@
 //! CPU-interpreter checks of TriMul against float64, elementwise with
 //! rtol = atol = 2e-2 (GPU MODE's check): x normal and Cauchy(0, 2), with
 //! and without a mask, at odd sizes (N = 1, 7, 33), dim 16 and 128 (and
-//! 200, 600: the other projection configs), hidden 128 and 40.
+//! 200, 600: the other projection configs), hidden 128 and 40; both
+//! projection kernels (`mma.sync` and Hopper's `wgmma`, which the
+//! interpreter runs too).
 use super::*;
 use crate::testing::*;
 
 fn check(batch: usize, n: usize, dim: usize, hidden: usize, cauchy_x: bool, masked: bool) {
+    check_with(batch, n, dim, hidden, cauchy_x, masked, Projection::Mma);
+}
+
+fn check_with(batch: usize, n: usize, dim: usize, hidden: usize, cauchy_x: bool, masked: bool, how: Projection) {
     let (mut rng, seed) = rng();
     let dims = Dims { batch, n, dim, hidden };
     let case = TriMulCase::new(&mut rng, dims, cauchy_x, masked);
-    let out = trimul_cpu(&case.x, case.mask.as_deref(), &case.params(|v| v.as_slice()), dims);
-    let ctx = format!("trimul {dims:?} cauchy={cauchy_x} mask={masked} (seed {seed})");
+    let out = trimul_cpu_with(&case.x, case.mask.as_deref(), &case.params(|v| v.as_slice()), dims, how);
+    let ctx = format!("trimul {dims:?} {how:?} cauchy={cauchy_x} mask={masked} (seed {seed})");
     assert_allclose(&out, &case.want(), 2e-2, 2e-2, &ctx);
 }
 
@@ -36,6 +42,16 @@ fn every_projection_config() {
     // 200 and 600: the DMAX = 384 and 1024 configs, with partial k-steps.
     check(1, 9, 200, 128, false, true);
     check(1, 9, 600, 64, true, false);
+}
+
+#[test]
+fn wgmma_projection() {
+    // Every wgmma config (dim 16 and 128: DMAX = 128; 200; 600), odd N,
+    // hidden under one warpgroup block (40) and a whole one (128).
+    for (n, dim, hidden, cauchy_x, masked) in [(7, 128, 128, true, true), (33, 16, 128, false, false), (9, 200, 40, false, true), (5, 600, 128, true, false)] {
+        check_with(1, n, dim, hidden, cauchy_x, masked, Projection::Wgmma);
+    }
+    check_with(2, 7, 16, 40, false, true, Projection::Wgmma);
 }
 
 #[test]
