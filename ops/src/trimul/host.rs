@@ -32,8 +32,9 @@ impl Dims {
         if self.dim == 0 || self.hidden == 0 {
             return Err(format!("trimul: dim ({}) and hidden ({}) must be at least 1", self.dim, self.hidden));
         }
-        if self.hidden > max_hidden() {
-            return Err(format!("trimul: hidden = {} is over the {} channels the output kernel normalizes in one tile", self.hidden, max_hidden()));
+        let most = max_hidden();
+        if self.hidden > most {
+            return Err(format!("trimul: hidden = {} is over the {most} channels the kernels take in one block", self.hidden));
         }
         let dmax = trimul_project_kernel::CONFIGS.iter().map(|c| c.get("DMAX").unwrap()).max().unwrap();
         if self.dim > dmax {
@@ -247,12 +248,10 @@ impl TriMul {
         let (left, right, gate) = (&mut ws.left, &mut ws.right, &mut ws.gate);
         let (batch, pairs, dim, hidden) = (d.batch, d.pairs(), d.dim, d.hidden);
         let (mask, has_mask) = (mask.unwrap_or(x), mask.is_some() as u32);
+        // (`launch` of the wgmma kernel refuses a GPU that is not Hopper.)
         match how {
             Projection::Mma => trimul_project_kernel::launch(gpu, cfg, x, mask, w, b, &self.w, left, right, gate, batch, pairs, dim, hidden, EPS, has_mask),
-            Projection::Wgmma if trimul_project_wgmma_kernel::supported(gpu) => {
-                trimul_project_wgmma_kernel::launch(gpu, cfg, x, mask, w, b, &self.w, left, right, gate, batch, pairs, dim, hidden, EPS, has_mask)
-            }
-            Projection::Wgmma => Err(Error::Launch { kernel: "trimul_project_wgmma_kernel".into(), msg: "wgmma needs a Hopper GPU (sm_90)".into() }),
+            Projection::Wgmma => trimul_project_wgmma_kernel::launch(gpu, cfg, x, mask, w, b, &self.w, left, right, gate, batch, pairs, dim, hidden, EPS, has_mask),
         }
     }
 
