@@ -553,8 +553,16 @@ fn attention_case<T: Elem>(gpu: &Gpu, dims: attention::Dims, opt: attention::Att
     let attention::Dims { batch, sq, sk, heads, kv_heads, d } = dims;
     let (mut rng, seed) = rng();
     let q: Vec<T> = normal(&mut rng, batch * sq * heads * d, 0.0, 1.0);
-    let k: Vec<T> = normal(&mut rng, batch * sk * kv_heads * d, 0.0, 1.0);
-    let v: Vec<T> = normal(&mut rng, batch * sk * kv_heads * d, 0.0, 1.0);
+    let mut k: Vec<T> = normal(&mut rng, batch * sk * kv_heads * d, 0.0, 1.0);
+    let mut v: Vec<T> = normal(&mut rng, batch * sk * kv_heads * d, 0.0, 1.0);
+    // Rows past `keys` are not the problem's (the Hopper kernels' copy
+    // engine reads them anyway): NaN there must not reach the output.
+    let row = kv_heads * d;
+    for (z, i) in (0..batch).flat_map(|z| (opt.keys.unwrap_or(sk)..sk).map(move |i| (z, i))) {
+        for x in [&mut k, &mut v] {
+            x[(z * sk + i) * row..][..row].fill(T::from_f32(f32::NAN));
+        }
+    }
     let (dq, dk, dv) = (up(gpu, &q, &[batch, sq, heads, d]), up(gpu, &k, &[batch, sk, kv_heads, d]), up(gpu, &v, &[batch, sk, kv_heads, d]));
     let (mut o, mut lse) = (poisoned::<T>(gpu, &[batch, sq, heads, d]), poisoned::<f32>(gpu, &[batch, heads, sq]));
     attention::attention(gpu, &dq, &dk, &dv, &mut o, &mut lse, opt).unwrap();

@@ -201,6 +201,20 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
         self.copy_window(src);
     }
 
+    /// Zeroes rows `first..R` (each thread its own chunks of them): for a
+    /// tile the copy engine filled past the rows that count, whose values
+    /// must not reach a product even times zero (they may be NaN). `sync()`
+    /// next (after `wgmma::fence_shared()` when `wgmma` reads the tile).
+    #[inline(always)]
+    pub fn zero_rows_from(&self, first: usize) {
+        let () = Bits::<T>::SIXTEEN;
+        self.each_chunk(|_, row, _, col| {
+            if row >= first {
+                self.put_chunk(row, col, [T::default(); V]);
+            }
+        });
+    }
+
     /// [`Shared::copy_from`] for any element size: on the CPU it is also
     /// what the copy engine does (`load_tma`).
     #[inline(always)]

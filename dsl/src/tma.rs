@@ -14,8 +14,8 @@
 //! The copy engine reads the tensor through a tensor map the host encoded
 //! (`rustile_host::Gpu::tensor_map`), passed to the kernel as its device
 //! address; it fills the box outside the tensor with zeros and writes the
-//! tile with the 128-byte swizzle `Shared` uses for 128-byte rows (64
-//! 16-bit or 128 8-bit elements).
+//! tile with the swizzle `Shared` uses for rows of its width (32, 64 or
+//! 128 bytes: 16, 32 or 64 16-bit elements, twice that many 8-bit ones).
 //!
 //! On the CPU a barrier does nothing and `load_tma` is `copy_from` of the
 //! block pointer, which must describe the same tensor as the map.
@@ -133,8 +133,9 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
     /// with one TMA copy through tensor map `map` (the device address of a
     /// map of the same tensor, boxes of `R×C`); it completes on `bar`,
     /// which must [`Barrier::expect`] its `R·C·size_of::<T>()` bytes. The
-    /// tile must start on a 1024-byte boundary and its rows must be 128
-    /// bytes (one swizzled row: `C` 64 for 16-bit elements, 128 for FP8).
+    /// tile's rows must be one swizzled row of 32, 64 or 128 bytes (`C` 16,
+    /// 32 or 64 for 16-bit elements, twice that for FP8; the map's box says
+    /// the same), and it must start on its swizzle period (8 rows).
     #[inline(always)]
     pub fn load_tma(&self, map: u64, src: &BlockPtr<T, R, C, TH>, z: usize, bar: &Barrier) {
         if leader() {
@@ -145,7 +146,8 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
     /// [`Shared::load_tma`] issued by the calling thread, whichever it is.
     #[inline(always)]
     pub fn load_tma_by_this_thread(&self, map: u64, src: &BlockPtr<T, R, C, TH>, z: usize, bar: &Barrier) {
-        assert!(C * core::mem::size_of::<T>() == 128, "load_tma copies rows of 128 bytes (the 128-byte swizzle)");
+        let row = C * core::mem::size_of::<T>();
+        assert!(row == 32 || row == 64 || row == 128, "load_tma copies swizzled rows of 32, 64 or 128 bytes");
         #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
         {
             let at = [src.offsets[1] as u32, src.offsets[0] as u32, z as u32];

@@ -10,8 +10,9 @@ use crate::{Error, Gpu, Result, Tensor};
 
 /// A tensor of 16-bit (bf16, f16) or 8-bit (FP8) elements of up to three
 /// dimensions, as TMA copies boxes of it: dimensions innermost first, row
-/// strides in bytes (multiples of 16), the box in elements (its innermost
-/// extent one 128-byte swizzled row: 64 elements of 2 bytes, 128 of 1).
+/// strides in bytes (multiples of 16, in any order), the box in elements
+/// (its innermost extent one swizzled row of 32, 64 or 128 bytes: for
+/// 2-byte elements 16, 32 or 64 of them, the rows `Shared` keeps).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TileMap {
     /// Device address of element (0, 0, 0) (16-byte aligned).
@@ -36,10 +37,12 @@ impl TileMap {
         if !(self.elem_bytes == 1 || self.elem_bytes == 2) {
             return Some(format!("its elements are {} bytes, not 2 (bf16, f16) or 1 (FP8)", self.elem_bytes));
         }
-        if self.boxes[0] * self.elem_bytes != 128 || self.boxes.iter().any(|b| *b == 0 || *b > 256) {
+        if self.swizzle().is_none() || self.boxes.iter().any(|b| *b == 0 || *b > 256) {
             return Some(format!(
-                "the box {:?} is not one 128-byte row wide ({} elements) and at most 256 in each dimension",
+                "the box {:?} is not one row of 32, 64 or 128 bytes wide ({}, {} or {} elements) and at most 256 in each dimension",
                 self.boxes,
+                32 / self.elem_bytes,
+                64 / self.elem_bytes,
                 128 / self.elem_bytes
             ));
         }
@@ -48,11 +51,23 @@ impl TileMap {
         }
         None
     }
+
+    /// The swizzle of the box's rows: `Shared`'s for rows of that many bytes.
+    fn swizzle(&self) -> Option<sys::CUtensorMapSwizzle> {
+        use sys::CUtensorMapSwizzle::*;
+        match self.boxes[0] * self.elem_bytes {
+            32 => Some(CU_TENSOR_MAP_SWIZZLE_32B),
+            64 => Some(CU_TENSOR_MAP_SWIZZLE_64B),
+            128 => Some(CU_TENSOR_MAP_SWIZZLE_128B),
+            _ => None,
+        }
+    }
 }
 
 impl Gpu {
-    /// The device address of the tensor map for `m` (128-byte swizzle,
-    /// zero fill outside the tensor), encoded and uploaded on first use.
+    /// The device address of the tensor map for `m` (swizzled as `Shared`
+    /// tiles of its rows, zero fill outside the tensor), encoded and
+    /// uploaded on first use.
     pub fn tensor_map(&self, m: &TileMap) -> Result<u64> {
         if let Some(why) = m.unsupported() {
             return Err(Error::Shape(format!("TMA cannot copy this tensor: {why}")));
@@ -78,7 +93,7 @@ impl Gpu {
                 m.boxes.as_ptr(),
                 elem_strides.as_ptr(),
                 sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
-                sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+                m.swizzle().expect("checked by unsupported()"),
                 sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
             )
@@ -105,11 +120,15 @@ mod tests {
         let fp8 = TileMap { boxes: [128, 128, 1], elem_bytes: 1, ..ok };
         assert_eq!(fp8.unsupported(), None);
         assert_eq!(ok.unsupported(), None);
+        // A head of 72 columns: a 64-column box and a 16-column one, heads 144 bytes apart.
+        let tail = TileMap { dims: [72, 4096, 16], strides: [2304, 144], boxes: [16, 64, 1], ..ok };
+        assert_eq!(tail.unsupported(), None);
         let cases = [
             (TileMap { base: 0x1008, ..ok }, "16-byte aligned"),
             (TileMap { strides: [1030, 1030 * 777], ..ok }, "multiple of 16"),
-            (TileMap { boxes: [32, 128, 1], ..ok }, "128-byte row"),
-            (TileMap { boxes: [64, 128, 1], ..fp8 }, "(128 elements)"),
+            (TileMap { boxes: [24, 128, 1], ..ok }, "128 bytes wide"),
+            (TileMap { boxes: [8, 128, 1], ..ok }, "(16, 32 or 64 elements)"),
+            (TileMap { boxes: [48, 128, 1], ..fp8 }, "(32, 64 or 128 elements)"),
             (TileMap { elem_bytes: 4, ..ok }, "not 2"),
             (TileMap { boxes: [64, 512, 1], ..ok }, "at most 256"),
             (TileMap { dims: [520, 0, 1], ..ok }, "dimensions"),

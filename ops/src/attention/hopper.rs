@@ -11,16 +11,28 @@
 //! rows are keys). `wgmma` reads rows of at most 128 bytes, so a head is
 //! stored as 64-column tiles: one at D = 64, two at 128, and 64 plus a tile
 //! of 16 or 32 columns at 72/80 and 96.
+//!
+//! Configs with `TMA = 1` bring the tiles in by TMA, one thread issuing
+//! each copy: the 128-row programs run 10-15 % faster than with every
+//! thread copying (`cp.async`, whose masks and addresses are a large share
+//! of a program's instructions). The 64-row program at D = 80 keeps
+//! `cp.async`: there three programs a SM each wait on their own copies,
+//! and by TMA it was 11 % slower at the vision shape (bench/RESULTS.md,
+//! session 19).
 use rustile::prelude::*;
 
 /// One block of `BM` query rows of one head, as [`super::attention_fwd_kernel`]
-/// (the same arguments).
+/// (the same arguments), plus the tensor maps its `TMA = 1` configs copy
+/// through: `map_q`, `map_q1` are q's for a head's first 64 columns and for
+/// the rest (boxes of `BM` rows), `map_k`, `map_v` and their tails K's and
+/// V's (boxes of `BN` rows), as `host::head_maps` builds them (0 for a
+/// `cp.async` config).
 #[kernel(
     configs = [
-        (D = 64, BM = 128, BN = 128, WARPS = 8, OCC = 1, SMEM = 81920),
-        (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 3, SMEM = 51712),
-        (D = 96, BM = 128, BN = 128, WARPS = 8, OCC = 1, SMEM = 122880),
-        (D = 128, BM = 128, BN = 128, WARPS = 8, OCC = 1, SMEM = 163840),
+        (D = 64, BM = 128, BN = 128, WARPS = 8, OCC = 1, TMA = 1, SMEM = 81984),
+        (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 3, TMA = 0, SMEM = 51776),
+        (D = 96, BM = 128, BN = 128, WARPS = 8, OCC = 1, TMA = 1, SMEM = 122944),
+        (D = 128, BM = 128, BN = 128, WARPS = 8, OCC = 1, TMA = 1, SMEM = 163904),
     ],
     grid = [cdiv(sq, BM), heads, batch],
     dtypes = [bf16, f16],
@@ -30,10 +42,11 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
     q: Ptr<T>, k: Ptr<T>, v: Ptr<T>, o: PtrMut<T>, lse: PtrMut<f32>, cu_q: Ptr<u32>, cu_k: Ptr<u32>,
     batch: usize, sq: usize, sk: usize, heads: usize, kv_heads: usize, d: usize,
     q_bs: usize, kv_bs: usize, lse_h: usize, scale: f32, flags: u32,
+    map_q: u64, map_q1: u64, map_k: u64, map_k1: u64, map_v: u64, map_v1: u64,
 ) {
     // Here, not at the top: on other arches the macro leaves the body out.
     use crate::attention::{store_head, Head, Seq, CAUSAL, VARLEN};
-    use rustile::wgmma;
+    use rustile::{tma, wgmma};
     // A head as a 64-column tile and, past 64, a second one of D1 columns
     // (otherwise D1 names an unused tile).
     const TAIL: bool = D > 64;
@@ -50,35 +63,77 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
         return;
     }
     let kvh = h / (heads / kv_heads);
-    let (kp, vp) = (k.offset(s.k_at()), v.offset(s.k_at()));
     let blocks = s.key_blocks(r0, BM, BN, causal);
 
-    // Shared memory: Q, then two stages of K and V; every tile starts on a
-    // multiple of 1024 bytes (the swizzle period wgmma's descriptors assume).
+    // Shared memory: Q, then two stages of K and V (every tile on a
+    // multiple of 1024 bytes, the swizzle period wgmma's descriptors
+    // assume), then the barriers the copies land on: Q's, then K's and V's
+    // of each stage.
     let at = wgmma::pad(THREADS);
     let sq_ = Rows::<BM>::at(at, TAIL);
     let kv = |stage: usize, which: usize| Rows::<BN>::at(at + BM * D * 2 + (2 * stage + which) * BN * D * 2, TAIL);
-    let copy_kv = |j: usize, which: usize| kv(j % 2, which).copy_from(if which == 0 { kp } else { vp }, [s.lk, s.ldk, kvh * d, d], j * BN);
+    let landed = |i: usize| tma::Barrier::at::<THREADS>(at + (BM + 4 * BN) * D * 2 + 8 * i);
+    let kv_landed = |j: usize, which: usize| landed(1 + 2 * (j % 2) + which);
+    if TMA == 1 {
+        for i in 0..5 {
+            landed(i).init(1);
+        }
+        tma::fence_init();
+        sync();
+    }
+    // Block j of K (which 0) or V (1) into stage j % 2. By TMA, rows are
+    // tokens of the whole tensor, so that past this sequence's keys the
+    // copy engine reads the next sequence's (masked out below) or zeros;
+    // by `cp.async` they join the current group of copies.
+    let load_kv = |j: usize, which: usize| {
+        let tile = kv(j % 2, which);
+        let src = if which == 0 { k } else { v };
+        if TMA == 1 {
+            let bar = kv_landed(j, which);
+            bar.expect(tile.bytes());
+            tile.load_tma(if which == 0 { [map_k, map_k1] } else { [map_v, map_v1] }, src, [s.k0 + s.lk, s.ldk, kvh, d], s.k0 + j * BN, &bar);
+        } else {
+            tile.copy_from(src.offset(s.k_at()), [s.lk, s.ldk, kvh * d, d], j * BN);
+        }
+    };
+    // Waits until block j's K or V has landed. `cp.async` counts groups: one
+    // (K or V) is committed after each, so the other may stay in flight.
+    let kv_wait = |j: usize, which: usize| {
+        if TMA == 1 {
+            // Each stage's barriers complete once a use: block j is stage j % 2's (j / 2)-th.
+            kv_landed(j, which).wait((j / 2) % 2);
+        } else {
+            wait_copies::<1>();
+            wgmma::fence_shared();
+        }
+    };
 
-    sq_.copy_from(q.offset(s.q_at()), [s.lq, s.ldq, h * d, d], r0);
+    if TMA == 1 {
+        landed(0).expect(sq_.bytes());
+        sq_.load_tma([map_q, map_q1], q, [s.q0 + s.lq, s.ldq, h, d], s.q0 + r0, &landed(0));
+    } else {
+        sq_.copy_from(q.offset(s.q_at()), [s.lq, s.ldq, h * d, d], r0);
+    }
     if blocks > 0 {
-        copy_kv(0, 0);
+        load_kv(0, 0);
     }
     commit_copies();
     if blocks > 0 {
-        copy_kv(0, 1);
+        load_kv(0, 1);
     }
     commit_copies();
+    if TMA == 1 {
+        landed(0).wait(0);
+    }
 
     let mut stats = rustile::AccSoftmax::<BM, THREADS>::new(scale);
     let (mut o0, mut o1) = (AccW::<64>::zeros(), AccW::<D1>::zeros());
     for j in 0..blocks {
-        // K of block j has landed (V of block j may still be in flight).
-        wait_copies::<1>();
-        wgmma::fence_shared();
+        kv_wait(j, 0);
+        // Stage j+1 was last read by block j−1, which every warpgroup finished before this barrier.
         sync();
         if j + 1 < blocks {
-            copy_kv(j + 1, 0);
+            load_kv(j + 1, 0);
         }
         commit_copies();
         let kt = kv(j % 2, 0);
@@ -98,15 +153,20 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
         if TAIL {
             o1 = o1.map_rows(&alpha, |x, a| x * a);
         }
-        // V of block j has landed; stage j+1's V was last read by block j−1.
-        wait_copies::<1>();
-        wgmma::fence_shared();
+        kv_wait(j, 1);
+        let vt = kv(j % 2, 1);
+        // V's rows past the keys meet P's zeros, but 0·NaN is NaN: zero
+        // them (`cp.async` did not copy them).
+        if TMA == 1 && c0 + BN > s.lk {
+            vt.zero_rows_from(s.lk - c0);
+            wgmma::fence_shared();
+        }
+        // Stage j+1's V was last read by block j−1 (and the zeros are written).
         sync();
         if j + 1 < blocks {
-            copy_kv(j + 1, 1);
+            load_kv(j + 1, 1);
         }
         commit_copies();
-        let vt = kv(j % 2, 1);
         wgmma::dot_acc_async(&p, &vt.main, &mut o0);
         if TAIL {
             wgmma::dot_acc_async(&p, &vt.rest, &mut o1);

@@ -2,7 +2,7 @@
 //! the CPU interpreter's entries.
 use super::*;
 use crate::gemm::check_dtype;
-use rustile_host::{Error, Gpu, Result, Tensor};
+use rustile_host::{Error, Gpu, Result, Tensor, TileMap};
 
 /// Options of [`attention`]. `Attention::default()` is plain attention over
 /// every key with `scale = 1/sqrt(d)`.
@@ -204,12 +204,21 @@ impl Program {
         self == Program::Mma || d <= 80 || d % 64 == 0
     }
 
-    /// The forward's config for head dim `d` (checked by [`check_head_dim`]).
+    /// The forward's config for head dim `d` (checked by [`check_head_dim`]):
+    /// the first that holds `d`, or with `RUSTILE_ATTENTION_CONFIG` set (say
+    /// to `BM128_BN128`) the first that holds `d` and whose name contains it.
     fn forward_config(self, d: usize) -> usize {
-        config_in(match self {
+        let configs = match self {
             Program::Mma => attention_fwd_kernel::CONFIGS,
             Program::Wgmma => attention_fwd_wgmma_kernel::CONFIGS,
-        }, d)
+        };
+        static FORCED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+        let forced = FORCED.get_or_init(|| std::env::var("RUSTILE_ATTENTION_CONFIG").ok());
+        let holds = |c: &rustile::KernelConfig| c.get("D").unwrap() >= d;
+        forced
+            .as_deref()
+            .and_then(|part| configs.iter().position(|c| holds(c) && c.name.contains(part)))
+            .unwrap_or_else(|| config_in(configs, d))
     }
 
     /// The backward's configs for head dim `d`: `(dK/dV kernel, dQ kernel)`.
@@ -242,11 +251,43 @@ fn forward_on_gpu<T: Elem>(
             gpu, cfg, q, k, v, o, lse, cu_q, cu_k,
             batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
         ),
-        Program::Wgmma => attention_fwd_wgmma_kernel::launch(
-            gpu, cfg, q, k, v, o, lse, cu_q, cu_k,
-            batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
-        ),
+        Program::Wgmma => {
+            let c = &attention_fwd_wgmma_kernel::CONFIGS[cfg];
+            let [dp, bm, bn, by_tma] = ["D", "BM", "BN", "TMA"].map(|p| c.get(p).expect("every Hopper forward config names D, BM, BN and TMA"));
+            // A config that copies with `cp.async` reads no map.
+            let maps = |t: &Tensor<T>, heads: usize, rows: usize| if by_tma == 1 { head_maps(gpu, t, heads, d, rows, dp) } else { Ok([0, 0]) };
+            let ([mq, mq1], [mk, mk1], [mv, mv1]) = (maps(q, heads, bm)?, maps(k, kv_heads, bn)?, maps(v, kv_heads, bn)?);
+            attention_fwd_wgmma_kernel::launch(
+                gpu, cfg, q, k, v, o, lse, cu_q, cu_k,
+                batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
+                mq, mq1, mk, mk1, mv, mv1,
+            )
+        }
     }
+}
+
+/// The tensor maps (device addresses) through which the Hopper kernels'
+/// copy engine reads one head of a token-major tensor `t` (`[.., heads,
+/// d]`) at a time, `rows` tokens a box: the head's first 64 columns, and
+/// the rest of its padded width `dp` (0 when `dp` is 64). Boxes past `d`
+/// are zero-filled. A tensor without tokens has no maps (0): no program
+/// reads it.
+fn head_maps<T: Elem>(gpu: &Gpu, t: &Tensor<T>, heads: usize, d: usize, rows: usize, dp: usize) -> Result<[u64; 2]> {
+    let tokens = t.numel() / (heads * d);
+    if tokens == 0 {
+        return Ok([0, 0]);
+    }
+    let bytes = core::mem::size_of::<T>();
+    let map = |cols: usize| {
+        gpu.tensor_map(&TileMap {
+            base: t.device_ptr(),
+            dims: [d as u64, tokens as u64, heads as u64],
+            strides: [(bytes * heads * d) as u64, (bytes * d) as u64],
+            boxes: [cols as u32, rows as u32, 1],
+            elem_bytes: bytes as u32,
+        })
+    };
+    Ok([map(64)?, if dp > 64 { map(dp - 64)? } else { 0 }])
 }
 
 /// [`forward_on_gpu`] in the CPU interpreter, with the program named;
@@ -275,6 +316,8 @@ pub(crate) fn forward_on_cpu<T: Elem>(
         Program::Wgmma => attention_fwd_wgmma_kernel::cpu(
             cfg, q, k, v, &mut o, &mut lse, cu_q, cu_k,
             batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
+            // The interpreter copies the window a map would describe.
+            0, 0, 0, 0, 0, 0,
         ),
     }
     (o, lse)

@@ -56,6 +56,42 @@ impl<T: Elem, const R: usize, const D0: usize, const D1: usize, const TH: usize>
             self.rest.copy_from(&BlockPtr::new(src, [rows, c0 + d], [ld, 1], [r0, c0 + D0]));
         }
     }
+
+    /// [`Head::copy_from`] by Hopper's copy engine: rows `r0..r0+R` of head
+    /// `head` of a token-major tensor (`rows` tokens `ld` elements apart,
+    /// heads of `d` columns) through `maps`, its boxes of `R×D0` and `R×D1`
+    /// (`host::head_maps`). One thread issues both copies; they land on
+    /// `bar`, which expects [`Head::bytes`]. Columns past `d` are zero; rows
+    /// past `rows` are zero on the CPU, but on the GPU the copy engine goes on
+    /// into the next tokens (zero only past the tensor's end), so the
+    /// caller masks or zeroes them.
+    #[inline(always)]
+    fn load_tma(&self, maps: [u64; 2], src: Ptr<T>, [rows, ld, head, d]: [usize; 4], r0: usize, bar: &rustile::tma::Barrier) {
+        // The window the map describes (the interpreter copies it): the head's columns, from c0.
+        fn window<T: Elem, const R: usize, const C: usize, const TH: usize>(src: Ptr<T>, [rows, ld, head, d]: [usize; 4], r0: usize, c0: usize) -> BlockPtr<T, R, C, TH> {
+            BlockPtr::new(src.offset(head * d), [rows, d], [ld, 1], [r0, c0])
+        }
+        let at = [rows, ld, head, d];
+        self.main.load_tma(maps[0], &window(src, at, r0, 0), head, bar);
+        if self.tail {
+            self.rest.load_tma(maps[1], &window(src, at, r0, D0), head, bar);
+        }
+    }
+
+    /// The bytes [`Head::load_tma`] lands: whole boxes, zeros included.
+    #[inline(always)]
+    fn bytes(&self) -> usize {
+        R * (D0 + if self.tail { D1 } else { 0 }) * 2
+    }
+
+    /// Zeroes rows `first..R` of both tiles (see `Shared::zero_rows_from`).
+    #[inline(always)]
+    fn zero_rows_from(&self, first: usize) {
+        self.main.zero_rows_from(first);
+        if self.tail {
+            self.rest.zero_rows_from(first);
+        }
+    }
 }
 
 /// `acc + a·bᵀ` over a head's columns on `mma.sync` (both tiles).
