@@ -35,8 +35,9 @@ pub struct Gpu {
     stream_alloc: bool,
     /// Loaded modules, keyed by the address of their `Cubins` static.
     modules: Mutex<HashMap<usize, Module>>,
-    /// TMA tensor maps in device memory, by what they describe (`tma.rs`).
-    pub(crate) tensor_maps: Mutex<HashMap<crate::TileMap, Tensor<f32>>>,
+    /// TMA tensor maps in device memory, by what they describe, the least
+    /// recently used dropped past [`crate::tma::MAPS_KEPT`] (`tma.rs`).
+    pub(crate) tensor_maps: Mutex<lru::LruCache<crate::TileMap, Tensor<f32>>>,
 }
 
 struct Module {
@@ -149,7 +150,7 @@ impl Gpu {
             stream_alloc: ctx.has_async_alloc(),
             stream: ctx.new_stream().map_err(cuda("creating a stream"))?,
             modules: Mutex::new(HashMap::new()),
-            tensor_maps: Mutex::new(HashMap::new()),
+            tensor_maps: Mutex::new(lru::LruCache::new(crate::tma::MAPS_KEPT)),
         })
     }
 

@@ -16,4 +16,4 @@ pub use elem::Elem;
 pub use error::{Error, Result};
 pub use gpu::{Event, Gpu, Tensor};
 pub use param::Param;
-pub use tma::TileMap;
+pub use tma::{TileMap, MAPS_KEPT};

@@ -4,6 +4,13 @@
 //! so the cache is keyed by that description: a later call on the same
 //! tensor (or on one allocated at the same address with the same shape)
 //! costs a hash lookup, not an upload.
+//!
+//! The cache keeps the [`MAPS_KEPT`] most recently used maps: a training
+//! loop that allocates fresh activations every step would otherwise add
+//! maps without end. A dropped map is freed in stream order, after the
+//! kernels already issued that read it.
+use std::num::NonZeroUsize;
+
 use cudarc::driver::sys::{self, CUresult};
 
 use crate::{Error, Gpu, Result, Tensor};
@@ -64,10 +71,16 @@ impl TileMap {
     }
 }
 
+/// How many tensor maps a [`Gpu`] keeps on the device (128 bytes each): far
+/// more than one step of a model launches with, so that steady-state steps
+/// find theirs.
+pub const MAPS_KEPT: NonZeroUsize = NonZeroUsize::new(4096).unwrap();
+
 impl Gpu {
     /// The device address of the tensor map for `m` (swizzled as `Shared`
     /// tiles of its rows, zero fill outside the tensor), encoded and
-    /// uploaded on first use.
+    /// uploaded on first use. The address stays valid for the kernels
+    /// issued before [`MAPS_KEPT`] other maps are made.
     pub fn tensor_map(&self, m: &TileMap) -> Result<u64> {
         if let Some(why) = m.unsupported() {
             return Err(Error::Shape(format!("TMA cannot copy this tensor: {why}")));
@@ -105,8 +118,13 @@ impl Gpu {
         let words: Vec<f32> = map.opaque.iter().flat_map(|w| [f32::from_bits(*w as u32), f32::from_bits((*w >> 32) as u32)]).collect();
         let t: Tensor<f32> = self.upload(&words, &[32])?;
         let at = t.device_ptr();
-        maps.insert(*m, t);
+        maps.put(*m, t);
         Ok(at)
+    }
+
+    /// How many tensor maps this GPU keeps on the device now (at most [`MAPS_KEPT`]).
+    pub fn tensor_maps_kept(&self) -> usize {
+        self.tensor_maps.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 }
 

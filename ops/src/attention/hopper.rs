@@ -2,10 +2,10 @@
 //! program with both products on the warpgroup tensor cores (`wgmma`).
 //!
 //! Each warpgroup takes 64 query rows: two of a 128-row block, or at D = 80
-//! one alone, three programs a SM (short sequences, as a vision encoder's
+//! one alone, four programs a SM (short sequences, as a vision encoder's
 //! 256 tokens, then have four times the programs to hide each one's first
-//! loads behind the others' products: 174 TFLOP/s there against 158 with
-//! 128 rows, bench/RESULTS.md). `S = Q·Kᵀ`
+//! loads behind the others' products: 184 TFLOP/s there against 158 with
+//! 128 rows and 174 with three programs a SM, bench/RESULTS.md). `S = Q·Kᵀ`
 //! reads Q and K straight from shared memory; `O += P·V` takes `P` from the
 //! registers the softmax left it in and V from shared memory, N-major (V's
 //! rows are keys). `wgmma` reads rows of at most 128 bytes, so a head is
@@ -16,9 +16,16 @@
 //! each copy: the 128-row programs run 10-15 % faster than with every
 //! thread copying (`cp.async`, whose masks and addresses are a large share
 //! of a program's instructions). The 64-row program at D = 80 keeps
-//! `cp.async`: there three programs a SM each wait on their own copies,
-//! and by TMA it was 11 % slower at the vision shape (bench/RESULTS.md,
-//! session 19).
+//! `cp.async`: there the programs a SM each wait on their own copies, and
+//! by TMA it was 11-16 % slower at the vision shape (bench/RESULTS.md,
+//! sessions 19 and 21). A TMA copy is a few instructions of one thread, so
+//! it issues before the products it overlaps; `cp.async` chunks are
+//! hundreds of instructions of every thread, so they issue after them.
+//!
+//! `PIPE = 1` pipelines a program's loop: block j's scores run on the
+//! tensor cores beside block j−1's `P·V`, so that the softmax of one block
+//! overlaps the other's product (D = 64: 2-4 % faster; at 128 the same speed,
+//! and at 80 it needs registers that four programs a SM do not have).
 use rustile::prelude::*;
 
 /// One block of `BM` query rows of one head, as [`super::attention_fwd_kernel`]
@@ -29,10 +36,10 @@ use rustile::prelude::*;
 /// `cp.async` config).
 #[kernel(
     configs = [
-        (D = 64, BM = 128, BN = 128, WARPS = 8, OCC = 1, TMA = 1, SMEM = 81984),
-        (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 3, TMA = 0, SMEM = 51776),
-        (D = 96, BM = 128, BN = 128, WARPS = 8, OCC = 1, TMA = 1, SMEM = 122944),
-        (D = 128, BM = 128, BN = 128, WARPS = 8, OCC = 1, TMA = 1, SMEM = 163904),
+        (D = 64, BM = 128, BN = 128, WARPS = 8, OCC = 1, TMA = 1, PIPE = 1, SMEM = 81984),
+        (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 4, TMA = 0, PIPE = 0, SMEM = 51776),
+        (D = 96, BM = 128, BN = 128, WARPS = 8, OCC = 1, TMA = 1, PIPE = 0, SMEM = 122944),
+        (D = 128, BM = 128, BN = 128, WARPS = 8, OCC = 1, TMA = 1, PIPE = 0, SMEM = 163904),
     ],
     grid = [cdiv(sq, BM), heads, batch],
     dtypes = [bf16, f16],
@@ -51,6 +58,8 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
     // (otherwise D1 names an unused tile).
     const TAIL: bool = D > 64;
     const D1: usize = if TAIL { D - 64 } else { 64 };
+    // `wgmma` groups a product over the head takes: one per tile.
+    const GROUPS: u32 = if TAIL { 2 } else { 1 };
     type AccW<const N: usize> = rustile::Acc<BM, N, THREADS, true>;
     type Rows<const R: usize> = Head<T, R, 64, D1, THREADS>;
 
@@ -96,15 +105,49 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
             tile.copy_from(src.offset(s.k_at()), [s.lk, s.ldk, kvh * d, d], j * BN);
         }
     };
-    // Waits until block j's K or V has landed. `cp.async` counts groups: one
-    // (K or V) is committed after each, so the other may stay in flight.
+    // Waits until block j's K or V has landed. `cp.async` counts groups: in
+    // the plain loop one (K or V) is committed after each, so the other may
+    // stay in flight; the pipelined loop commits both tiles an iteration
+    // reads as one group.
     let kv_wait = |j: usize, which: usize| {
         if TMA == 1 {
             // Each stage's barriers complete once a use: block j is stage j % 2's (j / 2)-th.
             kv_landed(j, which).wait((j / 2) % 2);
         } else {
-            wait_copies::<1>();
+            if PIPE == 1 {
+                wait_copies::<0>();
+            } else {
+                wait_copies::<1>();
+            }
             wgmma::fence_shared();
+        }
+    };
+    // Block j's V has landed. By TMA its rows past the keys are zeroed:
+    // they meet P's zeros, but 0·NaN is NaN (`cp.async` did not copy them).
+    let v_ready = |j: usize| {
+        kv_wait(j, 1);
+        if TMA == 1 && j * BN + BN > s.lk {
+            kv(j % 2, 1).zero_rows_from(s.lk - j * BN);
+            wgmma::fence_shared();
+        }
+    };
+    // Block j's scores `S = Q·Kᵀ`, issued (read them after a `wait`).
+    let scores = |j: usize| {
+        let kt = kv(j % 2, 0);
+        let mut sc = AccW::<BN>::zeros();
+        wgmma::dot_async(&sq_.main, &kt.main, &mut sc);
+        if TAIL {
+            wgmma::dot_async(&sq_.rest, &kt.rest, &mut sc);
+        }
+        sc
+    };
+    // Block j's scores with keys past the end (or, causal, past the query) at −∞.
+    let masked = |j: usize, sc: AccW<BN>| {
+        let c0 = j * BN;
+        if c0 + BN > s.lk || (causal && c0 + BN > r0 + 1) {
+            sc.map(|r, c, x| if c0 + c >= s.lk || (causal && c0 + c > r0 + r) { f32::NEG_INFINITY } else { x })
+        } else {
+            sc
         }
     };
 
@@ -128,52 +171,106 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
 
     let mut stats = rustile::AccSoftmax::<BM, THREADS>::new(scale);
     let (mut o0, mut o1) = (AccW::<64>::zeros(), AccW::<D1>::zeros());
-    for j in 0..blocks {
-        kv_wait(j, 0);
-        // Stage j+1 was last read by block j−1, which every warpgroup finished before this barrier.
-        sync();
-        if j + 1 < blocks {
-            load_kv(j + 1, 0);
-        }
-        commit_copies();
-        let kt = kv(j % 2, 0);
-        let mut sc = AccW::<BN>::zeros();
-        wgmma::dot_async(&sq_.main, &kt.main, &mut sc);
-        if TAIL {
-            wgmma::dot_async(&sq_.rest, &kt.rest, &mut sc);
-        }
-        wgmma::wait::<0, BM, BN, THREADS>(&mut sc);
-        let c0 = j * BN;
-        if c0 + BN > s.lk || (causal && c0 + BN > r0 + 1) {
-            sc = sc.map(|r, c, x| if c0 + c >= s.lk || (causal && c0 + c > r0 + r) { f32::NEG_INFINITY } else { x });
-        }
-        let (p, alpha) = stats.step(sc);
-        let p = p.pack::<T>();
-        o0 = o0.map_rows(&alpha, |x, a| x * a);
-        if TAIL {
-            o1 = o1.map_rows(&alpha, |x, a| x * a);
-        }
-        kv_wait(j, 1);
+    // `O += P·V` with block j's V, issued.
+    let add_pv = |p: &rustile::Packed<T, BM, BN, THREADS>, j: usize, o0: &mut AccW<64>, o1: &mut AccW<D1>| {
         let vt = kv(j % 2, 1);
-        // V's rows past the keys meet P's zeros, but 0·NaN is NaN: zero
-        // them (`cp.async` did not copy them).
-        if TMA == 1 && c0 + BN > s.lk {
-            vt.zero_rows_from(s.lk - c0);
-            wgmma::fence_shared();
+        wgmma::dot_acc_async(p, &vt.main, o0);
+        if TAIL {
+            wgmma::dot_acc_async(p, &vt.rest, o1);
         }
-        // Stage j+1's V was last read by block j−1 (and the zeros are written).
+    };
+    if PIPE == 1 && blocks > 0 {
+        // Pipelined: block j's scores run on the tensor cores together with
+        // block j−1's `P·V`, and block j's softmax waits only for the scores.
+        kv_wait(0, 0);
         sync();
-        if j + 1 < blocks {
-            load_kv(j + 1, 1);
+        if blocks > 1 {
+            load_kv(1, 0);
         }
         commit_copies();
-        wgmma::dot_acc_async(&p, &vt.main, &mut o0);
-        if TAIL {
-            wgmma::dot_acc_async(&p, &vt.rest, &mut o1);
+        let mut sc = scores(0);
+        wgmma::wait::<0, BM, BN, THREADS>(&mut sc);
+        let mut p = stats.step(masked(0, sc)).0.pack::<T>();
+        for j in 1..blocks {
+            kv_wait(j, 0);
+            v_ready(j - 1);
+            // Stage (j+1) % 2's K was last read by block j−1's scores, stage
+            // j % 2's V by block j−2's P·V: both finished before this barrier.
+            sync();
+            let copies = || {
+                if j + 1 < blocks {
+                    load_kv(j + 1, 0);
+                }
+                load_kv(j, 1);
+                commit_copies();
+            };
+            if TMA == 1 {
+                copies();
+            }
+            let mut sc = scores(j);
+            add_pv(&p, j - 1, &mut o0, &mut o1);
+            if TMA == 0 {
+                copies();
+            }
+            wgmma::wait::<GROUPS, BM, BN, THREADS>(&mut sc);
+            let (pj, alpha) = stats.step(masked(j, sc));
+            wgmma::wait::<0, BM, 64, THREADS>(&mut o0);
+            if TAIL {
+                wgmma::wait::<0, BM, D1, THREADS>(&mut o1);
+            }
+            o0 = o0.map_rows(&alpha, |x, a| x * a);
+            if TAIL {
+                o1 = o1.map_rows(&alpha, |x, a| x * a);
+            }
+            p = pj.pack::<T>();
         }
+        v_ready(blocks - 1);
+        sync();
+        add_pv(&p, blocks - 1, &mut o0, &mut o1);
         wgmma::wait::<0, BM, 64, THREADS>(&mut o0);
         if TAIL {
             wgmma::wait::<0, BM, D1, THREADS>(&mut o1);
+        }
+    } else {
+        for j in 0..blocks {
+            kv_wait(j, 0);
+            // Stage j+1 was last read by block j−1, which every warpgroup finished before this barrier.
+            sync();
+            // Block j+1's K (which 0) or V (1), as one group.
+            let next = |which: usize| {
+                if j + 1 < blocks {
+                    load_kv(j + 1, which);
+                }
+                commit_copies();
+            };
+            if TMA == 1 {
+                next(0);
+            }
+            let mut sc = scores(j);
+            if TMA == 0 {
+                next(0);
+            }
+            wgmma::wait::<0, BM, BN, THREADS>(&mut sc);
+            let (p, alpha) = stats.step(masked(j, sc));
+            let p = p.pack::<T>();
+            o0 = o0.map_rows(&alpha, |x, a| x * a);
+            if TAIL {
+                o1 = o1.map_rows(&alpha, |x, a| x * a);
+            }
+            v_ready(j);
+            // Stage j+1's V was last read by block j−1 (and the zeros are written).
+            sync();
+            if TMA == 1 {
+                next(1);
+            }
+            add_pv(&p, j, &mut o0, &mut o1);
+            if TMA == 0 {
+                next(1);
+            }
+            wgmma::wait::<0, BM, 64, THREADS>(&mut o0);
+            if TAIL {
+                wgmma::wait::<0, BM, D1, THREADS>(&mut o1);
+            }
         }
     }
     let inv_l = stats.inv_l();

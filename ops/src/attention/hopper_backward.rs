@@ -13,18 +13,25 @@
 //!
 //! The head dims are 64, 80 (72 padded) and 128. At 80 a program is one
 //! warpgroup of 64 rows: with two, a 16-column tail of 64 rows would leave
-//! threads of the copy without a chunk. Each step issues both score
+//! threads of the copy without a chunk (the dQ program fits in 168
+//! registers, so three share a SM). Each step issues both score
 //! products before it waits for the first, so the second runs under the
 //! probabilities' exponentials.
+//!
+//! `LATE` is where a step issues the next step's copies: `LATE = 1` after
+//! its first products, so that the tensor cores start while every thread
+//! issues its `cp.async` chunks (D = 128: the backward 7-9 % faster);
+//! `LATE = 0` before them (D = 64 and 80, where copying late was 5-7 %
+//! slower; bench/RESULTS.md, session 21).
 use rustile::prelude::*;
 
 /// [`super::attention_bwd_kv_kernel`] on `wgmma` (the same arguments): one
 /// block of `BN` keys of one key/value head, walking `BM` queries a step.
 #[kernel(
     configs = [
-        (D = 64, BM = 64, BN = 128, WARPS = 8, OCC = 1, SMEM = 65536),
-        (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 2, SMEM = 61952),
-        (D = 128, BM = 64, BN = 128, WARPS = 8, OCC = 1, SMEM = 131072),
+        (D = 64, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 0, SMEM = 65536),
+        (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 2, LATE = 0, SMEM = 61952),
+        (D = 128, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 1, SMEM = 131072),
     ],
     grid = [cdiv(sk.max(kv_bs), BN), kv_heads, batch],
     dtypes = [bf16, f16],
@@ -86,10 +93,15 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
         wait_copies::<0>();
         wgmma::fence_shared();
         sync();
-        if t + 1 < walk.steps {
-            copy_qd(t + 1);
+        let copies = || {
+            if t + 1 < walk.steps {
+                copy_qd(t + 1);
+            }
+            commit_copies();
+        };
+        if LATE == 0 {
+            copies();
         }
-        commit_copies();
         let (h, r0) = walk.at(t);
         let (sq_, sd_) = (qd(t % 2, 0), qd(t % 2, 1));
         let (mut st, mut dpt) = (AccW::<BM>::zeros(), AccW::<BM>::zeros());
@@ -100,6 +112,9 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
         wgmma::dot_async(&sv_.main, &sd_.main, &mut dpt);
         if TAIL {
             wgmma::dot_async(&sv_.rest, &sd_.rest, &mut dpt);
+        }
+        if LATE == 1 {
+            copies();
         }
         // The queries' log-sum-exp (base 2) loads under the products.
         let lse_at = s.lse0 + h * lse_h + r0;
@@ -142,9 +157,9 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
 /// 64-key blocks: with 128, S and dP alone would take 128 registers.
 #[kernel(
     configs = [
-        (D = 64, BM = 128, BN = 128, WARPS = 8, OCC = 1, SMEM = 98304),
-        (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 2, SMEM = 61952),
-        (D = 128, BM = 128, BN = 64, WARPS = 8, OCC = 1, SMEM = 131072),
+        (D = 64, BM = 128, BN = 128, WARPS = 8, OCC = 1, LATE = 0, SMEM = 98304),
+        (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 3, LATE = 0, SMEM = 61952),
+        (D = 128, BM = 128, BN = 64, WARPS = 8, OCC = 1, LATE = 1, SMEM = 131072),
     ],
     grid = [cdiv(sq, BM), heads, batch],
     dtypes = [bf16, f16],
@@ -202,10 +217,15 @@ pub fn attention_bwd_q_wgmma_kernel<T: Elem>(
         wait_copies::<0>();
         wgmma::fence_shared();
         sync();
-        if j + 1 < blocks {
-            copy_kv(j + 1);
+        let copies = || {
+            if j + 1 < blocks {
+                copy_kv(j + 1);
+            }
+            commit_copies();
+        };
+        if LATE == 0 {
+            copies();
         }
-        commit_copies();
         let c0 = j * BN;
         let (sk_, sv_) = (kv(j % 2, 0), kv(j % 2, 1));
         let (mut sc, mut dp) = (AccW::<BN>::zeros(), AccW::<BN>::zeros());
@@ -216,6 +236,9 @@ pub fn attention_bwd_q_wgmma_kernel<T: Elem>(
         wgmma::dot_async(&sd_.main, &sv_.main, &mut dp);
         if TAIL {
             wgmma::dot_async(&sd_.rest, &sv_.rest, &mut dp);
+        }
+        if LATE == 1 {
+            copies();
         }
         wgmma::wait::<GROUPS, BM, BN, THREADS>(&mut sc);
         let mut p = sc.map_rows(&lse2, |x, l| math::exp2(x * c - l));

@@ -56,9 +56,16 @@ pub fn check_head_dim(d: usize) -> Result<()> {
 }
 
 /// The first of a kernel's `configs` (all list D = 64, 80, 96, 128) whose
-/// padded head dim holds `d`.
+/// padded head dim holds `d`; with `RUSTILE_ATTENTION_CONFIG` set (say to
+/// `BM128_BN128`) the first that also has it in its name, where one does.
 fn config_in(configs: &[rustile::KernelConfig], d: usize) -> usize {
-    crate::pick_config(configs, |c| c.get("D").unwrap() >= d)
+    static FORCED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let forced = FORCED.get_or_init(|| std::env::var("RUSTILE_ATTENTION_CONFIG").ok());
+    let holds = |c: &rustile::KernelConfig| c.get("D").unwrap() >= d;
+    forced
+        .as_deref()
+        .and_then(|part| configs.iter().position(|c| holds(c) && c.name.contains(part)))
+        .unwrap_or_else(|| crate::pick_config(configs, holds))
 }
 
 /// What a launch takes once the arguments passed [`check_opts`].
@@ -204,21 +211,12 @@ impl Program {
         self == Program::Mma || d <= 80 || d % 64 == 0
     }
 
-    /// The forward's config for head dim `d` (checked by [`check_head_dim`]):
-    /// the first that holds `d`, or with `RUSTILE_ATTENTION_CONFIG` set (say
-    /// to `BM128_BN128`) the first that holds `d` and whose name contains it.
+    /// The forward's config for head dim `d` (checked by [`check_head_dim`]).
     fn forward_config(self, d: usize) -> usize {
-        let configs = match self {
-            Program::Mma => attention_fwd_kernel::CONFIGS,
-            Program::Wgmma => attention_fwd_wgmma_kernel::CONFIGS,
-        };
-        static FORCED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-        let forced = FORCED.get_or_init(|| std::env::var("RUSTILE_ATTENTION_CONFIG").ok());
-        let holds = |c: &rustile::KernelConfig| c.get("D").unwrap() >= d;
-        forced
-            .as_deref()
-            .and_then(|part| configs.iter().position(|c| holds(c) && c.name.contains(part)))
-            .unwrap_or_else(|| config_in(configs, d))
+        match self {
+            Program::Mma => config_in(attention_fwd_kernel::CONFIGS, d),
+            Program::Wgmma => config_in(attention_fwd_wgmma_kernel::CONFIGS, d),
+        }
     }
 
     /// The backward's configs for head dim `d`: `(dK/dV kernel, dQ kernel)`.
