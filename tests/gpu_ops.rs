@@ -157,24 +157,13 @@ fn gemm_case<T: Elem>(gpu: &Gpu, m: usize, n: usize, k: usize) {
 }
 
 /// The GPU keeps at most `MAPS_KEPT` tensor maps: after more distinct
-/// ones than that, the cache is full, not larger, and a TMA GEMM whose maps
-/// were dropped makes them again and stays right.
+/// ones than that, the cache is full, not larger, and the TMA GEMMs whose
+/// maps were dropped make them again and stay right.
 #[test]
 #[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
 fn tensor_maps_are_bounded() {
     let Some(gpu) = hopper_or_skip("tensor_maps_are_bounded") else { return };
-    let (m, n, k) = (300, 517, 264);
-    let (mut rng, seed) = rng();
-    let a: Vec<bf16> = normal(&mut rng, m * k, 0.0, 1.0);
-    let b: Vec<bf16> = normal(&mut rng, n * k, 0.0, 1.0);
-    let (da, db) = (up(&gpu, &a, &[m, k]), up(&gpu, &b, &[n, k]));
-    let want = reference::matmul_nt(&wide(&a), &wide(&b), m, n, k);
-    let run = |what: &str| {
-        let mut c = poisoned::<bf16>(&gpu, &[m, n]);
-        gemm::gemm_nt_with_config(&gpu, gemm::Config::Tma(0), &da, &db, &mut c, &gemm::Epilogue::new()).unwrap();
-        assert_close(&gpu.download(&c).unwrap(), &want, &format!("gemm_nt on TMA {what} (seed {seed})"));
-    };
-    run("before the maps churn");
+    gemm_case::<bf16>(&gpu, 300, 517, 264);
     let kept = rustile_host::MAPS_KEPT.get();
     // Maps are only encoded, never read, so any 16-byte-aligned base will do.
     for i in 0..kept as u64 + 64 {
@@ -182,7 +171,7 @@ fn tensor_maps_are_bounded() {
         gpu.tensor_map(&map).unwrap();
     }
     assert_eq!(gpu.tensor_maps_kept(), kept, "the cache should be full, and no larger");
-    run("after its maps were dropped");
+    gemm_case::<bf16>(&gpu, 300, 517, 264);
 }
 
 /// Every operand layout (`a·b`, `a·bᵀ`, `aᵀ·b`, `aᵀ·bᵀ`) through `gemm`,

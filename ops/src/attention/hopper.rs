@@ -22,10 +22,11 @@
 //! it issues before the products it overlaps; `cp.async` chunks are
 //! hundreds of instructions of every thread, so they issue after them.
 //!
-//! `PIPE = 1` pipelines a program's loop: block j's scores run on the
-//! tensor cores beside block j−1's `P·V`, so that the softmax of one block
-//! overlaps the other's product (D = 64: 2-4 % faster; at 128 the same speed,
-//! and at 80 it needs registers that four programs a SM do not have).
+//! `PIPE = 1` pipelines a program's loop (TMA configs only): block j's
+//! scores run on the tensor cores beside block j−1's `P·V`, so that the
+//! softmax of one block overlaps the other's product (D = 64: 2-4 % faster;
+//! at 128 the same speed, and at 80 it needs registers that four programs a
+//! SM do not have).
 use rustile::prelude::*;
 
 /// One block of `BM` query rows of one head, as [`super::attention_fwd_kernel`]
@@ -60,6 +61,9 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
     const D1: usize = if TAIL { D - 64 } else { 64 };
     // `wgmma` groups a product over the head takes: one per tile.
     const GROUPS: u32 = if TAIL { 2 } else { 1 };
+    // The pipelined loop waits on each tile's own barrier; `cp.async`'s
+    // group counting would need a loop of its own.
+    const { assert!(PIPE == 0 || TMA == 1, "PIPE = 1 needs TMA = 1") };
     type AccW<const N: usize> = rustile::Acc<BM, N, THREADS, true>;
     type Rows<const R: usize> = Head<T, R, 64, D1, THREADS>;
 
@@ -105,20 +109,14 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
             tile.copy_from(src.offset(s.k_at()), [s.lk, s.ldk, kvh * d, d], j * BN);
         }
     };
-    // Waits until block j's K or V has landed. `cp.async` counts groups: in
-    // the plain loop one (K or V) is committed after each, so the other may
-    // stay in flight; the pipelined loop commits both tiles an iteration
-    // reads as one group.
+    // Waits until block j's K or V has landed. `cp.async` counts groups: one
+    // (K or V) is committed after each, so the other may stay in flight.
     let kv_wait = |j: usize, which: usize| {
         if TMA == 1 {
             // Each stage's barriers complete once a use: block j is stage j % 2's (j / 2)-th.
             kv_landed(j, which).wait((j / 2) % 2);
         } else {
-            if PIPE == 1 {
-                wait_copies::<0>();
-            } else {
-                wait_copies::<1>();
-            }
+            wait_copies::<1>();
             wgmma::fence_shared();
         }
     };
@@ -197,21 +195,13 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
             // Stage (j+1) % 2's K was last read by block j−1's scores, stage
             // j % 2's V by block j−2's P·V: both finished before this barrier.
             sync();
-            let copies = || {
-                if j + 1 < blocks {
-                    load_kv(j + 1, 0);
-                }
-                load_kv(j, 1);
-                commit_copies();
-            };
-            if TMA == 1 {
-                copies();
+            if j + 1 < blocks {
+                load_kv(j + 1, 0);
             }
+            load_kv(j, 1);
+            commit_copies();
             let mut sc = scores(j);
             add_pv(&p, j - 1, &mut o0, &mut o1);
-            if TMA == 0 {
-                copies();
-            }
             wgmma::wait::<GROUPS, BM, BN, THREADS>(&mut sc);
             let (pj, alpha) = stats.step(masked(j, sc));
             wgmma::wait::<0, BM, 64, THREADS>(&mut o0);
