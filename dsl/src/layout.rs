@@ -66,11 +66,41 @@ pub const fn check(r: usize, c: usize, th: usize) -> Option<&'static str> {
     None
 }
 
+/// Threads that copy a shared tile: all `th`, or the first `r·c/8` (one
+/// chunk each) when the tile has fewer chunks than the program has threads,
+/// as a 16-column tail of 64 rows over two warpgroups. Only register tiles
+/// need every thread to hold a part.
+pub const fn copy_threads(r: usize, c: usize, th: usize) -> usize {
+    let chunks = r * c / V;
+    if chunks < th { chunks } else { th }
+}
+
+/// Why a shared tile shape cannot be copied by a program, or `None` if it
+/// can: [`check`]'s rule over [`copy_threads`] threads.
+pub const fn check_shared(r: usize, c: usize, th: usize) -> Option<&'static str> {
+    if th == 0 || th % 32 != 0 || !th.is_power_of_two() || th > 1024 {
+        return Some("a program has 32·WARPS threads, a power of two from 32 to 1024");
+    }
+    if r == 0 || c == 0 || c % V != 0 || !c.is_power_of_two() || !r.is_power_of_two() {
+        return Some("tile dimensions must be powers of two, with at least 8 columns (one 8-column chunk)");
+    }
+    None
+}
+
 /// Compile-time check: evaluated when a tile shape is first used on either
 /// backend, so a bad shape is a build error, never a wrong result.
 pub struct Shape<const R: usize, const C: usize, const TH: usize>;
 impl<const R: usize, const C: usize, const TH: usize> Shape<R, C, TH> {
     pub const OK: () = match check(R, C, TH) {
+        None => (),
+        Some(msg) => panic!("{}", msg),
+    };
+}
+
+/// [`Shape`] for a shared tile ([`check_shared`]).
+pub struct SharedShape<const R: usize, const C: usize, const TH: usize>;
+impl<const R: usize, const C: usize, const TH: usize> SharedShape<R, C, TH> {
+    pub const OK: () = match check_shared(R, C, TH) {
         None => (),
         Some(msg) => panic!("{}", msg),
     };
@@ -101,5 +131,17 @@ mod tests {
         assert!(check(1, 1000, 128).is_some()); // not a power of two
         assert!(check(4, 4, 32).is_some()); // narrower than a chunk
         assert!(check(1, 1024, 96).is_some()); // 3 warps
+    }
+
+    #[test]
+    fn small_shared_tiles_are_copied_by_the_first_threads() {
+        // A 16-column tail of 64 rows over two warpgroups: 128 chunks, one
+        // for each of the first 128 threads.
+        assert!(check(64, 16, 256).is_some());
+        assert_eq!((check_shared(64, 16, 256), copy_threads(64, 16, 256)), (None, 128));
+        assert_eq!((tc(16, 128), tr(16, 128), rpt(64, 16, 128), cpt(16, 128)), (2, 64, 1, 1));
+        // Big enough tiles are copied by every thread, as register tiles are laid out.
+        assert_eq!(copy_threads(64, 64, 256), 256);
+        assert!(check_shared(64, 24, 128).is_some());
     }
 }

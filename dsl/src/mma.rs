@@ -33,7 +33,7 @@
 //! On the CPU a shared tile is a plain row-major array, the accumulator holds
 //! the whole `M×N` block, and `dot` multiplies in f32, as the tensor cores do.
 use crate::backend as be;
-use crate::layout::{Shape, V};
+use crate::layout::{self, SharedShape, V};
 use crate::tile::len;
 use crate::{BlockPtr, Elem, Tile};
 
@@ -154,7 +154,7 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
     /// reduction scratch; the config's `SMEM` must cover every tile).
     #[inline(always)]
     pub fn at(byte_offset: usize) -> Self {
-        let () = Shape::<R, C, TH>::OK;
+        let () = SharedShape::<R, C, TH>::OK;
         let () = Bits::<T>::SHARED;
         #[cfg(target_arch = "nvptx64")]
         let base = rustile_device::smem_addr(rustile_device::dyn_smem::<u8>()) + (TH * 4 + byte_offset) as u32;
@@ -257,9 +257,19 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
     }
 
     /// Calls `f(i, row, j, col)` for each chunk this thread holds in the
-    /// standard tile layout: its `i`-th row and that row's `j`-th chunk.
+    /// standard tile layout: its `i`-th row and that row's `j`-th chunk. A
+    /// tile with fewer chunks than threads (`layout::copy_threads`) is
+    /// copied by its first threads, one chunk each (`i = j = 0`; no
+    /// register tile has that shape, so `store` never sees it).
     #[inline(always)]
     fn each_chunk(&self, mut f: impl FnMut(usize, usize, usize, usize)) {
+        if layout::copy_threads(R, C, TH) < TH {
+            #[cfg(target_arch = "nvptx64")]
+            be::lone_chunk(R, C, |row, col| f(0, row, 0, col));
+            #[cfg(not(target_arch = "nvptx64"))]
+            be::lone_chunk(R, C, |row, col| f(row, row, col / V, col));
+            return;
+        }
         for i in 0..be::held_rows(R, C, TH) {
             let row = be::tile_row::<C, TH>(i);
             for j in 0..be::held_cols(C, TH) / V {

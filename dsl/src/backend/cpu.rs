@@ -19,6 +19,15 @@ pub fn tile_row<const C: usize, const TH: usize>(i: usize) -> usize {
 pub fn tile_col<const C: usize, const TH: usize>(k: usize) -> usize {
     k
 }
+/// Every chunk of the tile, as `backend::gpu::lone_chunk` spreads them over threads.
+#[inline(always)]
+pub fn lone_chunk(r: usize, c: usize, mut f: impl FnMut(usize, usize)) {
+    for row in 0..r {
+        for col in (0..c).step_by(V) {
+            f(row, col);
+        }
+    }
+}
 #[inline(always)]
 pub fn owns_row<const C: usize, const TH: usize>() -> bool {
     true

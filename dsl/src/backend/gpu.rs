@@ -31,6 +31,17 @@ pub fn tile_col<const C: usize, const TH: usize>(k: usize) -> usize {
     group_lane::<C, TH>().1 * V + (k / V) * tc * V + k % V
 }
 
+/// Calls `f(row, col)` for the chunk this thread copies of an `r×c` tile
+/// with fewer chunks than the program's threads: thread `t` takes chunk `t`
+/// in row-major order, and threads past the last chunk take none.
+#[inline(always)]
+pub fn lone_chunk(r: usize, c: usize, mut f: impl FnMut(usize, usize)) {
+    let (t, w) = (dev::thread_idx() as usize, c / V);
+    if t < r * w {
+        f(t / w, (t % w) * V);
+    }
+}
+
 /// Whether this thread is the one that writes a per-row value (lane 0 of its row).
 #[inline(always)]
 pub fn owns_row<const C: usize, const TH: usize>() -> bool {

@@ -1,28 +1,25 @@
 //! Flash attention forward on Hopper (sm_90a): [`super::attention_fwd_kernel`]'s
 //! program with both products on the warpgroup tensor cores (`wgmma`).
 //!
-//! Each warpgroup takes 64 query rows: two of a 128-row block, or at D = 80
-//! one alone, four programs a SM (short sequences, as a vision encoder's
-//! 256 tokens, then have four times the programs to hide each one's first
-//! loads behind the others' products: 184 TFLOP/s there against 158 with
-//! 128 rows and 174 with three programs a SM, bench/RESULTS.md). `S = Q·Kᵀ`
+//! Each warpgroup takes 64 query rows, two of a 128-row block. At D = 80
+//! (head dim 72) the key blocks are 64 rows, so that two programs share a
+//! SM: a vision encoder's 256 tokens are then two programs a head, each
+//! hiding its first loads behind the other's products (93.9 µs at the
+//! vision shape, where one 64-row program copying by `cp.async`, four a
+//! SM, took 105.6; bench/RESULTS.md, session 22). `S = Q·Kᵀ`
 //! reads Q and K straight from shared memory; `O += P·V` takes `P` from the
 //! registers the softmax left it in and V from shared memory, N-major (V's
 //! rows are keys). `wgmma` reads rows of at most 128 bytes, so a head is
 //! stored as 64-column tiles: one at D = 64, two at 128, and 64 plus a tile
 //! of 16 or 32 columns at 72/80 and 96.
 //!
-//! Configs with `TMA = 1` bring the tiles in by TMA, one thread issuing
-//! each copy: the 128-row programs run 10-15 % faster than with every
-//! thread copying (`cp.async`, whose masks and addresses are a large share
-//! of a program's instructions). The 64-row program at D = 80 keeps
-//! `cp.async`: there the programs a SM each wait on their own copies, and
-//! by TMA it was 11-16 % slower at the vision shape (bench/RESULTS.md,
-//! sessions 19 and 21). A TMA copy is a few instructions of one thread, so
-//! it issues before the products it overlaps; `cp.async` chunks are
-//! hundreds of instructions of every thread, so they issue after them.
+//! The tiles come in by TMA, one thread issuing each copy: 10-15 % faster
+//! than with every thread copying (`cp.async`, whose masks and addresses
+//! are a large share of a program's instructions; sessions 19 and 22). A
+//! TMA copy is a few instructions of one thread, so it issues before the
+//! products it overlaps.
 //!
-//! `PIPE = 1` pipelines a program's loop (TMA configs only): block j's
+//! `PIPE = 1` pipelines a program's loop: block j's
 //! scores run on the tensor cores beside block j−1's `P·V`, so that the
 //! softmax of one block overlaps the other's product (D = 64: 2-4 % faster;
 //! at 128 the same speed, and at 80 it needs registers that four programs a
@@ -30,17 +27,16 @@
 use rustile::prelude::*;
 
 /// One block of `BM` query rows of one head, as [`super::attention_fwd_kernel`]
-/// (the same arguments), plus the tensor maps its `TMA = 1` configs copy
-/// through: `map_q`, `map_q1` are q's for a head's first 64 columns and for
-/// the rest (boxes of `BM` rows), `map_k`, `map_v` and their tails K's and
-/// V's (boxes of `BN` rows), as `host::head_maps` builds them (0 for a
-/// `cp.async` config).
+/// (the same arguments), plus the tensor maps it copies through: `map_q`,
+/// `map_q1` are q's for a head's first 64 columns and for the rest (boxes
+/// of `BM` rows), `map_k`, `map_v` and their tails K's and V's (boxes of
+/// `BN` rows), as `host::head_maps` builds them.
 #[kernel(
     configs = [
-        (D = 64, BM = 128, BN = 128, WARPS = 8, OCC = 1, TMA = 1, PIPE = 1, SMEM = 81984),
-        (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 4, TMA = 0, PIPE = 0, SMEM = 51776),
-        (D = 96, BM = 128, BN = 128, WARPS = 8, OCC = 1, TMA = 1, PIPE = 0, SMEM = 122944),
-        (D = 128, BM = 128, BN = 128, WARPS = 8, OCC = 1, TMA = 1, PIPE = 0, SMEM = 163904),
+        (D = 64, BM = 128, BN = 128, WARPS = 8, OCC = 1, PIPE = 1, SMEM = 81984),
+        (D = 80, BM = 128, BN = 64, WARPS = 8, OCC = 2, PIPE = 0, SMEM = 61504),
+        (D = 96, BM = 128, BN = 128, WARPS = 8, OCC = 1, PIPE = 0, SMEM = 122944),
+        (D = 128, BM = 128, BN = 128, WARPS = 8, OCC = 1, PIPE = 0, SMEM = 163904),
     ],
     grid = [cdiv(sq, BM), heads, batch],
     dtypes = [bf16, f16],
@@ -61,9 +57,6 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
     const D1: usize = if TAIL { D - 64 } else { 64 };
     // `wgmma` groups a product over the head takes: one per tile.
     const GROUPS: u32 = if TAIL { 2 } else { 1 };
-    // The pipelined loop waits on each tile's own barrier; `cp.async`'s
-    // group counting would need a loop of its own.
-    const { assert!(PIPE == 0 || TMA == 1, "PIPE = 1 needs TMA = 1") };
     type AccW<const N: usize> = rustile::Acc<BM, N, THREADS, true>;
     type Rows<const R: usize> = Head<T, R, 64, D1, THREADS>;
 
@@ -87,44 +80,29 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
     let kv = |stage: usize, which: usize| Rows::<BN>::at(at + BM * D * 2 + (2 * stage + which) * BN * D * 2, TAIL);
     let landed = |i: usize| tma::Barrier::at::<THREADS>(at + (BM + 4 * BN) * D * 2 + 8 * i);
     let kv_landed = |j: usize, which: usize| landed(1 + 2 * (j % 2) + which);
-    if TMA == 1 {
-        for i in 0..5 {
-            landed(i).init(1);
-        }
-        tma::fence_init();
-        sync();
+    for i in 0..5 {
+        landed(i).init(1);
     }
-    // Block j of K (which 0) or V (1) into stage j % 2. By TMA, rows are
-    // tokens of the whole tensor, so that past this sequence's keys the
-    // copy engine reads the next sequence's (masked out below) or zeros;
-    // by `cp.async` they join the current group of copies.
+    tma::fence_init();
+    sync();
+    // Block j of K (which 0) or V (1) into stage j % 2. Rows are tokens of
+    // the whole tensor, so that past this sequence's keys the copy engine
+    // reads the next sequence's (masked out below) or zeros.
     let load_kv = |j: usize, which: usize| {
         let tile = kv(j % 2, which);
-        let src = if which == 0 { k } else { v };
-        if TMA == 1 {
-            let bar = kv_landed(j, which);
-            bar.expect(tile.bytes());
-            tile.load_tma(if which == 0 { [map_k, map_k1] } else { [map_v, map_v1] }, src, [s.k0 + s.lk, s.ldk, kvh, d], s.k0 + j * BN, &bar);
-        } else {
-            tile.copy_from(src.offset(s.k_at()), [s.lk, s.ldk, kvh * d, d], j * BN);
-        }
+        let bar = kv_landed(j, which);
+        bar.expect(tile.bytes());
+        let (maps, src) = if which == 0 { ([map_k, map_k1], k) } else { ([map_v, map_v1], v) };
+        tile.load_tma(maps, src, [s.k0 + s.lk, s.ldk, kvh, d], s.k0 + j * BN, &bar);
     };
-    // Waits until block j's K or V has landed. `cp.async` counts groups: one
-    // (K or V) is committed after each, so the other may stay in flight.
-    let kv_wait = |j: usize, which: usize| {
-        if TMA == 1 {
-            // Each stage's barriers complete once a use: block j is stage j % 2's (j / 2)-th.
-            kv_landed(j, which).wait((j / 2) % 2);
-        } else {
-            wait_copies::<1>();
-            wgmma::fence_shared();
-        }
-    };
-    // Block j's V has landed. By TMA its rows past the keys are zeroed:
-    // they meet P's zeros, but 0·NaN is NaN (`cp.async` did not copy them).
+    // Waits until block j's K or V has landed. Each stage's barriers
+    // complete once a use: block j is stage j % 2's (j / 2)-th.
+    let kv_wait = |j: usize, which: usize| kv_landed(j, which).wait((j / 2) % 2);
+    // Block j's V has landed, its rows past the keys zeroed: they meet P's
+    // zeros, but 0·NaN is NaN.
     let v_ready = |j: usize| {
         kv_wait(j, 1);
-        if TMA == 1 && j * BN + BN > s.lk {
+        if j * BN + BN > s.lk {
             kv(j % 2, 1).zero_rows_from(s.lk - j * BN);
             wgmma::fence_shared();
         }
@@ -149,23 +127,13 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
         }
     };
 
-    if TMA == 1 {
-        landed(0).expect(sq_.bytes());
-        sq_.load_tma([map_q, map_q1], q, [s.q0 + s.lq, s.ldq, h, d], s.q0 + r0, &landed(0));
-    } else {
-        sq_.copy_from(q.offset(s.q_at()), [s.lq, s.ldq, h * d, d], r0);
-    }
+    landed(0).expect(sq_.bytes());
+    sq_.load_tma([map_q, map_q1], q, [s.q0 + s.lq, s.ldq, h, d], s.q0 + r0, &landed(0));
     if blocks > 0 {
         load_kv(0, 0);
-    }
-    commit_copies();
-    if blocks > 0 {
         load_kv(0, 1);
     }
-    commit_copies();
-    if TMA == 1 {
-        landed(0).wait(0);
-    }
+    landed(0).wait(0);
 
     let mut stats = rustile::AccSoftmax::<BM, THREADS>::new(scale);
     let (mut o0, mut o1) = (AccW::<64>::zeros(), AccW::<D1>::zeros());
@@ -185,7 +153,6 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
         if blocks > 1 {
             load_kv(1, 0);
         }
-        commit_copies();
         let mut sc = scores(0);
         wgmma::wait::<0, BM, BN, THREADS>(&mut sc);
         let mut p = stats.step(masked(0, sc)).0.pack::<T>();
@@ -199,7 +166,6 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
                 load_kv(j + 1, 0);
             }
             load_kv(j, 1);
-            commit_copies();
             let mut sc = scores(j);
             add_pv(&p, j - 1, &mut o0, &mut o1);
             wgmma::wait::<GROUPS, BM, BN, THREADS>(&mut sc);
@@ -226,20 +192,14 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
             kv_wait(j, 0);
             // Stage j+1 was last read by block j−1, which every warpgroup finished before this barrier.
             sync();
-            // Block j+1's K (which 0) or V (1), as one group.
+            // Block j+1's K (which 0) or V (1), issued before the products it overlaps.
             let next = |which: usize| {
                 if j + 1 < blocks {
                     load_kv(j + 1, which);
                 }
-                commit_copies();
             };
-            if TMA == 1 {
-                next(0);
-            }
+            next(0);
             let mut sc = scores(j);
-            if TMA == 0 {
-                next(0);
-            }
             wgmma::wait::<0, BM, BN, THREADS>(&mut sc);
             let (p, alpha) = stats.step(masked(j, sc));
             let p = p.pack::<T>();
@@ -250,13 +210,8 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
             v_ready(j);
             // Stage j+1's V was last read by block j−1 (and the zeros are written).
             sync();
-            if TMA == 1 {
-                next(1);
-            }
+            next(1);
             add_pv(&p, j, &mut o0, &mut o1);
-            if TMA == 0 {
-                next(1);
-            }
             wgmma::wait::<0, BM, 64, THREADS>(&mut o0);
             if TAIL {
                 wgmma::wait::<0, BM, D1, THREADS>(&mut o1);

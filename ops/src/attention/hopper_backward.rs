@@ -12,9 +12,10 @@
 //!   `dQ += dS·K` with K N-major.
 //!
 //! The head dims are 64, 80 (72 padded) and 128. At 80 a program is one
-//! warpgroup of 64 rows: with two, a 16-column tail of 64 rows would leave
-//! threads of the copy without a chunk (the dQ program fits in 168
-//! registers, so three share a SM). Each step issues both score
+//! warpgroup of 64 rows (the dQ program fits in 168 registers, so three
+//! share a SM): two warpgroups, 128 keys a dK/dV program or 128 queries a
+//! dQ one, were 2-7 % slower at the vision shape (bench/RESULTS.md,
+//! session 22). Each step issues both score
 //! products before it waits for the first, so the second runs under the
 //! probabilities' exponentials.
 //!

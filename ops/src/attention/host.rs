@@ -56,15 +56,18 @@ pub fn check_head_dim(d: usize) -> Result<()> {
 }
 
 /// The first of a kernel's `configs` (all list D = 64, 80, 96, 128) whose
-/// padded head dim holds `d`; with `RUSTILE_ATTENTION_CONFIG` set (say to
-/// `BM128_BN128`) the first that also has it in its name, where one does.
+/// padded head dim holds `d`; with `RUSTILE_ATTENTION_CONFIG` set to
+/// comma-separated name parts (say `BM128_BN128`, or one part for the
+/// forward and one for the backward) the first that also has one of them in
+/// its name, where one does.
 fn config_in(configs: &[rustile::KernelConfig], d: usize) -> usize {
     static FORCED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     let forced = FORCED.get_or_init(|| std::env::var("RUSTILE_ATTENTION_CONFIG").ok());
     let holds = |c: &rustile::KernelConfig| c.get("D").unwrap() >= d;
     forced
-        .as_deref()
-        .and_then(|part| configs.iter().position(|c| holds(c) && c.name.contains(part)))
+        .iter()
+        .flat_map(|parts| parts.split(','))
+        .find_map(|part| configs.iter().position(|c| holds(c) && c.name.contains(part)))
         .unwrap_or_else(|| crate::pick_config(configs, holds))
 }
 
@@ -251,9 +254,8 @@ fn forward_on_gpu<T: Elem>(
         ),
         Program::Wgmma => {
             let c = &attention_fwd_wgmma_kernel::CONFIGS[cfg];
-            let [dp, bm, bn, by_tma] = ["D", "BM", "BN", "TMA"].map(|p| c.get(p).expect("every Hopper forward config names D, BM, BN and TMA"));
-            // A config that copies with `cp.async` reads no map.
-            let maps = |t: &Tensor<T>, heads: usize, rows: usize| if by_tma == 1 { head_maps(gpu, t, heads, d, rows, dp) } else { Ok([0, 0]) };
+            let [dp, bm, bn] = ["D", "BM", "BN"].map(|p| c.get(p).expect("every Hopper forward config names D, BM and BN"));
+            let maps = |t: &Tensor<T>, heads: usize, rows: usize| head_maps(gpu, t, heads, d, rows, dp);
             let ([mq, mq1], [mk, mk1], [mv, mv1]) = (maps(q, heads, bm)?, maps(k, kv_heads, bn)?, maps(v, kv_heads, bn)?);
             attention_fwd_wgmma_kernel::launch(
                 gpu, cfg, q, k, v, o, lse, cu_q, cu_k,
