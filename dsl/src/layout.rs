@@ -54,11 +54,8 @@ pub const fn frag(r: usize, c: usize, th: usize) -> usize {
 
 /// Why a tile shape cannot be laid out over a program, or `None` if it can.
 pub const fn check(r: usize, c: usize, th: usize) -> Option<&'static str> {
-    if th == 0 || th % 32 != 0 || !th.is_power_of_two() || th > 1024 {
-        return Some("a program has 32·WARPS threads, a power of two from 32 to 1024");
-    }
-    if r == 0 || c == 0 || c % V != 0 || !c.is_power_of_two() || !r.is_power_of_two() {
-        return Some("tile dimensions must be powers of two, with at least 8 columns (one 8-column chunk)");
+    if let Some(why) = check_shared(r, c, th) {
+        return Some(why);
     }
     if r % tr(c, th) != 0 {
         return Some("tile too small for the program: R·C/8 chunks must cover all 32·WARPS threads (use fewer WARPS or a larger tile)");
@@ -76,7 +73,8 @@ pub const fn copy_threads(r: usize, c: usize, th: usize) -> usize {
 }
 
 /// Why a shared tile shape cannot be copied by a program, or `None` if it
-/// can: [`check`]'s rule over [`copy_threads`] threads.
+/// can: [`check`] without its rule that every thread holds a part (a
+/// shared tile is copied by [`copy_threads`] of them).
 pub const fn check_shared(r: usize, c: usize, th: usize) -> Option<&'static str> {
     if th == 0 || th % 32 != 0 || !th.is_power_of_two() || th > 1024 {
         return Some("a program has 32·WARPS threads, a power of two from 32 to 1024");
