@@ -264,10 +264,7 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
     #[inline(always)]
     fn each_chunk(&self, mut f: impl FnMut(usize, usize, usize, usize)) {
         if layout::copy_threads(R, C, TH) < TH {
-            #[cfg(target_arch = "nvptx64")]
             be::lone_chunk(R, C, |row, col| f(0, row, 0, col));
-            #[cfg(not(target_arch = "nvptx64"))]
-            be::lone_chunk(R, C, |row, col| f(row, row, col / V, col));
             return;
         }
         for i in 0..be::held_rows(R, C, TH) {

@@ -19,11 +19,11 @@
 //! TMA copy is a few instructions of one thread, so it issues before the
 //! products it overlaps.
 //!
-//! `PIPE = 1` pipelines a program's loop: block j's
-//! scores run on the tensor cores beside block j−1's `P·V`, so that the
-//! softmax of one block overlaps the other's product (D = 64: 2-4 % faster;
-//! at 128 the same speed, and at 80 it needs registers that four programs a
-//! SM do not have).
+//! `PIPE = 1` pipelines a program's loop: block j's scores run on the
+//! tensor cores beside block j−1's `P·V`, so that the softmax of one block
+//! overlaps the other's product (D = 64: 2-4 % faster; at 128 the same
+//! speed, and at 80, two programs a SM, 1-2 % slower: the other program's
+//! products already fill the softmax's gaps).
 use rustile::prelude::*;
 
 /// One block of `BM` query rows of one head, as [`super::attention_fwd_kernel`]
