@@ -82,14 +82,27 @@ pub fn wgmma_desc(addr: u32, row_bytes: u32) -> u64 {
 macro_rules! wgmma_m64 {
     ($(#[$doc:meta])* $name:ident, $n:literal, $k:literal, $ta:literal, $tb:literal, $tail:literal, $d0:tt $($d:tt)*) => {
         $(#[$doc])*
+        ///
+        /// `FRESH` starts `d = A·Bᵀ` instead (scale-d 0): `d` is then only
+        /// written, so nothing has to put zeros in its registers first. A
+        /// zeroing `mov` between two products in flight made ptxas wait for
+        /// the first before starting the second.
         #[inline(always)]
-        pub unsafe fn $name(d: &mut [f32; $n / 2], a: u64, b: u64) {
+        pub unsafe fn $name<const FRESH: bool>(d: &mut [f32; $n / 2], a: u64, b: u64) {
             unsafe {
-                asm!(
-                    concat!("wgmma.mma_async.sync.aligned.m64n", $n, "k", $k, ".f32.", $ta, ".", $tb, " {{",
-                            "{", $d0, "}" $(, ", {", $d, "}")*, "}}, {a}, {b}, 1, 1, 1", $tail, ";"),
-                    inout(reg32) d[$d0], $(inout(reg32) d[$d],)*
-                    a = in(reg64) a, b = in(reg64) b, options(nostack));
+                if FRESH {
+                    asm!(
+                        concat!("wgmma.mma_async.sync.aligned.m64n", $n, "k", $k, ".f32.", $ta, ".", $tb, " {{",
+                                "{", $d0, "}" $(, ", {", $d, "}")*, "}}, {a}, {b}, 0, 1, 1", $tail, ";"),
+                        out(reg32) d[$d0], $(out(reg32) d[$d],)*
+                        a = in(reg64) a, b = in(reg64) b, options(nostack));
+                } else {
+                    asm!(
+                        concat!("wgmma.mma_async.sync.aligned.m64n", $n, "k", $k, ".f32.", $ta, ".", $tb, " {{",
+                                "{", $d0, "}" $(, ", {", $d, "}")*, "}}, {a}, {b}, 1, 1, 1", $tail, ";"),
+                        inout(reg32) d[$d0], $(inout(reg32) d[$d],)*
+                        a = in(reg64) a, b = in(reg64) b, options(nostack));
+                }
             }
         }
     };

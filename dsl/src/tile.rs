@@ -334,14 +334,23 @@ where
     /// Writes rows `start .. start+R` that are below `n` (one thread per row writes).
     #[inline(always)]
     pub fn store(self, dst: PtrMut<T>, start: usize, n: usize) {
+        self.scatter(dst, start, n, |row| row);
+    }
+
+    /// [`Col::store`] through an index map: row `row = start + i` (where
+    /// below `n`) goes to `dst[at(row)]`, for a vector whose rows are not
+    /// contiguous in the destination.
+    #[inline(always)]
+    pub fn scatter(self, dst: PtrMut<T>, start: usize, n: usize, at: impl Fn(usize) -> usize) {
         if !be::owns_row::<C, TH>() {
             return;
         }
         for (i, x) in self.v.iter().enumerate() {
             let row = start + be::tile_row::<C, TH>(i);
             if row < n {
-                dst.0.check("Col::store", row, 1, 1, true);
-                unsafe { *dst.0.at(row) = *x };
+                let to = at(row);
+                dst.0.check("Col::scatter", to, 1, 1, true);
+                unsafe { *dst.0.at(to) = *x };
             }
         }
     }

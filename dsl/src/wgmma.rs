@@ -153,6 +153,33 @@ pub fn dot_async<TA: Elem, TB: Elem, const M: usize, const N: usize, const K: us
 ) where
     [(); acc_len(M, N, TH)]:,
 {
+    start::<false, TA, TB, M, N, K, TH>(a, b, acc);
+}
+
+/// Starts `acc = a·bᵀ` as [`dot_async`] does `acc + a·bᵀ`: `acc`'s old
+/// values are not read, so its registers need no zeros while other
+/// products run (ptxas waits for a product in flight before such a write).
+/// For products that start a block: attention's scores.
+#[inline(always)]
+pub fn dot_new_async<TA: Elem, TB: Elem, const M: usize, const N: usize, const K: usize, const TH: usize>(
+    a: &Shared<TA, M, K, TH>,
+    b: &Shared<TB, N, K, TH>,
+    acc: &mut Acc<M, N, TH, true>,
+) where
+    [(); acc_len(M, N, TH)]:,
+{
+    start::<true, TA, TB, M, N, K, TH>(a, b, acc);
+}
+
+/// [`dot_async`] (`FRESH = false`) and [`dot_new_async`].
+#[inline(always)]
+fn start<const FRESH: bool, TA: Elem, TB: Elem, const M: usize, const N: usize, const K: usize, const TH: usize>(
+    a: &Shared<TA, M, K, TH>,
+    b: &Shared<TB, N, K, TH>,
+    acc: &mut Acc<M, N, TH, true>,
+) where
+    [(); acc_len(M, N, TH)]:,
+{
     let () = WgShape::<TA, TB, M, N, K, TH>::OK;
     on_period(a, K * core::mem::size_of::<TA>());
     on_period(b, K * core::mem::size_of::<TB>());
@@ -173,10 +200,13 @@ pub fn dot_async<TA: Elem, TB: Elem, const M: usize, const N: usize, const K: us
             let v = acc.v.as_mut_ptr();
             macro_rules! issue {
                 ($n64:ident, $n128:ident, $n256:ident) => {
-                    match N {
-                        64 => d::$n64(&mut *(v as *mut [f32; 32]), da, db),
-                        128 => d::$n128(&mut *(v as *mut [f32; 64]), da, db),
-                        _ => d::$n256(&mut *(v as *mut [f32; 128]), da, db),
+                    match (N, FRESH && ks == 0) {
+                        (64, false) => d::$n64::<false>(&mut *(v as *mut [f32; 32]), da, db),
+                        (64, true) => d::$n64::<true>(&mut *(v as *mut [f32; 32]), da, db),
+                        (128, false) => d::$n128::<false>(&mut *(v as *mut [f32; 64]), da, db),
+                        (128, true) => d::$n128::<true>(&mut *(v as *mut [f32; 64]), da, db),
+                        (_, false) => d::$n256::<false>(&mut *(v as *mut [f32; 128]), da, db),
+                        (_, true) => d::$n256::<true>(&mut *(v as *mut [f32; 128]), da, db),
                     }
                 };
             }
@@ -202,7 +232,7 @@ pub fn dot_async<TA: Elem, TB: Elem, const M: usize, const N: usize, const K: us
     #[cfg(not(target_arch = "nvptx64"))]
     for m in 0..M {
         for n in 0..N {
-            let mut s = acc.v[m * N + n];
+            let mut s = if FRESH { 0.0 } else { acc.v[m * N + n] };
             for k in 0..K {
                 s += a.get(m, k).to_f32() * b.get(n, k).to_f32();
             }
@@ -331,6 +361,24 @@ mod tests {
             let (a, b) = (Shared::<bf16, 64, 64, 128>::at(at), Shared::<bf16, 64, 64, 128>::at(at + 64 * 64 * 2));
             let mut acc = Acc::<64, 64, 128, true>::zeros();
             super::dot_async(&a, &b, &mut acc);
+        });
+    }
+
+    /// `dot_new_async` ignores what the accumulator held; `dot_async` adds
+    /// to it (small integers: both exact in f32).
+    #[test]
+    fn a_new_product_ignores_the_accumulator() {
+        let at = super::pad(128);
+        run_grid([1, 1, 1], 128 * 4 + at + 2 * 64 * 64 * 2, || {
+            let (a, b) = (Shared::<bf16, 64, 64, 128>::at(at), Shared::<bf16, 64, 64, 128>::at(at + 64 * 64 * 2));
+            a.store(&crate::Tile::from_fn(|r, c| bf16::from_f32(((r * 7 + c) % 5) as f32 - 2.0)));
+            b.store(&crate::Tile::from_fn(|r, c| bf16::from_f32(((r + 3 * c) % 3) as f32 - 1.0)));
+            let old = Acc::<64, 64, 128, true>::zeros().map(|_, _, _| 100.0);
+            let (mut fresh, mut added) = (old, old);
+            super::dot_new_async(&a, &b, &mut fresh);
+            super::dot_async(&a, &b, &mut added);
+            assert!(fresh.v.iter().zip(&added.v).all(|(f, s)| *s == f + 100.0));
+            assert!(fresh.v.iter().any(|&x| x != 0.0), "the product must not be all zeros");
         });
     }
 

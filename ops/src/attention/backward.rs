@@ -20,16 +20,37 @@ use rustile::prelude::*;
 // ---- 1. delta = rowsum(do ⊙ o) ------------------------------------------------------------
 
 /// `delta[h, t] = Σ_c do[t, h, c]·o[t, h, c]` for `o`, `do` of `tokens`
-/// rows of `heads` heads of `d` columns, in f32: the layout of the
-/// forward's log-sum-exp, so that the kernels read a query block's values
-/// of both as one contiguous run.
-#[kernel(configs = [(BM = 32, BN = 128, WARPS = 4)], grid = [cdiv(tokens, BM), heads], dtypes = [bf16, f16])]
+/// rows of `heads` heads of `d` columns, in f32, written in the layout of
+/// the forward's log-sum-exp (`[heads, tokens]`), so that the kernels read
+/// a query block's values of both as one contiguous run.
+///
+/// A program reads `BM` (token, head) rows as one contiguous run (`o` seen
+/// as `[tokens·heads, d]`) in 16-column slices up to `BN`, the head dim
+/// rounded up to 16 (the first config whose `BN` holds `d` runs), and
+/// scatters the sums. Slices, not one `BM × 128` tile: at `d = 72` such a
+/// tile left 7 of every 16 threads without a column to read, and the
+/// kernel ran at a fifth of the memory bandwidth, bound by its
+/// instructions (bench/RESULTS.md, session 23).
+#[kernel(
+    configs = [
+        (BM = 64, BN = 64, WARPS = 4),
+        (BM = 64, BN = 80, WARPS = 4),
+        (BM = 64, BN = 96, WARPS = 4),
+        (BM = 64, BN = 128, WARPS = 4),
+    ],
+    grid = [cdiv(tokens * heads, BM)],
+    dtypes = [bf16, f16],
+)]
 pub fn attention_bwd_rows_kernel<T: Elem>(o: Ptr<T>, d_o: Ptr<T>, delta: PtrMut<f32>, tokens: usize, heads: usize, d: usize) {
-    let (r0, h) = (program_id(0) * BM, program_id(1));
-    let head = |p: Ptr<T>| BlockPtr::<T, BM, BN>::new(p, [tokens, (h + 1) * d], [heads * d, 1], [r0, h * d]);
-    let x = load_or(&head(o), 0.0).cast::<f32>();
-    let y = load_or(&head(d_o), 0.0).cast::<f32>();
-    (x * y).row_sum().store(delta.offset(h * tokens), r0, tokens);
+    let (r0, rows) = (program_id(0) * BM, tokens * heads);
+    let slice = |p: Ptr<T>, j: usize| load_or(&BlockPtr::<T, BM, 16>::new(p, [rows, d], [d, 1], [r0, 16 * j]), 0.0).cast::<f32>();
+    // Products summed across the slices first and across threads once, so
+    // that no shuffle stands between one slice's loads and the next's.
+    let mut acc = Tile::<f32, BM, 16>::zeros();
+    for j in 0..BN / 16 {
+        acc = acc + slice(o, j) * slice(d_o, j);
+    }
+    acc.row_sum().scatter(delta, r0, rows, |r| (r % heads) * tokens + r / heads);
 }
 
 // ---- shared by 2 and 3 ---------------------------------------------------------------------

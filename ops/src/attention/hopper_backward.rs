@@ -17,7 +17,9 @@
 //! dQ one, were 2-7 % slower at the vision shape (bench/RESULTS.md,
 //! session 22). Each step issues both score
 //! products before it waits for the first, so the second runs under the
-//! probabilities' exponentials.
+//! probabilities' exponentials. Both start with `dot_new_async`, which
+//! writes its accumulator without reading it: zeroing the second's
+//! registers while the first ran made ptxas wait for the first.
 //!
 //! `LATE` is where a step issues the next step's copies: `LATE = 1` after
 //! its first products, so that the tensor cores start while every thread
@@ -106,11 +108,11 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
         let (h, r0) = walk.at(t);
         let (sq_, sd_) = (qd(t % 2, 0), qd(t % 2, 1));
         let (mut st, mut dpt) = (AccW::<BM>::zeros(), AccW::<BM>::zeros());
-        wgmma::dot_async(&sk_.main, &sq_.main, &mut st);
+        wgmma::dot_new_async(&sk_.main, &sq_.main, &mut st);
         if TAIL {
             wgmma::dot_async(&sk_.rest, &sq_.rest, &mut st);
         }
-        wgmma::dot_async(&sv_.main, &sd_.main, &mut dpt);
+        wgmma::dot_new_async(&sv_.main, &sd_.main, &mut dpt);
         if TAIL {
             wgmma::dot_async(&sv_.rest, &sd_.rest, &mut dpt);
         }
@@ -230,11 +232,11 @@ pub fn attention_bwd_q_wgmma_kernel<T: Elem>(
         let c0 = j * BN;
         let (sk_, sv_) = (kv(j % 2, 0), kv(j % 2, 1));
         let (mut sc, mut dp) = (AccW::<BN>::zeros(), AccW::<BN>::zeros());
-        wgmma::dot_async(&sq_.main, &sk_.main, &mut sc);
+        wgmma::dot_new_async(&sq_.main, &sk_.main, &mut sc);
         if TAIL {
             wgmma::dot_async(&sq_.rest, &sk_.rest, &mut sc);
         }
-        wgmma::dot_async(&sd_.main, &sv_.main, &mut dp);
+        wgmma::dot_new_async(&sd_.main, &sv_.main, &mut dp);
         if TAIL {
             wgmma::dot_async(&sd_.rest, &sv_.rest, &mut dp);
         }

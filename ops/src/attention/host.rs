@@ -546,7 +546,7 @@ fn backward_on_gpu<T: Elem>(
     if batch * sk.max(kv_bs) * kv_heads > 0 {
         let mut delta = gpu.alloc::<f32>(&[heads, tokens.max(1)])?;
         if tokens * heads > 0 {
-            attention_bwd_rows_kernel::launch(gpu, 0, o, d_o, &mut delta, tokens, heads, d)?;
+            attention_bwd_rows_kernel::launch(gpu, rows_config(d), o, d_o, &mut delta, tokens, heads, d)?;
         }
         match program {
             Program::Mma => attention_bwd_kv_kernel::launch(
@@ -575,6 +575,11 @@ fn backward_on_gpu<T: Elem>(
         gpu.fill_bytes(dq, 0)?;
     }
     Ok(())
+}
+
+/// The delta kernel's config for head dim `d`: the narrowest whose `BN` holds it.
+fn rows_config(d: usize) -> usize {
+    crate::pick_config(attention_bwd_rows_kernel::CONFIGS, |c| c.get("BN").unwrap() >= d)
 }
 
 /// [`attention_backward`] in the CPU interpreter, on row-major slices in
@@ -621,7 +626,7 @@ fn backward_on_cpu<T: Elem>(
     let (mut dq, mut dk, mut dv) = (nan(q.len()), nan(k.len()), nan(v.len()));
     let mut delta = vec![0.0f32; tokens * heads];
     if tokens * heads > 0 {
-        attention_bwd_rows_kernel::cpu(0, o, d_o, &mut delta, tokens, heads, d);
+        attention_bwd_rows_kernel::cpu(rows_config(d), o, d_o, &mut delta, tokens, heads, d);
     }
     if batch * sk.max(kv_bs) * kv_heads > 0 {
         match program {
