@@ -60,6 +60,23 @@ pub unsafe fn cp_async_16_full(dst: u32, src: *const u8) {
     }
 }
 
+/// Starts copying 4 bytes from global `src` to shared `dst` (`cp.async.ca`,
+/// 4-byte aligned both): for vectors whose start need not be 16-byte aligned.
+#[inline(always)]
+pub unsafe fn cp_async_4(dst: u32, src: *const u8) {
+    unsafe {
+        asm!("cp.async.ca.shared.global [{d}], [{s}], 4;", d = in(reg32) dst, s = in(reg64) src, options(nostack));
+    }
+}
+
+/// Reads 4 bytes at shared address `addr` (4-aligned).
+#[inline(always)]
+pub unsafe fn ld_shared_b32(addr: u32) -> u32 {
+    let x: u32;
+    unsafe { asm!("ld.shared.b32 {x}, [{a}];", a = in(reg32) addr, x = out(reg32) x, options(nostack)) };
+    x
+}
+
 /// Closes the group of `cp.async` copies issued since the last commit.
 #[inline(always)]
 pub fn cp_async_commit() {

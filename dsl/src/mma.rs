@@ -35,7 +35,7 @@
 use crate::backend as be;
 use crate::layout::{self, SharedShape, V};
 use crate::tile::len;
-use crate::{BlockPtr, Elem, Tile};
+use crate::{BlockPtr, Elem, Ptr, Tile};
 
 /// The warp grid `(WM, WN)` of a program of `warps` warps: `WM·WN = warps`,
 /// `WN` the larger when they differ.
@@ -299,6 +299,65 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
     #[cfg(not(target_arch = "nvptx64"))]
     pub(crate) fn get(&self, row: usize, col: usize) -> T {
         unsafe { *self.base.add(row * C + col) }
+    }
+}
+
+/// `N` f32 values in the program's shared memory: a statistic per row of a
+/// tile that every thread reads a few of (a log-sum-exp, a softmax
+/// correction), copied in with the tiles of the same pipeline stage so that
+/// its loads wait on nothing once the stage has landed.
+#[derive(Clone, Copy)]
+pub struct SharedVec<const N: usize, const TH: usize> {
+    #[cfg(target_arch = "nvptx64")]
+    base: u32,
+    #[cfg(not(target_arch = "nvptx64"))]
+    base: *mut f32,
+}
+
+impl<const N: usize, const TH: usize> SharedVec<N, TH> {
+    /// The vector at `byte_offset` of the program's shared memory (4-byte
+    /// aligned; the config's `SMEM` must cover it).
+    #[inline(always)]
+    pub fn at(byte_offset: usize) -> Self {
+        #[cfg(target_arch = "nvptx64")]
+        let base = rustile_device::smem_addr(rustile_device::dyn_smem::<u8>()) + (TH * 4 + byte_offset) as u32;
+        #[cfg(not(target_arch = "nvptx64"))]
+        let base = be::smem_at(TH * 4 + byte_offset, N * 4) as *mut f32;
+        SharedVec { base }
+    }
+
+    /// Starts copying `src[start..start + n]` (`n ≤ N`) into the first `n`
+    /// values (`cp.async`, 4 bytes a thread, so any start will do); the rest
+    /// keep what they held. Joins the current copy group, as
+    /// [`Shared::copy_from`] does.
+    #[inline(always)]
+    pub fn copy_from(&self, src: Ptr<f32>, start: usize, n: usize) {
+        let n = n.min(N);
+        src.0.check("SharedVec::copy_from", start, 1, n, false);
+        #[cfg(target_arch = "nvptx64")]
+        {
+            let mut i = rustile_device::thread_idx() as usize;
+            while i < n {
+                unsafe { rustile_device::cp_async_4(self.base + (4 * i) as u32, src.0.at(start + i) as *const u8) };
+                i += TH;
+            }
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        unsafe {
+            core::ptr::copy_nonoverlapping(src.0.at(start) as *const f32, self.base, n)
+        };
+    }
+
+    /// Value `i` (after `wait_copies` and `sync()` for the copy that wrote it).
+    #[inline(always)]
+    pub fn read(&self, i: usize) -> f32 {
+        #[cfg(target_arch = "nvptx64")]
+        return f32::from_bits(unsafe { rustile_device::ld_shared_b32(self.base + (4 * i) as u32) });
+        #[cfg(not(target_arch = "nvptx64"))]
+        {
+            assert!(i < N, "rustile interpreter: SharedVec::read of value {i} of {N}");
+            unsafe { *self.base.add(i) }
+        }
     }
 }
 
@@ -1063,6 +1122,24 @@ impl<const M: usize, const N: usize, const TH: usize> Staged<M, N, TH> {
 #[cfg(test)]
 mod tests {
     use super::swizzled;
+
+    /// A vector copies the window it is given from any start and keeps what
+    /// it held past it; a copy past the tensor's end stops the interpreter.
+    #[test]
+    fn a_shared_vector_copies_its_window() {
+        use crate::{backend::run_grid, Ptr, SharedVec};
+        let src: Vec<f32> = (0..100).map(|i| i as f32 * 0.5 - 7.0).collect();
+        run_grid([1, 1, 1], 128 * 4 + 64 * 4, || {
+            let v = SharedVec::<64, 128>::at(0);
+            v.copy_from(Ptr::from_slice(&src), 0, 64);
+            v.copy_from(Ptr::from_slice(&src), 61, 39);
+            for i in 0..64 {
+                assert_eq!(v.read(i), if i < 39 { src[61 + i] } else { src[i] }, "value {i}");
+            }
+            let past = std::panic::catch_unwind(|| v.copy_from(Ptr::from_slice(&src), 62, 39));
+            assert!(past.is_err(), "a copy past the end ran");
+        });
+    }
 
     /// `dot` on the GPU finds every ldmatrix row from the k-step-0 offset by
     /// one XOR and one add; this is the identity it relies on, for every row

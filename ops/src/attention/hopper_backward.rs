@@ -25,16 +25,19 @@
 //! its first products, so that the tensor cores start while every thread
 //! issues its `cp.async` chunks (D = 128: the backward 7-9 % faster);
 //! `LATE = 0` before them (D = 64 and 80, where copying late was 5-7 %
-//! slower; bench/RESULTS.md, session 21).
+//! slower; bench/RESULTS.md, session 21). Issuing them after the wait for
+//! the first score product instead, so that a step need not wait for its
+//! own last product, made ptxas serialize the products (note C7515) and
+//! spill (session 24); not kept.
 use rustile::prelude::*;
 
 /// [`super::attention_bwd_kv_kernel`] on `wgmma` (the same arguments): one
 /// block of `BN` keys of one key/value head, walking `BM` queries a step.
 #[kernel(
     configs = [
-        (D = 64, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 0, SMEM = 65536),
-        (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 2, LATE = 0, SMEM = 61952),
-        (D = 128, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 1, SMEM = 131072),
+        (D = 64, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 0, SMEM = 66560),
+        (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 2, LATE = 0, SMEM = 62976),
+        (D = 128, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 1, SMEM = 132096),
     ],
     grid = [cdiv(sk.max(kv_bs), BN), kv_heads, batch],
     dtypes = [bf16, f16],
@@ -68,12 +71,16 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
     let (qp, dop) = (q.offset(s.q_at()), d_o.offset(s.q_at()));
     let c = scale * LOG2_E;
     let tokens = query_tokens(batch, q_bs, lse_h, varlen);
+    // Where a step's queries' log-sum-exp and delta start.
+    let stat_at = |h: usize, r0: usize| [s.lse0 + h * lse_h + r0, h * tokens + s.q0 + r0];
 
     // Shared memory: K, V, then two stages of Q and dO (every tile on a
-    // multiple of 1024 bytes, the swizzle period).
+    // multiple of 1024 bytes, the swizzle period), then two stages of the
+    // queries' log-sum-exp and delta.
     let at = wgmma::pad(THREADS);
     let (sk_, sv_) = (Rows::<BN>::at(at, TAIL), Rows::<BN>::at(at + BN * D * 2, TAIL));
     let qd = |stage: usize, which: usize| Rows::<BM>::at(at + 2 * BN * D * 2 + (2 * stage + which) * BM * D * 2, TAIL);
+    let stats = |stage: usize, which: usize| SharedVec::<BM, THREADS>::at(at + 2 * (BN + 2 * BM) * D * 2 + (2 * stage + which) * BM * 4);
     sk_.copy_from(k.offset(s.k_at()), [s.lk, s.ldk, hk * d, d], c0);
     sv_.copy_from(v.offset(s.k_at()), [s.lk, s.ldk, hk * d, d], c0);
 
@@ -82,6 +89,9 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
         let (h, r0) = walk.at(t);
         qd(t % 2, 0).copy_from(qp, [s.lq, s.ldq, h * d, d], r0);
         qd(t % 2, 1).copy_from(dop, [s.lq, s.ldq, h * d, d], r0);
+        let ([l, dl], n) = (stat_at(h, r0), s.lq.saturating_sub(r0));
+        stats(t % 2, 0).copy_from(lse, l, n);
+        stats(t % 2, 1).copy_from(delta, dl, n);
     };
     if walk.steps > 0 {
         copy_qd(0);
@@ -105,7 +115,7 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
         if LATE == 0 {
             copies();
         }
-        let (h, r0) = walk.at(t);
+        let r0 = walk.at(t).1;
         let (sq_, sd_) = (qd(t % 2, 0), qd(t % 2, 1));
         let (mut st, mut dpt) = (AccW::<BM>::zeros(), AccW::<BM>::zeros());
         wgmma::dot_new_async(&sk_.main, &sq_.main, &mut st);
@@ -119,9 +129,11 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
         if LATE == 1 {
             copies();
         }
-        // The queries' log-sum-exp (base 2) loads under the products.
-        let lse_at = s.lse0 + h * lse_h + r0;
-        let lse2 = AccCols::<BM>::from_fn(|col| if r0 + col < s.lq { lse.read(lse_at + col) * LOG2_E } else { f32::INFINITY });
+        // The queries' log-sum-exp (base 2) and delta came with Q and dO:
+        // read from global memory here, ptxas issued the loads after the
+        // products and the exponentials waited on them.
+        let (sl, sdl) = (stats(t % 2, 0), stats(t % 2, 1));
+        let lse2 = AccCols::<BM>::from_fn(|col| if r0 + col < s.lq { sl.read(col) * LOG2_E } else { f32::INFINITY });
         // Sᵀ is done (dPᵀ may still run). A query past the end has lse = ∞,
         // so P = 0 there; only keys past the end and the diagonal need a mask.
         wgmma::wait::<GROUPS, BN, BM, THREADS>(&mut st);
@@ -134,11 +146,10 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
         if TAIL {
             wgmma::dot_acc_async(&ppk, &sd_.rest, &mut dv1);
         }
-        // delta loads under dV's product; dSᵀ = Pᵀ ⊙ (dPᵀ − delta) waits for
-        // it too, so that the registers of Pᵀ's copy are free again (with
-        // them live, D = 128 spilled).
-        let delta_at = h * tokens + s.q0 + r0;
-        let dlt = AccCols::<BM>::from_fn(|col| if r0 + col < s.lq { delta.read(delta_at + col) } else { 0.0 });
+        let dlt = AccCols::<BM>::from_fn(|col| if r0 + col < s.lq { sdl.read(col) } else { 0.0 });
+        // dSᵀ = Pᵀ ⊙ (dPᵀ − delta) waits for dV's product too, so that the
+        // registers of Pᵀ's copy are free again (with them live, D = 128
+        // spilled).
         wgmma::wait::<0, BN, BM, THREADS>(&mut dpt);
         let dspk = pt.zip(dpt.map_cols(&dlt, |x, dl| x - dl), |p, dp| p * dp).pack::<T>();
         wgmma::dot_acc_async(&dspk, &sq_.main, &mut dk0);
