@@ -37,7 +37,7 @@ use rustile::prelude::*;
     configs = [
         (D = 64, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 0, SMEM = 66560),
         (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 2, LATE = 0, SMEM = 62976),
-        (D = 128, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 1, SMEM = 132096),
+        (D = 128, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 1, SMEM = 131072),
     ],
     grid = [cdiv(sk.max(kv_bs), BN), kv_heads, batch],
     dtypes = [bf16, f16],
@@ -59,6 +59,12 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
     const GROUPS: u32 = if TAIL { 2 } else { 1 };
     type AccW<const N: usize> = rustile::Acc<BN, N, THREADS, true>;
     type Rows<const R: usize> = Head<T, R, 64, D1, THREADS>;
+    // The queries' lse and delta come with each step's Q and dO through
+    // shared memory, except at D = 128: there the two ran equal within the
+    // runs' spread (dK/dV 3.00-3.02 ms staged, 3.05-3.09 read from global
+    // memory) and the reads from global memory spill less (180 bytes
+    // stored against 220; bench/RESULTS.md, session 24).
+    const STAGED: bool = D < 128;
 
     let (kb, hk, z) = (program_id(0), program_id(1), program_id(2));
     let (causal, varlen) = (flags & CAUSAL != 0, flags & VARLEN != 0);
@@ -89,9 +95,11 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
         let (h, r0) = walk.at(t);
         qd(t % 2, 0).copy_from(qp, [s.lq, s.ldq, h * d, d], r0);
         qd(t % 2, 1).copy_from(dop, [s.lq, s.ldq, h * d, d], r0);
-        let ([l, dl], n) = (stat_at(h, r0), s.lq.saturating_sub(r0));
-        stats(t % 2, 0).copy_from(lse, l, n);
-        stats(t % 2, 1).copy_from(delta, dl, n);
+        if STAGED {
+            let ([l, dl], n) = (stat_at(h, r0), s.lq.saturating_sub(r0));
+            stats(t % 2, 0).copy_from(lse, l, n);
+            stats(t % 2, 1).copy_from(delta, dl, n);
+        }
     };
     if walk.steps > 0 {
         copy_qd(0);
@@ -115,7 +123,8 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
         if LATE == 0 {
             copies();
         }
-        let r0 = walk.at(t).1;
+        let (h, r0) = walk.at(t);
+        let [lse_at, delta_at] = stat_at(h, r0);
         let (sq_, sd_) = (qd(t % 2, 0), qd(t % 2, 1));
         let (mut st, mut dpt) = (AccW::<BM>::zeros(), AccW::<BM>::zeros());
         wgmma::dot_new_async(&sk_.main, &sq_.main, &mut st);
@@ -129,11 +138,11 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
         if LATE == 1 {
             copies();
         }
-        // The queries' log-sum-exp (base 2) and delta came with Q and dO:
-        // read from global memory here, ptxas issued the loads after the
-        // products and the exponentials waited on them.
-        let (sl, sdl) = (stats(t % 2, 0), stats(t % 2, 1));
-        let lse2 = AccCols::<BM>::from_fn(|col| if r0 + col < s.lq { sl.read(col) * LOG2_E } else { f32::INFINITY });
+        // The queries' log-sum-exp (base 2) and delta: read from global
+        // memory here, ptxas issued the loads after the products and the
+        // exponentials waited on them (at D = 80 dK/dV 250 µs against 210).
+        let stat = |which: usize, src: Ptr<f32>, at: usize, col: usize| if STAGED { stats(t % 2, which).read(col) } else { src.read(at + col) };
+        let lse2 = AccCols::<BM>::from_fn(|col| if r0 + col < s.lq { stat(0, lse, lse_at, col) * LOG2_E } else { f32::INFINITY });
         // Sᵀ is done (dPᵀ may still run). A query past the end has lse = ∞,
         // so P = 0 there; only keys past the end and the diagonal need a mask.
         wgmma::wait::<GROUPS, BN, BM, THREADS>(&mut st);
@@ -146,7 +155,7 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
         if TAIL {
             wgmma::dot_acc_async(&ppk, &sd_.rest, &mut dv1);
         }
-        let dlt = AccCols::<BM>::from_fn(|col| if r0 + col < s.lq { sdl.read(col) } else { 0.0 });
+        let dlt = AccCols::<BM>::from_fn(|col| if r0 + col < s.lq { stat(1, delta, delta_at, col) } else { 0.0 });
         // dSᵀ = Pᵀ ⊙ (dPᵀ − delta) waits for dV's product too, so that the
         // registers of Pᵀ's copy are free again (with them live, D = 128
         // spilled).
