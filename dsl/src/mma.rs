@@ -326,10 +326,11 @@ impl<const N: usize, const TH: usize> SharedVec<N, TH> {
         SharedVec { base }
     }
 
-    /// Starts copying `src[start..start + n]` (`n ≤ N`) into the first `n`
-    /// values (`cp.async`, 4 bytes a thread, so any start will do); the rest
-    /// keep what they held. Joins the current copy group, as
-    /// [`Shared::copy_from`] does.
+    /// Starts copying `src[start..start + m]`, `m = min(n, N)`, into the
+    /// first `m` values (`cp.async`, 4 bytes a thread, so any start will
+    /// do); the rest keep what they held. `n` may be what is left of the
+    /// tensor: a block's rows past the vector are not copied. Joins the
+    /// current copy group, as [`Shared::copy_from`] does.
     #[inline(always)]
     pub fn copy_from(&self, src: Ptr<f32>, start: usize, n: usize) {
         let n = n.min(N);
