@@ -45,6 +45,40 @@ fn vector_ops_match_float64() {
     }
 }
 
+/// `Gpu::concurrently`'s second stream waits for what was queued before it,
+/// and what is queued after waits for it: each step reads the one before,
+/// and the outputs start as NaN, so a missed wait shows as a wrong sum.
+#[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
+fn concurrent_work_is_ordered_at_both_ends() {
+    let Some(gpu) = gpu_or_skip("concurrent_work_is_ordered_at_both_ends") else { return };
+    let n = 1 << 24; // long enough for a missed wait to lose the race
+    let (mut rng, seed) = rng();
+    let (x, y): (Vec<f32>, Vec<f32>) = (normal(&mut rng, n, 0.0, 1.0), normal(&mut rng, n, 0.0, 1.0));
+    let (dx, dy) = (up(&gpu, &x, &[n]), up(&gpu, &y, &[n]));
+    let [mut s, mut t1, mut t2, mut u] = [0; 4].map(|_| poisoned::<f32>(&gpu, &[n]));
+    for _ in 0..3 {
+        vector::add_kernel::launch(&gpu, 0, &dx, &dy, &mut s, n).unwrap(); // s = x + y
+        gpu.concurrently(
+            || vector::add_kernel::launch(&gpu, 0, &s, &dx, &mut t1, n),
+            || {
+                // A temporary of the second stream, freed there after its use.
+                let mut twice = poisoned::<f32>(&gpu, &[n]);
+                vector::add_kernel::launch(&gpu, 0, &s, &s, &mut twice, n)?;
+                vector::add_kernel::launch(&gpu, 0, &twice, &dy, &mut t2, n)
+            },
+        )
+        .unwrap();
+        vector::add_kernel::launch(&gpu, 0, &t1, &t2, &mut u, n).unwrap(); // (2x + y) + (2x + 3y)
+        let want: Vec<f64> = x.iter().zip(&y).map(|(a, b)| 4.0 * *a as f64 + 4.0 * *b as f64).collect();
+        let err = rel_err(&gpu.download(&u).unwrap(), &want);
+        assert!(err <= tolerance::<f32>(), "concurrently: rel err {err:.2e} (seed {seed})");
+        for t in [&mut s, &mut t1, &mut t2, &mut u] {
+            gpu.fill_bytes(t, 0xFF).unwrap();
+        }
+    }
+}
+
 fn softmax_case<T: Elem>(gpu: &Gpu, rows: usize, cols: usize, scale: f32) {
     let (mut rng, seed) = rng();
     let x: Vec<T> = normal(&mut rng, rows * cols, 0.0, scale);

@@ -1,13 +1,15 @@
 //! The GPU: one device, one stream, the modules loaded on it, and tensors.
 //!
 //! Everything is issued on one non-blocking stream, so work is ordered the way
-//! it was called. Memory, copies and launches go through cudarc's `result`/`sys`
+//! it was called; [`Gpu::concurrently`] lets two independent pieces of work
+//! overlap through a second stream, ordered with the first at both ends. Memory, copies and launches go through cudarc's `result`/`sys`
 //! layers, because its safe `CudaSlice` needs cudarc's own element trait and
 //! ours (bf16, f16, fp8) is defined by the DSL.
 
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
 use std::marker::PhantomData;
+use std::cell::Cell;
 use std::panic::catch_unwind;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -24,6 +26,8 @@ const DEFAULT_SMEM: u32 = 48 * 1024;
 pub struct Gpu {
     /// Holds the (primary) context alive too.
     stream: Arc<CudaStream>,
+    /// The second stream of [`Gpu::concurrently`], made on first use.
+    side: OnceLock<Arc<CudaStream>>,
     name: String,
     cc: (u32, u32),
     sms: u32,
@@ -149,6 +153,7 @@ impl Gpu {
             mem_total: ctx.total_mem().map_err(cuda("reading the memory size"))?,
             stream_alloc: ctx.has_async_alloc(),
             stream: ctx.new_stream().map_err(cuda("creating a stream"))?,
+            side: OnceLock::new(),
             modules: Mutex::new(HashMap::new()),
             tensor_maps: Mutex::new(lru::LruCache::new(crate::tma::MAPS_KEPT)),
         })
@@ -193,7 +198,40 @@ impl Gpu {
     }
 
     fn raw_stream(&self) -> sys::CUstream {
-        self.stream.cu_stream()
+        self.queue().cu_stream()
+    }
+
+    /// Where this thread's work goes now: the side stream inside
+    /// [`Gpu::concurrently`]'s second closure, else the stream.
+    fn queue(&self) -> &Arc<CudaStream> {
+        match self.side.get() {
+            Some(side) if ON_SIDE.with(|g| g.get()) == self as *const Gpu as usize => side,
+            _ => &self.stream,
+        }
+    }
+
+    /// Runs `a`, then `b`, whose GPU work may overlap: what `b` queues goes to
+    /// a second stream that first waits for everything queued before this
+    /// call, and what is queued after this call waits for both. For
+    /// independent kernels that each leave part of the GPU idle at times
+    /// (the attention backward's dK/dV and dQ: the second fills the first's
+    /// last wave).
+    pub fn concurrently(&self, a: impl FnOnce() -> Result<()>, b: impl FnOnce() -> Result<()>) -> Result<()> {
+        self.bind()?;
+        let side = match self.side.get() {
+            Some(side) => side,
+            None => {
+                let made = self.stream.fork().map_err(cuda("creating a second stream"))?;
+                self.side.get_or_init(|| made)
+            }
+        };
+        side.join(&self.stream).map_err(cuda("ordering the second stream after the first"))?;
+        a()?;
+        let outer = ON_SIDE.with(|g| g.replace(self as *const Gpu as usize));
+        let queued = b();
+        ON_SIDE.with(|g| g.set(outer));
+        self.stream.join(side).map_err(cuda("ordering the stream after the second"))?;
+        queued
     }
 
     fn free_bytes(&self) -> usize {
@@ -224,7 +262,9 @@ impl Gpu {
                 _ => cuda("allocating device memory")(e),
             })?
         };
-        let buf = DeviceBuf { ptr, stream: self.stream.clone(), stream_ordered: self.stream_alloc };
+        let queue = self.queue();
+        let main = (!Arc::ptr_eq(queue, &self.stream)).then(|| self.stream.clone());
+        let buf = DeviceBuf { ptr, stream: queue.clone(), after: main, stream_ordered: self.stream_alloc };
         Ok(Tensor { buf, shape: shape.to_vec(), strides: row_major(shape), _elem: PhantomData })
     }
 
@@ -542,10 +582,20 @@ impl Event {
     }
 }
 
+thread_local! {
+    /// The `Gpu` (its address) whose work this thread queues on the side
+    /// stream: inside `concurrently`'s second closure; 0 outside.
+    static ON_SIDE: Cell<usize> = const { Cell::new(0) };
+}
+
 /// Device memory, freed on drop in stream order after the work that uses it.
 struct DeviceBuf {
     ptr: u64,
+    /// The stream it was allocated on and is freed on.
     stream: Arc<CudaStream>,
+    /// Allocated on the side stream: the main stream, whose later work may
+    /// use it too, so the free waits for it first.
+    after: Option<Arc<CudaStream>>,
     stream_ordered: bool,
 }
 
@@ -557,6 +607,9 @@ impl Drop for DeviceBuf {
         // Errors here (usually a context already broken by a faulting kernel)
         // have nowhere to go, and the memory dies with the context anyway.
         let _ = self.stream.context().bind_to_thread();
+        if let Some(main) = &self.after {
+            let _ = self.stream.join(main);
+        }
         let _ = unsafe {
             if self.stream_ordered {
                 result::free_async(self.ptr, self.stream.cu_stream())
