@@ -2,9 +2,10 @@
 //!
 //! Everything is issued on one non-blocking stream, so work is ordered the way
 //! it was called; [`Gpu::concurrently`] lets two independent pieces of work
-//! overlap through a second stream, ordered with the first at both ends. Memory, copies and launches go through cudarc's `result`/`sys`
-//! layers, because its safe `CudaSlice` needs cudarc's own element trait and
-//! ours (bf16, f16, fp8) is defined by the DSL.
+//! overlap through a second stream, ordered with the first at both ends.
+//! Memory, copies and launches go through cudarc's `result`/`sys` layers,
+//! because its safe `CudaSlice` needs cudarc's own element trait and ours
+//! (bf16, f16, fp8) is defined by the DSL.
 
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
@@ -227,9 +228,10 @@ impl Gpu {
         };
         side.join(&self.stream).map_err(cuda("ordering the second stream after the first"))?;
         a()?;
-        let outer = ON_SIDE.with(|g| g.replace(self as *const Gpu as usize));
-        let queued = b();
-        ON_SIDE.with(|g| g.set(outer));
+        let queued = {
+            let _on_side = OnSide::enter(self);
+            b()
+        };
         self.stream.join(side).map_err(cuda("ordering the stream after the second"))?;
         queued
     }
@@ -406,7 +408,7 @@ impl Gpu {
             e => return Err(self.launch_error(kernel, DriverError(e))),
         }
         if blocking_launches() {
-            self.stream.synchronize().map_err(|e| self.launch_error(kernel, e))?;
+            self.queue().synchronize().map_err(|e| self.launch_error(kernel, e))?;
         }
         Ok(())
     }
@@ -586,6 +588,22 @@ thread_local! {
     /// The `Gpu` (its address) whose work this thread queues on the side
     /// stream: inside `concurrently`'s second closure; 0 outside.
     static ON_SIDE: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Sends this thread's work on a GPU to its side stream until dropped (so
+/// also when `concurrently`'s second closure panics).
+struct OnSide(usize);
+
+impl OnSide {
+    fn enter(gpu: &Gpu) -> OnSide {
+        OnSide(ON_SIDE.with(|g| g.replace(gpu as *const Gpu as usize)))
+    }
+}
+
+impl Drop for OnSide {
+    fn drop(&mut self) {
+        ON_SIDE.with(|g| g.set(self.0));
+    }
 }
 
 /// Device memory, freed on drop in stream order after the work that uses it.
