@@ -138,9 +138,10 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
         if LATE == 1 {
             copies();
         }
-        // The queries' log-sum-exp (base 2) and delta: read from global
-        // memory here, ptxas issued the loads after the products and the
-        // exponentials waited on them (at D = 80 dK/dV 250 µs against 210).
+        // The queries' log-sum-exp (base 2) and delta, from the staged
+        // copies (`STAGED`). Loaded from global memory in this step instead,
+        // they were issued by ptxas after the products and the exponentials
+        // waited on them (at D = 80 dK/dV 250 µs against 210).
         let stat = |which: usize, src: Ptr<f32>, at: usize, col: usize| if STAGED { stats(t % 2, which).read(col) } else { src.read(at + col) };
         let lse2 = AccCols::<BM>::from_fn(|col| if r0 + col < s.lq { stat(0, lse, lse_at, col) * LOG2_E } else { f32::INFINITY });
         // Sᵀ is done (dPᵀ may still run). A query past the end has lse = ∞,
