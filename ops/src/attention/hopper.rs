@@ -5,8 +5,8 @@
 //! (head dim 72) the key blocks are 64 rows, so that two programs share a
 //! SM: a vision encoder's 256 tokens are then two programs a head, each
 //! hiding its first loads behind the other's products (93.9 µs at the
-//! vision shape, where one 64-row program copying by `cp.async`, four a
-//! SM, took 105.6; bench/RESULTS.md, session 22). `S = Q·Kᵀ`
+//! vision shape with two stages, where one 64-row program copying by
+//! `cp.async`, four a SM, took 105.6; bench/RESULTS.md, session 22). `S = Q·Kᵀ`
 //! reads Q and K straight from shared memory; `O += P·V` takes `P` from the
 //! registers the softmax left it in and V from shared memory, N-major (V's
 //! rows are keys). `wgmma` reads rows of at most 128 bytes, so a head is
@@ -18,6 +18,13 @@
 //! are a large share of a program's instructions; sessions 19 and 22). A
 //! TMA copy is a few instructions of one thread, so it issues before the
 //! products it overlaps.
+//!
+//! `STAGES` is how many key blocks a program has in shared memory, the
+//! next ones' copies in flight while it multiplies one. At D = 80 four, so
+//! that at the vision shape (four key blocks of 64) every copy is issued
+//! before the first product: 89.0 µs against 94.4-94.8 with two, and 91.0
+//! with three (bench/RESULTS.md, session 26). At 64, three stages were 2 %
+//! slower at S = 4096; at 96 and 128 a third does not fit beside Q.
 //!
 //! `PIPE = 1` pipelines a program's loop: block j's scores run on the
 //! tensor cores beside block j−1's `P·V`, so that the softmax of one block
@@ -33,10 +40,10 @@ use rustile::prelude::*;
 /// `BN` rows), as `host::head_maps` builds them.
 #[kernel(
     configs = [
-        (D = 64, BM = 128, BN = 128, WARPS = 8, OCC = 1, PIPE = 1, SMEM = 81984),
-        (D = 80, BM = 128, BN = 64, WARPS = 8, OCC = 2, PIPE = 0, SMEM = 61504),
-        (D = 96, BM = 128, BN = 128, WARPS = 8, OCC = 1, PIPE = 0, SMEM = 122944),
-        (D = 128, BM = 128, BN = 128, WARPS = 8, OCC = 1, PIPE = 0, SMEM = 163904),
+        (D = 64, BM = 128, BN = 128, WARPS = 8, OCC = 1, PIPE = 1, STAGES = 2, SMEM = 81984),
+        (D = 80, BM = 128, BN = 64, WARPS = 8, OCC = 2, PIPE = 0, STAGES = 4, SMEM = 102528),
+        (D = 96, BM = 128, BN = 128, WARPS = 8, OCC = 1, PIPE = 0, STAGES = 2, SMEM = 122944),
+        (D = 128, BM = 128, BN = 128, WARPS = 8, OCC = 1, PIPE = 0, STAGES = 2, SMEM = 163904),
     ],
     grid = [cdiv(sq, BM), heads, batch],
     dtypes = [bf16, f16],
@@ -71,45 +78,49 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
     let kvh = h / (heads / kv_heads);
     let blocks = s.key_blocks(r0, BM, BN, causal);
 
-    // Shared memory: Q, then two stages of K and V (every tile on a
+    // Shared memory: Q, then `STAGES` stages of K and V (every tile on a
     // multiple of 1024 bytes, the swizzle period wgmma's descriptors
     // assume), then the barriers the copies land on: Q's, then K's and V's
     // of each stage.
     let at = wgmma::pad(THREADS);
     let sq_ = Rows::<BM>::at(at, TAIL);
     let kv = |stage: usize, which: usize| Rows::<BN>::at(at + BM * D * 2 + (2 * stage + which) * BN * D * 2, TAIL);
-    let landed = |i: usize| tma::Barrier::at::<THREADS>(at + (BM + 4 * BN) * D * 2 + 8 * i);
-    let kv_landed = |j: usize, which: usize| landed(1 + 2 * (j % 2) + which);
-    for i in 0..5 {
+    let landed = |i: usize| tma::Barrier::at::<THREADS>(at + (BM + 2 * STAGES * BN) * D * 2 + 8 * i);
+    let kv_landed = |j: usize, which: usize| landed(1 + 2 * (j % STAGES) + which);
+    for i in 0..1 + 2 * STAGES {
         landed(i).init(1);
     }
     tma::fence_init();
     sync();
-    // Block j of K (which 0) or V (1) into stage j % 2. Rows are tokens of
-    // the whole tensor, so that past this sequence's keys the copy engine
-    // reads the next sequence's (masked out below) or zeros.
+    // Block j of K (which 0) or V (1) into stage j % STAGES, if there is a
+    // block j. Rows are tokens of the whole tensor, so that past this
+    // sequence's keys the copy engine reads the next sequence's (masked out
+    // below) or zeros.
     let load_kv = |j: usize, which: usize| {
-        let tile = kv(j % 2, which);
+        if j >= blocks {
+            return;
+        }
+        let tile = kv(j % STAGES, which);
         let bar = kv_landed(j, which);
         bar.expect(tile.bytes());
         let (maps, src) = if which == 0 { ([map_k, map_k1], k) } else { ([map_v, map_v1], v) };
         tile.load_tma(maps, src, [s.k0 + s.lk, s.ldk, kvh, d], s.k0 + j * BN, &bar);
     };
     // Waits until block j's K or V has landed. Each stage's barriers
-    // complete once a use: block j is stage j % 2's (j / 2)-th.
-    let kv_wait = |j: usize, which: usize| kv_landed(j, which).wait((j / 2) % 2);
+    // complete once a use: block j is stage j % STAGES's (j / STAGES)-th.
+    let kv_wait = |j: usize, which: usize| kv_landed(j, which).wait((j / STAGES) % 2);
     // Block j's V has landed, its rows past the keys zeroed: they meet P's
     // zeros, but 0·NaN is NaN.
     let v_ready = |j: usize| {
         kv_wait(j, 1);
         if j * BN + BN > s.lk {
-            kv(j % 2, 1).zero_rows_from(s.lk - j * BN);
+            kv(j % STAGES, 1).zero_rows_from(s.lk - j * BN);
             wgmma::fence_shared();
         }
     };
     // Block j's scores `S = Q·Kᵀ`, issued (read them after a `wait`).
     let scores = |j: usize| {
-        let kt = kv(j % 2, 0);
+        let kt = kv(j % STAGES, 0);
         let mut sc = AccW::<BN>::zeros();
         wgmma::dot_async(&sq_.main, &kt.main, &mut sc);
         if TAIL {
@@ -129,9 +140,11 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
 
     landed(0).expect(sq_.bytes());
     sq_.load_tma([map_q, map_q1], q, [s.q0 + s.lq, s.ldq, h, d], s.q0 + r0, &landed(0));
-    if blocks > 0 {
-        load_kv(0, 0);
-        load_kv(0, 1);
+    // Every stage but one filled ahead; the loops below refill a stage as
+    // soon as every warpgroup is done with it.
+    for j in 0..STAGES - 1 {
+        load_kv(j, 0);
+        load_kv(j, 1);
     }
     landed(0).wait(0);
 
@@ -139,7 +152,7 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
     let (mut o0, mut o1) = (AccW::<64>::zeros(), AccW::<D1>::zeros());
     // `O += P·V` with block j's V, issued.
     let add_pv = |p: &rustile::Packed<T, BM, BN, THREADS>, j: usize, o0: &mut AccW<64>, o1: &mut AccW<D1>| {
-        let vt = kv(j % 2, 1);
+        let vt = kv(j % STAGES, 1);
         wgmma::dot_acc_async(p, &vt.main, o0);
         if TAIL {
             wgmma::dot_acc_async(p, &vt.rest, o1);
@@ -150,22 +163,19 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
         // block j−1's `P·V`, and block j's softmax waits only for the scores.
         kv_wait(0, 0);
         sync();
-        if blocks > 1 {
-            load_kv(1, 0);
-        }
+        load_kv(STAGES - 1, 0);
         let mut sc = scores(0);
         wgmma::wait::<0, BM, BN, THREADS>(&mut sc);
         let mut p = stats.step(masked(0, sc)).0.pack::<T>();
         for j in 1..blocks {
             kv_wait(j, 0);
             v_ready(j - 1);
-            // Stage (j+1) % 2's K was last read by block j−1's scores, stage
-            // j % 2's V by block j−2's P·V: both finished before this barrier.
+            // Block j+STAGES−1's K goes where block j−1's scores read it,
+            // block j+STAGES−2's V where block j−2's P·V did: both finished
+            // before this barrier.
             sync();
-            if j + 1 < blocks {
-                load_kv(j + 1, 0);
-            }
-            load_kv(j, 1);
+            load_kv(j + STAGES - 1, 0);
+            load_kv(j + STAGES - 2, 1);
             let mut sc = scores(j);
             add_pv(&p, j - 1, &mut o0, &mut o1);
             wgmma::wait::<GROUPS, BM, BN, THREADS>(&mut sc);
@@ -190,14 +200,11 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
     } else {
         for j in 0..blocks {
             kv_wait(j, 0);
-            // Stage j+1 was last read by block j−1, which every warpgroup finished before this barrier.
+            // Block j+STAGES−1 goes where block j−1 was, which every
+            // warpgroup finished before this barrier: its K (which 0) or V
+            // (1), issued before the products it overlaps.
             sync();
-            // Block j+1's K (which 0) or V (1), issued before the products it overlaps.
-            let next = |which: usize| {
-                if j + 1 < blocks {
-                    load_kv(j + 1, which);
-                }
-            };
+            let next = |which: usize| load_kv(j + STAGES - 1, which);
             next(0);
             let mut sc = scores(j);
             wgmma::wait::<0, BM, BN, THREADS>(&mut sc);
@@ -208,7 +215,7 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
                 o1 = o1.map_rows(&alpha, |x, a| x * a);
             }
             v_ready(j);
-            // Stage j+1's V was last read by block j−1 (and the zeros are written).
+            // Every thread's zeros are written before a warpgroup reads V.
             sync();
             next(1);
             add_pv(&p, j, &mut o0, &mut o1);

@@ -176,14 +176,21 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
     store_head(dv.offset(s.k_at()), out, c0, &dv0, &dv1, TAIL, 1.0);
 }
 
-/// [`super::attention_bwd_q_kernel`] on `wgmma` (the same arguments): one
-/// block of `BM` queries of one head, walking `BN` keys a step. At D = 128
-/// 64-key blocks: with 128, S and dP alone would take 128 registers.
+/// [`super::attention_bwd_q_kernel`] on `wgmma` (the same arguments, then
+/// `map_k`, `map_k1`, `map_v`, `map_v1`: K's and V's tensor maps, boxes of
+/// `BN` rows, as `host::head_maps` builds them): one block of `BM` queries
+/// of one head, walking `BN` keys a step. At D = 128 64-key blocks: with
+/// 128, S and dP alone would take 128 registers.
+///
+/// `TMA = 1` copies K and V by TMA, two blocks ahead from the start (D = 64
+/// and 128: the backward 9 % and 5 % faster than with `cp.async`);
+/// `TMA = 0` by every thread's `cp.async` (D = 80, where TMA made the dQ
+/// kernel 117 → 128 µs at the vision shape; bench/RESULTS.md, session 26).
 #[kernel(
     configs = [
-        (D = 64, BM = 128, BN = 128, WARPS = 8, OCC = 1, LATE = 0, SMEM = 98304),
-        (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 3, LATE = 0, SMEM = 61952),
-        (D = 128, BM = 128, BN = 64, WARPS = 8, OCC = 1, LATE = 1, SMEM = 131072),
+        (D = 64, BM = 128, BN = 128, WARPS = 8, OCC = 1, LATE = 0, TMA = 1, SMEM = 98336),
+        (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 3, LATE = 0, TMA = 0, SMEM = 61984),
+        (D = 128, BM = 128, BN = 64, WARPS = 8, OCC = 1, LATE = 1, TMA = 1, SMEM = 131104),
     ],
     grid = [cdiv(sq, BM), heads, batch],
     dtypes = [bf16, f16],
@@ -194,10 +201,11 @@ pub fn attention_bwd_q_wgmma_kernel<T: Elem>(
     cu_q: Ptr<u32>, cu_k: Ptr<u32>,
     batch: usize, sq: usize, sk: usize, heads: usize, kv_heads: usize, d: usize,
     q_bs: usize, kv_bs: usize, lse_h: usize, scale: f32, flags: u32,
+    map_k: u64, map_k1: u64, map_v: u64, map_v1: u64,
 ) {
     use crate::attention::{query_tokens, store_head, Head, Seq, CAUSAL, VARLEN};
     use core::f32::consts::LOG2_E;
-    use rustile::wgmma;
+    use rustile::{tma, wgmma};
     const TAIL: bool = D > 64;
     const D1: usize = if TAIL { D - 64 } else { 64 };
     const GROUPS: u32 = if TAIL { 2 } else { 1 };
@@ -220,29 +228,67 @@ pub fn attention_bwd_q_wgmma_kernel<T: Elem>(
     let lse2 = AccRows::<BM, THREADS>::from_fn(|r| if r0 + r < s.lq { lse.read(lse_at + r) * LOG2_E } else { f32::INFINITY });
     let dlt = AccRows::<BM, THREADS>::from_fn(|r| if r0 + r < s.lq { delta.read(delta_at + r) } else { 0.0 });
 
-    // Shared memory: Q, dO, then two stages of K and V.
+    // Shared memory: Q, dO, then two stages of K and V (every tile on a
+    // multiple of 1024 bytes, the swizzle period), then (`TMA`) the
+    // barriers each stage's copies land on.
     let at = wgmma::pad(THREADS);
     let (sq_, sd_) = (Rows::<BM>::at(at, TAIL), Rows::<BM>::at(at + BM * D * 2, TAIL));
     let kv = |stage: usize, which: usize| Rows::<BN>::at(at + 2 * BM * D * 2 + (2 * stage + which) * BN * D * 2, TAIL);
+    let landed = |stage: usize| tma::Barrier::at::<THREADS>(at + 2 * (BM + 2 * BN) * D * 2 + 8 * stage);
+    if TMA == 1 {
+        landed(0).init(1);
+        landed(1).init(1);
+        tma::fence_init();
+        sync();
+    }
+    let blocks = s.key_blocks(r0, BM, BN, causal);
+    // Key block j's K and V into stage j % 2 (block j−2 was there; the
+    // callers copy once every warp is done with it).
     let copy_kv = |j: usize| {
-        kv(j % 2, 0).copy_from(kp, [s.lk, s.ldk, hk * d, d], j * BN);
-        kv(j % 2, 1).copy_from(vp, [s.lk, s.ldk, hk * d, d], j * BN);
+        if j >= blocks {
+            return;
+        }
+        let stage = j % 2;
+        if TMA == 1 {
+            let tokens = [s.k0 + s.lk, s.ldk, hk, d];
+            landed(stage).expect(2 * kv(stage, 0).bytes());
+            kv(stage, 0).load_tma([map_k, map_k1], k, tokens, s.k0 + j * BN, &landed(stage));
+            kv(stage, 1).load_tma([map_v, map_v1], v, tokens, s.k0 + j * BN, &landed(stage));
+        } else {
+            kv(stage, 0).copy_from(kp, [s.lk, s.ldk, hk * d, d], j * BN);
+            kv(stage, 1).copy_from(vp, [s.lk, s.ldk, hk * d, d], j * BN);
+        }
     };
     sq_.copy_from(q.offset(s.q_at()), [s.lq, s.ldq, h * d, d], r0);
     sd_.copy_from(d_o.offset(s.q_at()), [s.lq, s.ldq, h * d, d], r0);
-    let blocks = s.key_blocks(r0, BM, BN, causal);
-    if blocks > 0 {
-        copy_kv(0);
+    copy_kv(0);
+    if TMA == 1 {
+        copy_kv(1);
     }
     commit_copies();
 
     let (mut dq0, mut dq1) = (AccW::<64>::zeros(), AccW::<D1>::zeros());
     for j in 0..blocks {
+        let c0 = j * BN;
+        let (sk_, sv_) = (kv(j % 2, 0), kv(j % 2, 1));
         wait_copies::<0>();
+        if TMA == 1 {
+            landed(j % 2).wait((j / 2) % 2);
+            // Past the keys the copy engine read the next tokens (or
+            // anything): zeros, as `cp.async` leaves there, since P's zeros
+            // would meet them (0·NaN is NaN).
+            if c0 + BN > s.lk {
+                sk_.zero_rows_from(s.lk - c0);
+                sv_.zero_rows_from(s.lk - c0);
+            }
+        }
         wgmma::fence_shared();
+        // Step j's tiles have landed; step j−1's products, the last readers
+        // of the other stage, finished.
         sync();
+        // Block j+1 (by TMA issued at the start for j = 0).
         let copies = || {
-            if j + 1 < blocks {
+            if TMA == 0 || j >= 1 {
                 copy_kv(j + 1);
             }
             commit_copies();
@@ -250,8 +296,6 @@ pub fn attention_bwd_q_wgmma_kernel<T: Elem>(
         if LATE == 0 {
             copies();
         }
-        let c0 = j * BN;
-        let (sk_, sv_) = (kv(j % 2, 0), kv(j % 2, 1));
         let (mut sc, mut dp) = (AccW::<BN>::zeros(), AccW::<BN>::zeros());
         wgmma::dot_new_async(&sq_.main, &sk_.main, &mut sc);
         if TAIL {

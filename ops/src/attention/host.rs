@@ -569,10 +569,16 @@ fn backward_on_gpu<T: Elem>(
                 gpu, q_cfg, q, k, v, d_o, lse, &delta, dq, cu_q, cu_k,
                 batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
             ),
-            Program::Wgmma => attention_bwd_q_wgmma_kernel::launch(
-                gpu, q_cfg, q, k, v, d_o, lse, &delta, dq, cu_q, cu_k,
-                batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
-            ),
+            Program::Wgmma => {
+                let c = &attention_bwd_q_wgmma_kernel::CONFIGS[q_cfg];
+                let [dp, bn] = ["D", "BN"].map(|p| c.get(p).expect("every Hopper dQ config names D and BN"));
+                let ([mk, mk1], [mv, mv1]) = (head_maps(gpu, k, kv_heads, d, bn, dp)?, head_maps(gpu, v, kv_heads, d, bn, dp)?);
+                attention_bwd_q_wgmma_kernel::launch(
+                    gpu, q_cfg, q, k, v, d_o, lse, &delta, dq, cu_q, cu_k,
+                    batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
+                    mk, mk1, mv, mv1,
+                )
+            }
         };
         gpu.concurrently(dq_, kv)?;
     } else if batch * sq * heads > 0 {
@@ -654,6 +660,7 @@ fn backward_on_cpu<T: Elem>(
             Program::Wgmma => attention_bwd_q_wgmma_kernel::cpu(
                 q_cfg, q, k, v, d_o, lse, &delta, &mut dq, cu_q, cu_k,
                 batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
+                0, 0, 0, 0,
             ),
         }
     }
