@@ -29,15 +29,23 @@
 //! the first score product instead, so that a step need not wait for its
 //! own last product, made ptxas serialize the products (note C7515) and
 //! spill (session 24); not kept.
+//!
+//! `STAGES` (dK/dV) is how many steps' Q and dO are in shared memory: a
+//! step copies the one `STAGES − 1` ahead. Four at D = 80 made the kernel
+//! alone faster at the vision shape (203 µs against 207-211), but the
+//! backward slower (354 µs against 344): dK/dV runs beside dQ, and at
+//! 105 KB a program leaves no room for a dQ program on its SM. The
+//! second D = 80 config keeps it for sweeps (bench/RESULTS.md, session 26).
 use rustile::prelude::*;
 
 /// [`super::attention_bwd_kv_kernel`] on `wgmma` (the same arguments): one
 /// block of `BN` keys of one key/value head, walking `BM` queries a step.
 #[kernel(
     configs = [
-        (D = 64, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 0, SMEM = 66560),
-        (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 2, LATE = 0, SMEM = 62976),
-        (D = 128, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 1, SMEM = 131072),
+        (D = 64, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 0, STAGES = 2, SMEM = 66560),
+        (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 2, LATE = 0, STAGES = 2, SMEM = 62976),
+        (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 2, LATE = 0, STAGES = 4, SMEM = 104960),
+        (D = 128, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 1, STAGES = 2, SMEM = 131072),
     ],
     grid = [cdiv(sk.max(kv_bs), BN), kv_heads, batch],
     dtypes = [bf16, f16],
@@ -80,52 +88,51 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
     // Where a step's queries' log-sum-exp and delta start.
     let stat_at = |h: usize, r0: usize| [s.lse0 + h * lse_h + r0, h * tokens + s.q0 + r0];
 
-    // Shared memory: K, V, then two stages of Q and dO (every tile on a
-    // multiple of 1024 bytes, the swizzle period), then two stages of the
+    // Shared memory: K, V, then `STAGES` stages of Q and dO (every tile on
+    // a multiple of 1024 bytes, the swizzle period), then as many of the
     // queries' log-sum-exp and delta.
     let at = wgmma::pad(THREADS);
     let (sk_, sv_) = (Rows::<BN>::at(at, TAIL), Rows::<BN>::at(at + BN * D * 2, TAIL));
     let qd = |stage: usize, which: usize| Rows::<BM>::at(at + 2 * BN * D * 2 + (2 * stage + which) * BM * D * 2, TAIL);
-    let stats = |stage: usize, which: usize| SharedVec::<BM, THREADS>::at(at + 2 * (BN + 2 * BM) * D * 2 + (2 * stage + which) * BM * 4);
+    let stats = |stage: usize, which: usize| SharedVec::<BM, THREADS>::at(at + 2 * (BN + STAGES * BM) * D * 2 + (2 * stage + which) * BM * 4);
     sk_.copy_from(k.offset(s.k_at()), [s.lk, s.ldk, hk * d, d], c0);
     sv_.copy_from(v.offset(s.k_at()), [s.lk, s.ldk, hk * d, d], c0);
 
     let walk = Walk::of(&s, c0, BM, hk, heads / kv_heads, causal);
+    // Step t's Q, dO (and their stats) into stage t % STAGES, one commit
+    // group a step (empty past the last), so that step t waits for group t.
     let copy_qd = |t: usize| {
-        let (h, r0) = walk.at(t);
-        qd(t % 2, 0).copy_from(qp, [s.lq, s.ldq, h * d, d], r0);
-        qd(t % 2, 1).copy_from(dop, [s.lq, s.ldq, h * d, d], r0);
-        if STAGED {
-            let ([l, dl], n) = (stat_at(h, r0), s.lq.saturating_sub(r0));
-            stats(t % 2, 0).copy_from(lse, l, n);
-            stats(t % 2, 1).copy_from(delta, dl, n);
+        if t < walk.steps {
+            let (h, r0) = walk.at(t);
+            qd(t % STAGES, 0).copy_from(qp, [s.lq, s.ldq, h * d, d], r0);
+            qd(t % STAGES, 1).copy_from(dop, [s.lq, s.ldq, h * d, d], r0);
+            if STAGED {
+                let ([l, dl], n) = (stat_at(h, r0), s.lq.saturating_sub(r0));
+                stats(t % STAGES, 0).copy_from(lse, l, n);
+                stats(t % STAGES, 1).copy_from(delta, dl, n);
+            }
         }
+        commit_copies();
     };
-    if walk.steps > 0 {
-        copy_qd(0);
+    for t in 0..STAGES - 1 {
+        copy_qd(t);
     }
-    commit_copies();
 
     let (mut dk0, mut dk1) = (AccW::<64>::zeros(), AccW::<D1>::zeros());
     let (mut dv0, mut dv1) = (AccW::<64>::zeros(), AccW::<D1>::zeros());
     for t in 0..walk.steps {
         // Step t's tiles have landed; step t−1's products, the last readers
-        // of the other stage, finished at its end.
-        wait_copies::<0>();
+        // of the stage step t+STAGES−1 copies into, finished at its end.
+        wait_copies::<{ STAGES as u32 - 2 }>();
         wgmma::fence_shared();
         sync();
-        let copies = || {
-            if t + 1 < walk.steps {
-                copy_qd(t + 1);
-            }
-            commit_copies();
-        };
+        let copies = || copy_qd(t + STAGES - 1);
         if LATE == 0 {
             copies();
         }
         let (h, r0) = walk.at(t);
         let [lse_at, delta_at] = stat_at(h, r0);
-        let (sq_, sd_) = (qd(t % 2, 0), qd(t % 2, 1));
+        let (sq_, sd_) = (qd(t % STAGES, 0), qd(t % STAGES, 1));
         let (mut st, mut dpt) = (AccW::<BM>::zeros(), AccW::<BM>::zeros());
         wgmma::dot_new_async(&sk_.main, &sq_.main, &mut st);
         if TAIL {
@@ -142,7 +149,7 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
         // copies (`STAGED`). Loaded from global memory in this step instead,
         // they were issued by ptxas after the products and the exponentials
         // waited on them (at D = 80 dK/dV 250 µs against 210).
-        let stat = |which: usize, src: Ptr<f32>, at: usize, col: usize| if STAGED { stats(t % 2, which).read(col) } else { src.read(at + col) };
+        let stat = |which: usize, src: Ptr<f32>, at: usize, col: usize| if STAGED { stats(t % STAGES, which).read(col) } else { src.read(at + col) };
         let lse2 = AccCols::<BM>::from_fn(|col| if r0 + col < s.lq { stat(0, lse, lse_at, col) * LOG2_E } else { f32::INFINITY });
         // Sᵀ is done (dPᵀ may still run). A query past the end has lse = ∞,
         // so P = 0 there; only keys past the end and the diagonal need a mask.
