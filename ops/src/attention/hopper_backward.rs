@@ -30,22 +30,21 @@
 //! own last product, made ptxas serialize the products (note C7515) and
 //! spill (session 24); not kept.
 //!
-//! `STAGES` (dK/dV) is how many steps' Q and dO are in shared memory: a
-//! step copies the one `STAGES − 1` ahead. Four at D = 80 made the kernel
+//! The dK/dV program keeps `STAGES = 2` steps' Q and dO in shared memory:
+//! a step copies the one `STAGES − 1` ahead. Four at D = 80 made the kernel
 //! alone faster at the vision shape (203 µs against 207-211), but the
 //! backward slower (354 µs against 344): dK/dV runs beside dQ, and at
-//! 105 KB a program leaves no room for a dQ program on its SM. The
-//! second D = 80 config keeps it for sweeps (bench/RESULTS.md, session 26).
+//! 105 KB a program leaves no room for a dQ program on its SM
+//! (bench/RESULTS.md, session 26).
 use rustile::prelude::*;
 
 /// [`super::attention_bwd_kv_kernel`] on `wgmma` (the same arguments): one
 /// block of `BN` keys of one key/value head, walking `BM` queries a step.
 #[kernel(
     configs = [
-        (D = 64, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 0, STAGES = 2, SMEM = 66560),
-        (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 2, LATE = 0, STAGES = 2, SMEM = 62976),
-        (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 2, LATE = 0, STAGES = 4, SMEM = 104960),
-        (D = 128, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 1, STAGES = 2, SMEM = 131072),
+        (D = 64, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 0, SMEM = 66560),
+        (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 2, LATE = 0, SMEM = 62976),
+        (D = 128, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 1, SMEM = 131072),
     ],
     grid = [cdiv(sk.max(kv_bs), BN), kv_heads, batch],
     dtypes = [bf16, f16],
@@ -73,6 +72,8 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
     // memory) and the reads from global memory spill less (180 bytes
     // stored against 220; bench/RESULTS.md, session 24).
     const STAGED: bool = D < 128;
+    // Steps' Q and dO in shared memory (the module doc says why two).
+    const STAGES: usize = 2;
 
     let (kb, hk, z) = (program_id(0), program_id(1), program_id(2));
     let (causal, varlen) = (flags & CAUSAL != 0, flags & VARLEN != 0);

@@ -570,9 +570,11 @@ fn backward_on_gpu<T: Elem>(
                 batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
             ),
             Program::Wgmma => {
+                // Maps only for a config that copies by TMA; the others never read them.
                 let c = &attention_bwd_q_wgmma_kernel::CONFIGS[q_cfg];
-                let [dp, bn] = ["D", "BN"].map(|p| c.get(p).expect("every Hopper dQ config names D and BN"));
-                let ([mk, mk1], [mv, mv1]) = (head_maps(gpu, k, kv_heads, d, bn, dp)?, head_maps(gpu, v, kv_heads, d, bn, dp)?);
+                let [dp, bn, tma] = ["D", "BN", "TMA"].map(|p| c.get(p).expect("every Hopper dQ config names D, BN and TMA"));
+                let maps = |t: &Tensor<T>| if tma == 1 { head_maps(gpu, t, kv_heads, d, bn, dp) } else { Ok([0, 0]) };
+                let ([mk, mk1], [mv, mv1]) = (maps(k)?, maps(v)?);
                 attention_bwd_q_wgmma_kernel::launch(
                     gpu, q_cfg, q, k, v, d_o, lse, &delta, dq, cu_q, cu_k,
                     batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
