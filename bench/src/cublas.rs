@@ -1,5 +1,6 @@
 //! cuBLAS through cudarc: the GEMM family's baseline, on the same stream as
-//! our kernels, in the same process. cuBLASLt (`BlasLt`) is the FP8 GEMM's.
+//! our kernels, in the same process. cuBLASLt (`BlasLt`) is the FP8 GEMM's,
+//! and with its listed algorithms the `mma.sync` path's (`listed_bf16_configs`).
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -97,6 +98,17 @@ pub struct BlasLt {
     plans: Mutex<HashMap<PlanKey, Plan>>,
 }
 
+/// One cuBLASLt algorithm fixed to one config, from
+/// [`BlasLt::listed_bf16_configs`]: its algorithm id and its tile and stage
+/// ids (cuBLASLt's `CUBLASLT_MATMUL_TILE_*` and `CUBLASLT_MATMUL_STAGES_*`).
+#[derive(Clone, Copy, Debug)]
+pub struct LtAlgo {
+    algo: ltsys::cublasLtMatmulAlgo_t,
+    pub id: i32,
+    pub tile: u32,
+    pub stages: u32,
+}
+
 // SAFETY: a cuBLASLt handle may be used from any thread, and the descriptors
 // in `plans` are only touched with its lock held.
 unsafe impl Send for BlasLt {}
@@ -160,6 +172,110 @@ impl BlasLt {
                 algo
             }
         };
+        self.matmul(plan, &algo, a.device_ptr(), b.device_ptr(), c.device_ptr())
+    }
+
+    /// Every config (tile × stages × CTA swizzle, without split-K) of every
+    /// algorithm cuBLASLt *lists* for the bf16 `c = a·bᵀ` of shape `[m, n,
+    /// k]` that it accepts for that shape within our workspace.
+    ///
+    /// On the H100 with CUDA 13 the listed algorithms are cuBLAS's pre-Hopper
+    /// kernels only (CUTLASS's sm80 `mma.sync` GEMMs, and slower older ones);
+    /// its Hopper kernels come from the heuristic alone.
+    /// `bench/probes/cublaslt_algos.cu` names the kernel behind each config.
+    /// So the fastest of these is the `mma.sync` path's fair baseline there.
+    pub fn listed_bf16_configs(&self, [m, n, k]: [usize; 3]) -> Result<Vec<LtAlgo>> {
+        use ltsys::cublasLtMatmulAlgoCapAttributes_t::{CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT, CUBLASLT_ALGO_CAP_STAGES_IDS, CUBLASLT_ALGO_CAP_TILE_IDS};
+        use ltsys::cublasLtMatmulAlgoConfigAttributes_t::{CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, CUBLASLT_ALGO_CONFIG_STAGES_ID, CUBLASLT_ALGO_CONFIG_TILE_ID};
+        let bf16 = ltsys::cudaDataType::CUDA_R_16BF;
+        let types = (ltsys::cublasComputeType_t::CUBLAS_COMPUTE_32F, ltsys::cudaDataType::CUDA_R_32F, bf16);
+        let status = |step: &'static str| move |s: ltsys::cublasStatus_t| match s {
+            ltsys::cublasStatus_t::CUBLAS_STATUS_SUCCESS => Ok(()),
+            e => Err(Error::Launch { kernel: "cublasLtMatmul".into(), msg: format!("{step}: {e:?}") }),
+        };
+        let mut plans = self.plans.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let plan = match plans.entry(([m, n, k], bf16, bf16)) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(Plan::new([m, n, k], bf16, bf16).map_err(failed("creating descriptors"))?),
+        };
+        let init = |id: i32| {
+            let mut algo = ltsys::cublasLtMatmulAlgo_t { data: [0; 8] };
+            let s = unsafe { ltsys::cublasLtMatmulAlgoInit(self.handle, types.0, types.1, types.2, types.2, types.2, types.2, id, &mut algo) };
+            (s == ltsys::cublasStatus_t::CUBLAS_STATUS_SUCCESS).then_some(algo)
+        };
+        // An algorithm's list of tile or stage ids; [0] ("undefined": its
+        // default) when it has none.
+        let ids = |algo: &ltsys::cublasLtMatmulAlgo_t, cap| -> Vec<u32> {
+            let mut bytes = 0usize;
+            let ok = unsafe { ltsys::cublasLtMatmulAlgoCapGetAttribute(algo, cap, std::ptr::null_mut(), 0, &mut bytes) };
+            let mut v = vec![0u32; bytes / 4];
+            if ok != ltsys::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+                || v.is_empty()
+                || unsafe { ltsys::cublasLtMatmulAlgoCapGetAttribute(algo, cap, v.as_mut_ptr().cast(), bytes, &mut bytes) } != ltsys::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+            {
+                v = vec![0];
+            }
+            v
+        };
+        let mut listed = [0i32; 256];
+        let mut count = 0i32;
+        status("cublasLtMatmulAlgoGetIds")(unsafe {
+            ltsys::cublasLtMatmulAlgoGetIds(self.handle, types.0, types.1, types.2, types.2, types.2, types.2, listed.len() as i32, listed.as_mut_ptr(), &mut count)
+        })?;
+        let [lt_a, lt_b, lt_d] = plan.layouts;
+        let mut out = vec![];
+        for &id in &listed[..count.max(0) as usize] {
+            let Some(algo) = init(id) else { continue };
+            let mut swizzle = 0u32;
+            let mut written = 0usize;
+            let _ = unsafe { ltsys::cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT, (&mut swizzle as *mut u32).cast(), 4, &mut written) };
+            for tile in ids(&algo, CUBLASLT_ALGO_CAP_TILE_IDS) {
+                for stages in ids(&algo, CUBLASLT_ALGO_CAP_STAGES_IDS) {
+                    for swz in 0..=swizzle.min(1) {
+                        let mut cfg = algo;
+                        let set = |cfg: &mut ltsys::cublasLtMatmulAlgo_t, attr, v: &u32| unsafe {
+                            ltsys::cublasLtMatmulAlgoConfigSetAttribute(cfg, attr, (v as *const u32).cast(), 4) == ltsys::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+                        };
+                        let mut check = std::mem::MaybeUninit::<ltsys::cublasLtMatmulHeuristicResult_t>::zeroed();
+                        let accepted = set(&mut cfg, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile)
+                            && set(&mut cfg, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages)
+                            && set(&mut cfg, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swz)
+                            && set(&mut cfg, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &1)
+                            && unsafe { ltsys::cublasLtMatmulAlgoCheck(self.handle, plan.desc, lt_a, lt_b, lt_d, lt_d, &cfg, check.as_mut_ptr()) }
+                                == ltsys::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+                            && unsafe { check.assume_init() }.workspaceSize <= self.workspace.bytes();
+                        if accepted {
+                            out.push(LtAlgo { algo: cfg, id, tile, stages });
+                        }
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// `c = a·bᵀ` (bf16, row-major, f32 accumulation) with one config of
+    /// [`BlasLt::listed_bf16_configs`] for this shape.
+    pub fn gemm_bf16_nt_with<T: Elem>(&self, gpu: &Gpu, algo: &LtAlgo, a: &Tensor<T>, b: &Tensor<T>, c: &mut Tensor<T>) -> Result<()> {
+        if T::KIND != Kind::Bf16 {
+            return Err(Error::DType(format!("cuBLASLt listed configs: bf16 only, not {}", T::NAME)));
+        }
+        let (m, k, n) = (a.shape()[0], a.shape()[1], b.shape()[0]);
+        if b.shape() != [n, k] || c.shape() != [m, n] {
+            return Err(Error::Shape(format!("cuBLASLt GEMM: a [m, k], b [n, k], c [m, n], not {:?}, {:?}, {:?}", a.shape(), b.shape(), c.shape())));
+        }
+        if !Arc::ptr_eq(gpu.cuda_stream(), &self.stream) {
+            return Err(Error::Invalid("this BlasLt was made for another Gpu (its workspace lives on that one's stream)".into()));
+        }
+        let bf16 = ltsys::cudaDataType::CUDA_R_16BF;
+        let plans = self.plans.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let plan = plans.get(&([m, n, k], bf16, bf16)).ok_or_else(|| Error::Invalid(format!("no cuBLASLt configs were listed for {m}x{n}x{k}")))?;
+        self.matmul(plan, &algo.algo, a.device_ptr(), b.device_ptr(), c.device_ptr())
+    }
+
+    /// One `cublasLtMatmul` of `plan` with `algo`, on our stream and
+    /// workspace: `c = a·bᵀ` in our row-major terms.
+    fn matmul(&self, plan: &Plan, algo: &ltsys::cublasLtMatmulAlgo_t, a: u64, b: u64, c: u64) -> Result<()> {
         let (alpha, beta) = (1.0f32, 0.0f32);
         // cuBLASLt's A, B and D layouts: its A is our b, its B our a.
         let [lt_a, lt_b, lt_d] = plan.layouts;
@@ -169,16 +285,16 @@ impl BlasLt {
                 plan.desc,
                 (&alpha as *const f32).cast(),
                 (&beta as *const f32).cast(),
-                b.device_ptr() as *const c_void,
+                b as *const c_void,
                 lt_a,
-                a.device_ptr() as *const c_void,
+                a as *const c_void,
                 lt_b,
                 // beta = 0: C is not read, but must be a valid bf16 matrix.
-                c.device_ptr() as *const c_void,
+                c as *const c_void,
                 lt_d,
-                c.device_ptr() as *mut c_void,
+                c as *mut c_void,
                 lt_d,
-                &algo,
+                algo,
                 self.workspace.device_ptr() as *mut c_void,
                 self.workspace.bytes(),
                 self.stream.cu_stream().cast(),
@@ -225,7 +341,8 @@ struct Plan {
 impl Plan {
     /// Column-major cuBLASLt sees row-major C[m, n] as Cᵀ[n, m] = B·Aᵀ: its
     /// A is our b, column-major [k, n] used transposed; its B is our a,
-    /// column-major [k, m] as is. That is the "TN" form FP8 requires.
+    /// column-major [k, m] as is. That is the "TN" form FP8 requires. The
+    /// output is bf16; the operands FP8 or bf16.
     fn new([m, n, k]: [usize; 3], a_type: ltsys::cudaDataType, b_type: ltsys::cudaDataType) -> std::result::Result<Plan, lt::CublasError> {
         use ltsys::cublasLtMatmulDescAttributes_t::{CUBLASLT_MATMUL_DESC_FAST_ACCUM, CUBLASLT_MATMUL_DESC_TRANSA, CUBLASLT_MATMUL_DESC_TRANSB};
         // Built up in place, so that an error drops (destroys) what exists.
@@ -238,7 +355,9 @@ impl Plan {
             // Our kernel keeps its sums in the tensor cores' FP8 accumulator
             // for the whole K loop (no periodic promotion to a separate f32
             // sum): cuBLASLt's fast-accumulation mode is the same arithmetic.
-            set_desc(plan.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &1i8)?;
+            if a_type != ltsys::cudaDataType::CUDA_R_16BF {
+                set_desc(plan.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &1i8)?;
+            }
         }
         let (m, n, k) = (m as u64, n as u64, k as u64);
         plan.layouts[0] = lt::create_matrix_layout(b_type, k, n, k as i64)?;

@@ -2,8 +2,8 @@
 //! the same stream, in the same process). Every shape gets fresh random
 //! inputs, and every result is checked before anything is timed: element by
 //! element against the cuBLAS baseline, and on sampled rows against float64.
-use crate::cublas::Blas;
-use crate::harness::{measure, MeasureCfg, Row, Stats, RUSTILE};
+use crate::cublas::{Blas, BlasLt};
+use crate::harness::{measure, measure_each, MeasureCfg, Row, Stats, RUSTILE};
 use rustile::{bf16, f16, Elem};
 use rustile_host::{Error, Gpu, Result, Tensor};
 use rustile_ops::testing::{max_err, normal, rel_err, rng, tolerance, wide};
@@ -78,6 +78,34 @@ pub(crate) fn baseline<T: Elem>(
     Ok((line, stats))
 }
 
+/// cuBLASLt's fastest *correct* listed config for this bf16 shape, measured:
+/// on Hopper, cuBLAS's own `mma.sync` kernels (see
+/// [`BlasLt::listed_bf16_configs`]), the fair baseline of our `mma.sync`
+/// path. Every config is timed briefly (3 calls each, L2 flushed); then,
+/// fastest first, each is checked against our product `got` until one
+/// agrees. Returns the check's line and (row name, time), or no row when no
+/// listed config agrees.
+#[allow(clippy::type_complexity)]
+fn listed_lt_best<T: Elem>(
+    gpu: &Gpu, mcfg: &MeasureCfg, lt: &BlasLt, shape: [usize; 3], (da, db): (&Tensor<T>, &Tensor<T>), got: &[T], out: &mut Tensor<T>,
+) -> Result<(String, Option<(String, Stats)>)> {
+    let configs = lt.listed_bf16_configs(shape)?;
+    let quick = MeasureCfg { warmup: 1, warmup_ms: 0.0, reps: 3, flush_l2: true };
+    let trial = measure_each(gpu, &quick, configs.len(), |i| lt.gemm_bf16_nt_with(gpu, &configs[i], da, db, out))?;
+    let mut order: Vec<usize> = (0..configs.len()).collect();
+    order.sort_by(|&i, &j| trial[i].median_ms.total_cmp(&trial[j].median_ms));
+    for (wrong, &i) in order.iter().enumerate() {
+        let c = configs[i];
+        lt.gemm_bf16_nt_with(gpu, &c, da, db, out)?;
+        let what = format!("cuBLASLt algo {} tile {} stages {} (of {} listed configs, {wrong} faster ones wrong)", c.id, c.tile, c.stages, configs.len());
+        if let Ok(line) = close(&format!("every element vs {what}"), got, &wide(&gpu.download(out)?)) {
+            let stats = measure(gpu, mcfg, || lt.gemm_bf16_nt_with(gpu, &c, da, db, out))?;
+            return Ok((line, Some(("cublaslt mma.sync".to_string(), stats))));
+        }
+    }
+    Ok((format!("cuBLASLt: none of its {} listed bf16 configs agrees with our product; no row", configs.len()), None))
+}
+
 /// The product written in f32 (beside cuBLAS writing f32) and in e4m3 with
 /// an output scale and the amax (beside nothing: cuBLAS has no bf16 → FP8
 /// GEMM), each checked on sampled rows first: `(implementation, time,
@@ -141,8 +169,14 @@ fn bench_cast<T: Elem>(
 /// A GEMM-family op at its shapes (`mlp` at `MLP_SHAPES`, `grouped` at
 /// `grouped::HEADS_SHAPES`, the others at
 /// `shapes`), for the element type named `dtype`.
-pub fn bench_family(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, op: &str, dtype: &str, shapes: &[[usize; 3]], sweep: bool, check_only: bool) -> Result<Vec<Row>> {
-    fn typed<T: Elem>(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, op: &str, shapes: &[[usize; 3]], sweep: bool, check_only: bool) -> Result<Vec<Row>> {
+#[allow(clippy::too_many_arguments)]
+pub fn bench_family(
+    gpu: &Gpu, mcfg: &MeasureCfg, (blas, lt): (Option<&Blas>, Option<&BlasLt>), op: &str, dtype: &str, shapes: &[[usize; 3]], sweep: bool, check_only: bool,
+) -> Result<Vec<Row>> {
+    #[allow(clippy::too_many_arguments)]
+    fn typed<T: Elem>(
+        gpu: &Gpu, mcfg: &MeasureCfg, (blas, lt): (Option<&Blas>, Option<&BlasLt>), op: &str, shapes: &[[usize; 3]], sweep: bool, check_only: bool,
+    ) -> Result<Vec<Row>> {
         if !matches!(T::KIND, rustile::Kind::Bf16 | rustile::Kind::F16) {
             eprintln!("{op}: skipped for {} (bf16 and f16 only)", T::NAME);
             return Ok(vec![]);
@@ -154,19 +188,21 @@ pub fn bench_family(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, op: &str,
             rows.extend(crate::grouped::bench_groups::<T>(gpu, mcfg, blas, check_only)?);
             Ok(rows)
         } else {
-            bench::<T>(gpu, mcfg, blas, op, shapes, sweep, check_only)
+            bench::<T>(gpu, mcfg, (blas, lt), op, shapes, sweep, check_only)
         }
     }
     match dtype {
-        "bf16" => typed::<bf16>(gpu, mcfg, blas, op, shapes, sweep, check_only),
-        "f16" => typed::<f16>(gpu, mcfg, blas, op, shapes, sweep, check_only),
-        _ => typed::<f32>(gpu, mcfg, blas, op, shapes, sweep, check_only),
+        "bf16" => typed::<bf16>(gpu, mcfg, (blas, lt), op, shapes, sweep, check_only),
+        "f16" => typed::<f16>(gpu, mcfg, (blas, lt), op, shapes, sweep, check_only),
+        _ => typed::<f32>(gpu, mcfg, (blas, lt), op, shapes, sweep, check_only),
     }
 }
 
 /// `op` (`gemm` or `dual_gemm`) at every shape: checks, then (unless
 /// `check_only`) times ours, cuBLAS, and with `sweep` every config.
-fn bench<T: Elem>(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, op: &str, shapes: &[[usize; 3]], sweep: bool, check_only: bool) -> Result<Vec<Row>> {
+fn bench<T: Elem>(
+    gpu: &Gpu, mcfg: &MeasureCfg, (blas, lt): (Option<&Blas>, Option<&BlasLt>), op: &str, shapes: &[[usize; 3]], sweep: bool, check_only: bool,
+) -> Result<Vec<Row>> {
     let mut rows = vec![];
     for &[m, n, k] in shapes {
         let (mut rng, seed) = rng();
@@ -202,14 +238,14 @@ fn bench<T: Elem>(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, op: &str, s
                 let (dbias, dres) = (gpu.upload(&bias, &[n])?, gpu.upload(&res, &[m, n])?);
                 let epi = gemm::Epilogue::new().bias_per_column(&dbias).act(gemm::Act::Silu).residual(&dres);
                 gemm::gemm_nt_fused(gpu, &da, &db, &mut c, &epi)?;
-                let got = gpu.download(&c)?;
+                let fused = gpu.download(&c)?;
                 let e = epi.epi();
                 for r in sample_rows(m, 8) {
                     let ab = product_rows(&a, &b, r.clone(), n, k);
                     let want: Vec<f64> = (0..ab.len())
                         .map(|i| reference::epilogue(&e, ab[i], bias[i % n].to_f32() as f64, res[r.start * n + i].to_f32() as f64, 0.0))
                         .collect();
-                    say(close("fused bias+silu+residual, sampled rows vs float64", &got[r.start * n..r.end * n], &want)?);
+                    say(close("fused bias+silu+residual, sampled rows vs float64", &fused[r.start * n..r.end * n], &want)?);
                 }
                 if check_only {
                     continue;
@@ -222,6 +258,11 @@ fn bench<T: Elem>(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, op: &str, s
                     // The sm_80 path on this GPU too, for comparison.
                     let stats = measure(gpu, mcfg, || gemm::gemm_nt_with_config(gpu, mma, &da, &db, &mut c, &gemm::Epilogue::new()))?;
                     rows.push(row(&format!("{RUSTILE} mma.sync"), stats, flops, bytes));
+                    if let (Some(lt), rustile::Kind::Bf16) = (lt, T::KIND) {
+                        let (line, best) = listed_lt_best(gpu, mcfg, lt, [m, n, k], (&da, &db), &got, &mut base)?;
+                        say(line);
+                        rows.extend(best.map(|(imp, stats)| row(&imp, stats, flops, bytes)));
+                    }
                 }
                 let stats = measure(gpu, mcfg, || gemm::gemm_nt_fused(gpu, &da, &db, &mut c, &epi))?;
                 rows.push(row(&format!("{RUSTILE} +bias+silu+residual"), stats, flops, bytes + (n + m * n) as f64 * size));

@@ -133,8 +133,9 @@ fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes, shapes: &[[usize; 3]], attn_
             None
         }
     };
-    // cuBLASLt (a handle and a 32 MiB workspace) serves the FP8 GEMM only.
-    let lt = match args.ops.iter().any(|o| o == "gemm_fp8").then(|| BlasLt::new(gpu)) {
+    // cuBLASLt (a handle and a 32 MiB workspace) serves the FP8 GEMM, and the
+    // GEMM's `mma.sync` row with cuBLAS's own `mma.sync` kernels.
+    let lt = match args.ops.iter().any(|o| o == "gemm_fp8" || o == "gemm").then(|| BlasLt::new(gpu)) {
         Some(Ok(b)) => Some(b),
         Some(Err(why)) => {
             eprintln!("cuBLASLt baselines skipped: {why}");
@@ -145,7 +146,7 @@ fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes, shapes: &[[usize; 3]], attn_
     let gemm_ops = |ops: &[String]| ops.iter().filter(|o| GEMM_OPS.contains(&o.as_str())).cloned().collect::<Vec<_>>();
     let run_gemm = |op: &str, check_only: bool| match op {
         "gemm_fp8" => fp8::bench_fp8(gpu, &cfg, lt.as_ref(), shapes, check_only),
-        _ => gemm::bench_family(gpu, &cfg, blas.as_ref(), op, &sizes.dtype, shapes, args.sweep, check_only),
+        _ => gemm::bench_family(gpu, &cfg, (blas.as_ref(), lt.as_ref()), op, &sizes.dtype, shapes, args.sweep, check_only),
     };
     if args.check {
         if blas.is_none() {
