@@ -140,24 +140,18 @@ impl BlasLt {
     ) -> Result<()> {
         let [a_type, b_type] = fp8_types([(TA::KIND, TA::NAME), (TB::KIND, TB::NAME)])?;
         let [m, n, k] = fp8_nt_dims(a.shape(), b.shape(), c.shape(), scale_a.shape(), scale_b.shape())?;
-        if !Arc::ptr_eq(gpu.cuda_stream(), &self.stream) {
-            return Err(Error::Invalid("this BlasLt was made for another Gpu (its workspace lives on that one's stream)".into()));
-        }
+        self.enter(gpu)?;
         if m == 0 || n == 0 {
             return Ok(());
         }
         if k == 0 {
             return gpu.fill_bytes(c, 0); // an empty sum; bf16 zero is all-zero bits
         }
-        self.stream.context().bind_to_thread().map_err(|e| Error::Cuda(format!("making the context current: {e:?}")))?;
 
         // The lock is held until the GEMM is queued: the scale pointers live
         // in the shared descriptor.
         let mut plans = self.plans.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let plan = match plans.entry(([m, n, k], a_type, b_type)) {
-            Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => e.insert(Plan::new([m, n, k], a_type, b_type).map_err(failed("creating descriptors"))?),
-        };
+        let plan = plan_for(&mut plans, ([m, n, k], a_type, b_type))?;
         // cuBLASLt's A is our b, its B our a (see Plan::new).
         unsafe {
             set_desc(plan.desc, ltsys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_b.device_ptr())
@@ -184,67 +178,56 @@ impl BlasLt {
     /// its Hopper kernels come from the heuristic alone.
     /// `bench/probes/cublaslt_algos.cu` names the kernel behind each config.
     /// So the fastest of these is the `mma.sync` path's fair baseline there.
-    pub fn listed_bf16_configs(&self, [m, n, k]: [usize; 3]) -> Result<Vec<LtAlgo>> {
+    pub fn listed_bf16_configs(&self, gpu: &Gpu, [m, n, k]: [usize; 3]) -> Result<Vec<LtAlgo>> {
         use ltsys::cublasLtMatmulAlgoCapAttributes_t::{CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT, CUBLASLT_ALGO_CAP_STAGES_IDS, CUBLASLT_ALGO_CAP_TILE_IDS};
         use ltsys::cublasLtMatmulAlgoConfigAttributes_t::{CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, CUBLASLT_ALGO_CONFIG_STAGES_ID, CUBLASLT_ALGO_CONFIG_TILE_ID};
         let bf16 = ltsys::cudaDataType::CUDA_R_16BF;
-        let types = (ltsys::cublasComputeType_t::CUBLAS_COMPUTE_32F, ltsys::cudaDataType::CUDA_R_32F, bf16);
-        let status = |step: &'static str| move |s: ltsys::cublasStatus_t| match s {
-            ltsys::cublasStatus_t::CUBLAS_STATUS_SUCCESS => Ok(()),
-            e => Err(Error::Launch { kernel: "cublasLtMatmul".into(), msg: format!("{step}: {e:?}") }),
-        };
+        let (compute, scale) = (ltsys::cublasComputeType_t::CUBLAS_COMPUTE_32F, ltsys::cudaDataType::CUDA_R_32F);
+        self.enter(gpu)?;
         let mut plans = self.plans.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let plan = match plans.entry(([m, n, k], bf16, bf16)) {
-            Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => e.insert(Plan::new([m, n, k], bf16, bf16).map_err(failed("creating descriptors"))?),
-        };
-        let init = |id: i32| {
-            let mut algo = ltsys::cublasLtMatmulAlgo_t { data: [0; 8] };
-            let s = unsafe { ltsys::cublasLtMatmulAlgoInit(self.handle, types.0, types.1, types.2, types.2, types.2, types.2, id, &mut algo) };
-            (s == ltsys::cublasStatus_t::CUBLAS_STATUS_SUCCESS).then_some(algo)
-        };
-        // An algorithm's list of tile or stage ids; [0] ("undefined": its
-        // default) when it has none.
-        let ids = |algo: &ltsys::cublasLtMatmulAlgo_t, cap| -> Vec<u32> {
-            let mut bytes = 0usize;
-            let ok = unsafe { ltsys::cublasLtMatmulAlgoCapGetAttribute(algo, cap, std::ptr::null_mut(), 0, &mut bytes) };
-            let mut v = vec![0u32; bytes / 4];
-            if ok != ltsys::cublasStatus_t::CUBLAS_STATUS_SUCCESS
-                || v.is_empty()
-                || unsafe { ltsys::cublasLtMatmulAlgoCapGetAttribute(algo, cap, v.as_mut_ptr().cast(), bytes, &mut bytes) } != ltsys::cublasStatus_t::CUBLAS_STATUS_SUCCESS
-            {
-                v = vec![0];
-            }
-            v
-        };
+        let plan = plan_for(&mut plans, ([m, n, k], bf16, bf16))?;
         let mut listed = [0i32; 256];
         let mut count = 0i32;
-        status("cublasLtMatmulAlgoGetIds")(unsafe {
-            ltsys::cublasLtMatmulAlgoGetIds(self.handle, types.0, types.1, types.2, types.2, types.2, types.2, listed.len() as i32, listed.as_mut_ptr(), &mut count)
-        })?;
-        let [lt_a, lt_b, lt_d] = plan.layouts;
+        unsafe { ltsys::cublasLtMatmulAlgoGetIds(self.handle, compute, scale, bf16, bf16, bf16, bf16, listed.len() as i32, listed.as_mut_ptr(), &mut count) }
+            .result()
+            .map_err(failed("cublasLtMatmulAlgoGetIds"))?;
+        // A capability's value into `buf`; false if the algorithm has none.
+        let cap = |algo: &ltsys::cublasLtMatmulAlgo_t, attr, buf: &mut [u32]| {
+            let mut written = 0usize;
+            unsafe { ltsys::cublasLtMatmulAlgoCapGetAttribute(algo, attr, buf.as_mut_ptr().cast(), 4 * buf.len(), &mut written) }.result().is_ok()
+        };
+        // An algorithm's tile or stage ids; [0] ("undefined": its default)
+        // when it lists none.
+        let ids = |algo: &ltsys::cublasLtMatmulAlgo_t, attr| -> Vec<u32> {
+            let mut bytes = 0usize;
+            let ok = unsafe { ltsys::cublasLtMatmulAlgoCapGetAttribute(algo, attr, std::ptr::null_mut(), 0, &mut bytes) }.result().is_ok();
+            let mut v = vec![0u32; bytes / 4];
+            if ok && !v.is_empty() && cap(algo, attr, &mut v) { v } else { vec![0] }
+        };
+        let set = |cfg: &mut ltsys::cublasLtMatmulAlgo_t, attr, v: u32| {
+            unsafe { ltsys::cublasLtMatmulAlgoConfigSetAttribute(cfg, attr, (&v as *const u32).cast(), 4) }.result().is_ok()
+        };
+        // Accepted for this shape, within our workspace.
+        let accepted = |cfg: &ltsys::cublasLtMatmulAlgo_t| {
+            let [lt_a, lt_b, lt_d] = plan.layouts;
+            let mut check = std::mem::MaybeUninit::<ltsys::cublasLtMatmulHeuristicResult_t>::zeroed();
+            unsafe { ltsys::cublasLtMatmulAlgoCheck(self.handle, plan.desc, lt_a, lt_b, lt_d, lt_d, cfg, check.as_mut_ptr()) }.result().is_ok()
+                && unsafe { check.assume_init() }.workspaceSize <= self.workspace.bytes()
+        };
         let mut out = vec![];
         for &id in &listed[..count.max(0) as usize] {
-            let Some(algo) = init(id) else { continue };
-            let mut swizzle = 0u32;
-            let mut written = 0usize;
-            let _ = unsafe { ltsys::cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT, (&mut swizzle as *mut u32).cast(), 4, &mut written) };
+            let mut algo = ltsys::cublasLtMatmulAlgo_t { data: [0; 8] };
+            if unsafe { ltsys::cublasLtMatmulAlgoInit(self.handle, compute, scale, bf16, bf16, bf16, bf16, id, &mut algo) }.result().is_err() {
+                continue;
+            }
+            let mut swizzle = [0u32];
+            cap(&algo, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT, &mut swizzle);
             for tile in ids(&algo, CUBLASLT_ALGO_CAP_TILE_IDS) {
                 for stages in ids(&algo, CUBLASLT_ALGO_CAP_STAGES_IDS) {
-                    for swz in 0..=swizzle.min(1) {
+                    for swz in 0..=swizzle[0].min(1) {
                         let mut cfg = algo;
-                        let set = |cfg: &mut ltsys::cublasLtMatmulAlgo_t, attr, v: &u32| unsafe {
-                            ltsys::cublasLtMatmulAlgoConfigSetAttribute(cfg, attr, (v as *const u32).cast(), 4) == ltsys::cublasStatus_t::CUBLAS_STATUS_SUCCESS
-                        };
-                        let mut check = std::mem::MaybeUninit::<ltsys::cublasLtMatmulHeuristicResult_t>::zeroed();
-                        let accepted = set(&mut cfg, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile)
-                            && set(&mut cfg, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages)
-                            && set(&mut cfg, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swz)
-                            && set(&mut cfg, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &1)
-                            && unsafe { ltsys::cublasLtMatmulAlgoCheck(self.handle, plan.desc, lt_a, lt_b, lt_d, lt_d, &cfg, check.as_mut_ptr()) }
-                                == ltsys::cublasStatus_t::CUBLAS_STATUS_SUCCESS
-                            && unsafe { check.assume_init() }.workspaceSize <= self.workspace.bytes();
-                        if accepted {
+                        let settings = [(CUBLASLT_ALGO_CONFIG_TILE_ID, tile), (CUBLASLT_ALGO_CONFIG_STAGES_ID, stages), (CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, swz), (CUBLASLT_ALGO_CONFIG_SPLITK_NUM, 1)];
+                        if settings.into_iter().all(|(attr, v)| set(&mut cfg, attr, v)) && accepted(&cfg) {
                             out.push(LtAlgo { algo: cfg, id, tile, stages });
                         }
                     }
@@ -264,13 +247,20 @@ impl BlasLt {
         if b.shape() != [n, k] || c.shape() != [m, n] {
             return Err(Error::Shape(format!("cuBLASLt GEMM: a [m, k], b [n, k], c [m, n], not {:?}, {:?}, {:?}", a.shape(), b.shape(), c.shape())));
         }
-        if !Arc::ptr_eq(gpu.cuda_stream(), &self.stream) {
-            return Err(Error::Invalid("this BlasLt was made for another Gpu (its workspace lives on that one's stream)".into()));
-        }
+        self.enter(gpu)?;
         let bf16 = ltsys::cudaDataType::CUDA_R_16BF;
         let plans = self.plans.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let plan = plans.get(&([m, n, k], bf16, bf16)).ok_or_else(|| Error::Invalid(format!("no cuBLASLt configs were listed for {m}x{n}x{k}")))?;
         self.matmul(plan, &algo.algo, a.device_ptr(), b.device_ptr(), c.device_ptr())
+    }
+
+    /// Refuses another `Gpu` than ours (the workspace lives on our stream)
+    /// and makes our context current for the calls that follow.
+    fn enter(&self, gpu: &Gpu) -> Result<()> {
+        if !Arc::ptr_eq(gpu.cuda_stream(), &self.stream) {
+            return Err(Error::Invalid("this BlasLt was made for another Gpu (its workspace lives on that one's stream)".into()));
+        }
+        self.stream.context().bind_to_thread().map_err(|e| Error::Cuda(format!("making the context current: {e:?}")))
     }
 
     /// One `cublasLtMatmul` of `plan` with `algo`, on our stream and
@@ -355,7 +345,7 @@ impl Plan {
             // Our kernel keeps its sums in the tensor cores' FP8 accumulator
             // for the whole K loop (no periodic promotion to a separate f32
             // sum): cuBLASLt's fast-accumulation mode is the same arithmetic.
-            if a_type != ltsys::cudaDataType::CUDA_R_16BF {
+            if matches!(a_type, ltsys::cudaDataType::CUDA_R_8F_E4M3 | ltsys::cudaDataType::CUDA_R_8F_E5M2) {
                 set_desc(plan.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &1i8)?;
             }
         }
@@ -378,6 +368,14 @@ impl Drop for Plan {
             }
         }
     }
+}
+
+/// The plan for `key` among `plans` (locked by the caller), made on first use.
+fn plan_for(plans: &mut HashMap<PlanKey, Plan>, key: PlanKey) -> Result<&mut Plan> {
+    Ok(match plans.entry(key) {
+        Entry::Occupied(e) => e.into_mut(),
+        Entry::Vacant(e) => e.insert(Plan::new(key.0, key.1, key.2).map_err(failed("creating descriptors"))?),
+    })
 }
 
 /// A cuBLASLt status as our error: which step of the GEMM failed, and how.

@@ -89,18 +89,19 @@ pub(crate) fn baseline<T: Elem>(
 fn listed_lt_best<T: Elem>(
     gpu: &Gpu, mcfg: &MeasureCfg, lt: &BlasLt, shape: [usize; 3], (da, db): (&Tensor<T>, &Tensor<T>), got: &[T], out: &mut Tensor<T>,
 ) -> Result<(String, Option<(String, Stats)>)> {
-    let configs = lt.listed_bf16_configs(shape)?;
+    let configs = lt.listed_bf16_configs(gpu, shape)?;
     let quick = MeasureCfg { warmup: 1, warmup_ms: 0.0, reps: 3, flush_l2: true };
     let trial = measure_each(gpu, &quick, configs.len(), |i| lt.gemm_bf16_nt_with(gpu, &configs[i], da, db, out))?;
     let mut order: Vec<usize> = (0..configs.len()).collect();
     order.sort_by(|&i, &j| trial[i].median_ms.total_cmp(&trial[j].median_ms));
     for (wrong, &i) in order.iter().enumerate() {
         let c = configs[i];
-        lt.gemm_bf16_nt_with(gpu, &c, da, db, out)?;
         let what = format!("cuBLASLt algo {} tile {} stages {} (of {} listed configs, {wrong} faster ones wrong)", c.id, c.tile, c.stages, configs.len());
-        if let Ok(line) = close(&format!("every element vs {what}"), got, &wide(&gpu.download(out)?)) {
-            let stats = measure(gpu, mcfg, || lt.gemm_bf16_nt_with(gpu, &c, da, db, out))?;
-            return Ok((line, Some(("cublaslt mma.sync".to_string(), stats))));
+        // A wrong product is `Invalid`: try the next config.
+        match baseline(gpu, mcfg, &what, got, out, false, |out| lt.gemm_bf16_nt_with(gpu, &c, da, db, out)) {
+            Ok((line, stats)) => return Ok((line, stats.map(|s| ("cublaslt mma.sync".to_string(), s)))),
+            Err(Error::Invalid(_)) => continue,
+            Err(e) => return Err(e),
         }
     }
     Ok((format!("cuBLASLt: none of its {} listed bf16 configs agrees with our product; no row", configs.len()), None))
