@@ -11,8 +11,13 @@
 //!
 //! With no images the slices are empty, so a host build on a machine that
 //! never ran the device build still compiles (and launches fail with a clear
-//! error instead). Images older than a kernel source are marked `stale`
-//! (a build warning here, a notice when the GPU loads them).
+//! error instead). The device build leaves beside each arch's images the
+//! hash of every kernel source they were compiled from (`sources.txt`, which
+//! this script writes into its `OUT_DIR` in that build); images whose
+//! sources' code changed since (comments and blank lines do not count) are
+//! marked `stale`: one build warning here naming the files, and a notice
+//! when the GPU loads them. A new file changes nothing until some module
+//! includes it, and that edit is what marks the images stale.
 //!
 //! It also writes `$OUT_DIR/sources.rs`: the hash of the sources each tuned
 //! op is built from, which `tune` compares with the tuned tables' provenance.
@@ -56,9 +61,11 @@ fn main() {
     }
     write(&out_dir.join("sources.rs"), &source_hashes(&root));
 
-    // The device build is what makes the images; it embeds none.
+    // The device build is what makes the images; it embeds none, and records
+    // what they are compiled from (`cargo xtask build` copies it beside them).
     if std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() == Ok("nvptx64") {
         write(&out, "");
+        write(&out_dir.join(MANIFEST), &kernel_manifest(&root));
         return;
     }
 
@@ -91,7 +98,7 @@ fn main() {
     let mut images = String::new();
     let mut ptx = String::new();
     let mut reports = String::new();
-    let newest = newest_source(&root);
+    let now = kernel_manifest(&root);
     let mut stale = None;
     for (arch, arch_dir) in &arches {
         // One cubin per kernel family (`rustile_ops.<family>.cubin`), which
@@ -105,12 +112,13 @@ fn main() {
             .collect();
         cubins.sort();
         let text = arch_dir.join(format!("{STEM}.ptx"));
-        for cubin in &cubins {
-            if let (Some((when, source)), Ok(built)) = (&newest, cubin.metadata().and_then(|m| m.modified())) {
-                if built < *when {
-                    println!("cargo:warning={} is older than {}: run `cargo xtask build`", cubin.display(), source);
-                    stale.get_or_insert_with(|| format!("{arch} is older than {source}"));
-                }
+        if !cubins.is_empty() {
+            let manifest = arch_dir.join(MANIFEST);
+            println!("cargo:rerun-if-changed={}", manifest.display());
+            let built = std::fs::read_to_string(&manifest).unwrap_or_default();
+            if let Some(why) = changed_since(&built, &now) {
+                println!("cargo:warning=the {arch} kernel images in {} are stale: {why}; run `cargo xtask build`", arch_dir.display());
+                stale.get_or_insert_with(|| format!("{arch}: {why}"));
             }
         }
         // Debug formatting of a str is a valid Rust string literal, escapes included.
@@ -211,13 +219,44 @@ fn source_hashes(root: &Path) -> String {
     code + &format!("];\n/// The rustc that built this crate (and, by `cargo xtask build`, its kernels).\npub const RUSTC_VERSION: &str = {:?};\n", version.unwrap_or_default())
 }
 
-/// The most recently modified kernel source: when, and its name.
-fn newest_source(root: &Path) -> Option<(std::time::SystemTime, String)> {
-    source_files(root, KERNEL_SOURCES)
-        .into_iter()
-        .filter(|(name, _)| !HOST_ONLY.contains(&name.as_str()))
-        .filter_map(|(name, path)| Some((path.metadata().ok()?.modified().ok()?, name)))
-        .max()
+/// The file, beside an arch's images, of the sources they were compiled from.
+const MANIFEST: &str = "sources.txt";
+
+/// One line per kernel source: the first 16 hex digits of the SHA-256 of
+/// its code (`code_only`), then its name.
+fn kernel_manifest(root: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    let mut out = String::new();
+    for (name, path) in source_files(root, KERNEL_SOURCES).into_iter().filter(|(name, _)| !HOST_ONLY.contains(&name.as_str())) {
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        let hex: String = Sha256::digest(code_only(&text).as_bytes()).iter().take(8).map(|b| format!("{b:02x}")).collect();
+        let _ = writeln!(out, "{hex} {name}");
+    }
+    out
+}
+
+/// Why images built from the sources `built` lists are stale against `now`
+/// (both `kernel_manifest`s), or `None`: a source whose code changed or that
+/// is gone. Files that are new are left out (see the module doc).
+fn changed_since(built: &str, now: &str) -> Option<String> {
+    if built.trim().is_empty() {
+        return Some("they record no sources (built by an older `cargo xtask build`)".into());
+    }
+    let now: std::collections::HashMap<&str, &str> = now.lines().filter_map(|l| l.split_once(' ')).map(|(h, n)| (n, h)).collect();
+    let changed: Vec<String> = built
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter_map(|(hash, name)| match now.get(name) {
+            Some(h) if *h == hash => None,
+            Some(_) => Some(format!("{name} changed")),
+            None => Some(format!("{name} is gone")),
+        })
+        .collect();
+    match changed.as_slice() {
+        [] => None,
+        [one] => Some(one.clone()),
+        [first, rest @ ..] => Some(format!("{first} (and {} more)", rest.len())),
+    }
 }
 
 fn write(path: &Path, text: &str) {

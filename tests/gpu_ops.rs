@@ -5,17 +5,7 @@ use rustile::{bf16, f16, Elem};
 use rustile_host::{Error, Gpu, Tensor};
 use rustile_ops::testing::{assert_attention_close, assert_close, mean_err, normal, rel_err, rng, tolerance, wide};
 use rustile_ops::{attention, dual_gemm, gemm, gemm_fp8, mlp, norm, reference, softmax, testing, vector};
-use rustile_tests::{gpu_or_skip, hopper_or_skip};
-
-fn up<T: Elem>(gpu: &Gpu, x: &[T], shape: &[usize]) -> Tensor<T> {
-    gpu.upload(x, shape).expect("upload")
-}
-
-fn poisoned<T: Elem>(gpu: &Gpu, shape: &[usize]) -> Tensor<T> {
-    let mut t = gpu.alloc(shape).expect("alloc");
-    gpu.fill_bytes(&mut t, 0xFF).expect("poison");
-    t
-}
+use rustile_tests::{gpu_or_skip, hopper_or_skip, poisoned, up};
 
 fn vector_case<T: Elem>(gpu: &Gpu, n: usize) {
     let (mut rng, seed) = rng();

@@ -22,3 +22,13 @@ pub struct Sizes {
     pub numel: usize,
     pub dtype: String,
 }
+
+/// The binaries' logger: `RUST_LOG` picks what the library crates' `log`
+/// records show (`RUST_LOG=rustile_ops=info` names every shape that runs a
+/// heuristic config for want of a tuned bucket); warnings only by default.
+pub fn init_logging() {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
+        .format_timestamp(None)
+        .format_target(true)
+        .init();
+}

@@ -61,7 +61,7 @@ struct Args {
     /// The Python that has torch.
     #[arg(long, default_value = "python3")]
     python: String,
-    /// Path of torch_baselines.py (default: found under bench/).
+    /// Run this copy of torch_baselines.py instead of the one built into the binary.
     #[arg(long)]
     torch_script: Option<PathBuf>,
     /// Also time every config of each op's kernel.
@@ -74,6 +74,7 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
+    rustile_bench::init_logging();
     let shapes = gemm::parse_shapes(&args.mnk).unwrap_or_else(|e| {
         eprintln!("{e}");
         std::process::exit(2);
@@ -94,12 +95,18 @@ fn main() {
 
     let gpu = match Gpu::new() {
         Ok(gpu) => gpu,
-        Err(e) => {
+        Err(e) if e.is_no_gpu() => {
             println!("no GPU found ({}): running the CPU interpreter at small sizes", short_reason(&e));
             if !ops::cpu_fallback(&args.ops) {
                 std::process::exit(1);
             }
             return;
+        }
+        // A GPU that is there but cannot be opened is a failure, not a reason
+        // to time the interpreter instead.
+        Err(e) => {
+            eprintln!("a GPU is present but could not be opened: {e}");
+            std::process::exit(1);
         }
     };
     if let Err(e) = bench_gpu(&gpu, &args, &sizes, &shapes, &attn_shapes) {
@@ -111,8 +118,7 @@ fn main() {
 fn short_reason(e: &Error) -> String {
     match e {
         Error::NoDriver(why) => format!("libcuda could not be loaded: {why}"),
-        Error::NoGpu => "the CUDA driver sees no device".into(),
-        other => other.to_string(),
+        _ => "the CUDA driver sees no device".into(),
     }
 }
 
@@ -177,9 +183,13 @@ fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes, shapes: &[[usize; 3]], attn_
 
     let want_torch = !torch_ops.is_empty() && if args.no_torch { false } else { args.torch || torch::available(&args.python) };
     if want_torch {
-        match args.torch_script.clone().or_else(torch::find_script) {
-            None => eprintln!("torch baselines skipped: torch_baselines.py not found (pass --torch-script)"),
-            Some(script) => {
+        let script = match &args.torch_script {
+            Some(path) => Ok(path.clone()),
+            None => torch::embedded_script(),
+        };
+        match script {
+            Err(e) => eprintln!("torch baselines skipped: {e}"),
+            Ok(script) => {
                 let req = torch::Request {
                     ops: &torch_ops,
                     rows: sizes.rows,
@@ -192,6 +202,9 @@ fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes, shapes: &[[usize; 3]], attn_
                 match torch::run(&args.python, &script, &req) {
                     Ok(rows) => report.rows.extend(rows),
                     Err(e) => eprintln!("torch baselines skipped: {e}"),
+                }
+                if args.torch_script.is_none() {
+                    let _ = std::fs::remove_file(&script);
                 }
             }
         }

@@ -18,15 +18,16 @@ pub fn available(python: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// The script: next to the sources when run from this checkout, else under
-/// the working directory (the GPU machine gets a copy of the tree, no cargo).
-pub fn find_script() -> Option<PathBuf> {
-    let candidates = [
-        PathBuf::from("bench/torch_baselines.py"),
-        PathBuf::from("torch_baselines.py"),
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("torch_baselines.py"),
-    ];
-    candidates.into_iter().find(|p| p.is_file())
+/// The script, compiled into the binary, so the bench finds it from any
+/// working directory and on a machine that has only the binary.
+const SCRIPT: &str = include_str!("../torch_baselines.py");
+
+/// Writes the embedded script to a private temporary file and returns its
+/// path (the caller removes it); `--torch-script` runs another copy instead.
+pub fn embedded_script() -> Result<PathBuf, String> {
+    let path = std::env::temp_dir().join(format!("rustile-torch-baselines-{}.py", std::process::id()));
+    std::fs::write(&path, SCRIPT).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    Ok(path)
 }
 
 /// What the script is asked to time.

@@ -41,22 +41,26 @@ pub unsafe fn ld_shared_v4(addr: u32) -> [u32; 4] {
 }
 
 /// Starts copying 16 bytes from global `src` to shared `dst` without
-/// registers (`cp.async.cg`): the first `bytes` come from `src`, the rest
-/// are zero; `bytes = 0` reads nothing. `src` must be 16-aligned.
+/// registers (`cp.async.cg`); `src` must be 16-aligned and all 16 bytes
+/// inside its allocation. (No `.L2::128B` prefetch hint: it needs PTX ISA
+/// 7.4, above what the sm_80 build emits.)
 #[inline(always)]
-pub unsafe fn cp_async_16(dst: u32, src: *const u8, bytes: u32) {
+pub unsafe fn cp_async_16(dst: u32, src: *const u8) {
     unsafe {
-        asm!("cp.async.cg.shared.global [{d}], [{s}], 16, {n};", d = in(reg32) dst, s = in(reg64) src, n = in(reg32) bytes,
-             options(nostack));
+        asm!("cp.async.cg.shared.global [{d}], [{s}], 16;", d = in(reg32) dst, s = in(reg64) src, options(nostack));
     }
 }
 
-/// `cp_async_16` of a whole chunk (no zero fill). (No `.L2::128B` prefetch
-/// hint: it needs PTX ISA 7.4, above what the sm_80 build emits.)
+/// `cp_async_16` of the first `bytes` of `src`, the rest zeros. Use it with
+/// `bytes` 16 or 0 only: compute-sanitizer counts any other as a read of
+/// all 16 (an out-of-bounds read when they pass the allocation's end); a
+/// copy of 0 bytes reads nothing, wherever `src` points
+/// (`bench/probes/cp_async_memcheck.cu`, measured on the H100).
 #[inline(always)]
-pub unsafe fn cp_async_16_full(dst: u32, src: *const u8) {
+pub unsafe fn cp_async_16_zfill(dst: u32, src: *const u8, bytes: u32) {
     unsafe {
-        asm!("cp.async.cg.shared.global [{d}], [{s}], 16;", d = in(reg32) dst, s = in(reg64) src, options(nostack));
+        asm!("cp.async.cg.shared.global [{d}], [{s}], 16, {n};", d = in(reg32) dst, s = in(reg64) src, n = in(reg32) bytes,
+             options(nostack));
     }
 }
 

@@ -230,7 +230,7 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
                 let p = src.base.at(first).wrapping_add(row * rs + col);
                 #[cfg(target_arch = "nvptx64")]
                 unsafe {
-                    rustile_device::cp_async_16_full(self.chunk_addr(row, col), p as *const u8)
+                    rustile_device::cp_async_16(self.chunk_addr(row, col), p as *const u8)
                 };
                 #[cfg(not(target_arch = "nvptx64"))]
                 self.put_chunk(row, col, unsafe { be::read_chunk(p, 1, V, T::default()) });
@@ -247,9 +247,15 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
             let first = grow * rs + gcol * cs;
             src.base.check("Shared::copy_from", first, cs, valid, false);
             let p = src.base.at(first);
+            // A whole aligned chunk is one copy, and so is a chunk wholly
+            // outside (a copy of no bytes, which zero-fills and reads nothing).
+            // A chunk partly outside is read through registers: a zero-filling
+            // `cp.async` of its valid bytes counts as a 16-byte read for
+            // compute-sanitizer, past the tensor when the chunk ends it
+            // (`bench/probes/cp_async_memcheck.cu`).
             #[cfg(target_arch = "nvptx64")]
-            if (cs == 1 && (p as usize) % 16 == 0) || valid == 0 {
-                unsafe { rustile_device::cp_async_16(self.chunk_addr(row, col), p as *const u8, (valid * 2) as u32) };
+            if (cs == 1 && valid == V && (p as usize) % 16 == 0) || valid == 0 {
+                unsafe { rustile_device::cp_async_16_zfill(self.chunk_addr(row, col), p as *const u8, (valid * 2) as u32) };
                 return;
             }
             self.put_chunk(row, col, unsafe { be::read_chunk(p, cs, valid, T::default()) });

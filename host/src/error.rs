@@ -23,6 +23,15 @@ pub enum Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+impl Error {
+    /// Whether this says there is no GPU here (no CUDA driver, or a driver
+    /// that sees no device), as opposed to a GPU that failed: the only case
+    /// in which a GPU test may skip, or a program fall back to the CPU.
+    pub fn is_no_gpu(&self) -> bool {
+        matches!(self, Error::NoDriver(_) | Error::NoGpu)
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -108,6 +117,16 @@ mod tests {
         assert!(Error::NoDriver("x".into()).to_string().contains("CPU interpreter"));
         let e: Box<dyn std::error::Error> = Box::new(Error::NoGpu);
         assert!(!e.to_string().is_empty());
+    }
+
+    #[test]
+    fn only_a_missing_driver_or_device_means_no_gpu() {
+        assert!(Error::NoDriver("libcuda.so.1: cannot open".into()).is_no_gpu());
+        assert!(Error::NoGpu.is_no_gpu());
+        let failed = Error::Cuda("creating a context on device 0: CUDA_ERROR_LAUNCH_FAILED (unspecified launch failure)".into());
+        assert!(!failed.is_no_gpu());
+        assert!(!Error::OutOfMemory { requested: 1, free: 0 }.is_no_gpu());
+        assert!(!Error::NoCubin { arch: "sm_75".into(), available: vec![] }.is_no_gpu());
     }
 
     #[test]

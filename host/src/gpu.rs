@@ -48,6 +48,10 @@ pub struct Gpu {
 struct Module {
     /// One per image of the arch (the build assembles kernel families apart).
     handles: Vec<sys::CUmodule>,
+    /// Every kernel of every image, by name, read from the driver when the
+    /// images load; empty where the driver cannot list them (before CUDA
+    /// 12.4), and then each name is tried in each image.
+    index: HashMap<String, sys::CUfunction>,
     crate_name: &'static str,
     arch: &'static str,
     funcs: HashMap<String, Func>,
@@ -80,6 +84,31 @@ fn cuda(what: &str) -> impl FnOnce(DriverError) -> Error + '_ {
 
 /// Finds libcuda and initialises it, once per process. cudarc panics when the
 /// library or one of its symbols is missing, so look first and catch the rest.
+/// Every function of `modules` by name. A name looked up in an image that
+/// lacks it is a failed driver call, which compute-sanitizer reports as an
+/// error in the user's program, so the names are read once instead. Empty
+/// where the driver cannot list a module's functions.
+fn function_index(modules: &[sys::CUmodule]) -> HashMap<String, sys::CUfunction> {
+    let list = || -> Option<HashMap<String, sys::CUfunction>> {
+        let mut index = HashMap::new();
+        for &m in modules {
+            let mut count = 0u32;
+            unsafe { sys::cuModuleGetFunctionCount(&mut count, m) }.result().ok()?;
+            let mut funcs = vec![std::ptr::null_mut(); count as usize];
+            unsafe { sys::cuModuleEnumerateFunctions(funcs.as_mut_ptr(), count, m) }.result().ok()?;
+            for f in funcs {
+                let mut name = std::ptr::null();
+                unsafe { sys::cuFuncGetName(&mut name, f) }.result().ok()?;
+                let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_str().ok()?;
+                index.insert(name.to_string(), f);
+            }
+        }
+        Some(index)
+    };
+    // cudarc panics when the driver library lacks a function (before CUDA 12.4).
+    catch_unwind(std::panic::AssertUnwindSafe(list)).ok().flatten().unwrap_or_default()
+}
+
 fn probe() -> Result<()> {
     static PROBE: OnceLock<Result<()>> = OnceLock::new();
     PROBE
@@ -92,7 +121,9 @@ fn probe() -> Result<()> {
             match init {
                 Err(panic) => Err(Error::NoDriver(panic_text(panic))),
                 Ok(Err(e)) if e.0 == CUresult::CUDA_ERROR_NO_DEVICE => Err(Error::NoGpu),
-                Ok(Err(e)) => Err(Error::NoDriver(format!("cuInit failed: {}", describe(e)))),
+                Ok(Err(e)) if e.0 == CUresult::CUDA_ERROR_STUB_LIBRARY => Err(Error::NoDriver(format!("cuInit: {}", describe(e)))),
+                // A driver that is there but fails is not "no GPU": say what failed.
+                Ok(Err(e)) => Err(Error::Cuda(format!("cuInit: {}", describe(e)))),
                 Ok(Ok(0)) => Err(Error::NoGpu),
                 Ok(Ok(_)) => Ok(()),
             }
@@ -433,6 +464,13 @@ impl Gpu {
 
         let func = match module.funcs.get(kernel) {
             Some(f) => *f,
+            None if !module.index.is_empty() => {
+                let handle = *module.index.get(kernel).ok_or_else(|| Error::Launch {
+                    kernel: kernel.into(),
+                    msg: format!("no such kernel in the {} images of `{}` (rebuild with `cargo xtask build`?)", module.arch, module.crate_name),
+                })?;
+                Func { handle, smem_allowed: DEFAULT_SMEM }
+            }
             None => {
                 let name = CString::new(kernel)
                     .map_err(|_| Error::Launch { kernel: kernel.into(), msg: "name contains NUL".into() })?;
@@ -497,7 +535,8 @@ impl Gpu {
                 }
             }
         }
-        Ok(Module { handles, crate_name: cubins.crate_name, arch: image.arch(), funcs: HashMap::new() })
+        let index = function_index(&handles);
+        Ok(Module { handles, index, crate_name: cubins.crate_name, arch: image.arch(), funcs: HashMap::new() })
     }
 
     /// A timing event on this GPU's context.

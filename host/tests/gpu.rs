@@ -78,13 +78,17 @@ DONE:
 
 static TEST_KERNELS: Cubins = Cubins { crate_name: "host-tests", images: &[], ptx: &[("sm_80", KERNELS)], stale: None };
 
+/// The GPU; `None` (skip, said on the terminal: the harness captures
+/// `eprintln!`) only where there is none. A GPU that fails to open fails the test.
 fn gpu() -> Option<Gpu> {
     match Gpu::new() {
         Ok(g) => Some(g),
-        Err(e) => {
-            eprintln!("skipped: {e}");
+        Err(e) if e.is_no_gpu() => {
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "SKIPPED: no GPU ({e})");
             None
         }
+        Err(e) => panic!("a GPU is present but could not be opened: {e}"),
     }
 }
 

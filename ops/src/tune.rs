@@ -20,10 +20,11 @@
 //! the device and the date. At dispatch ([`config`]):
 //! - a bucket with a valid entry runs its winner;
 //! - a bucket with no entry runs the op's heuristic (its `default_config`),
-//!   with a one-line notice;
+//!   and says so in a `log` record (info level);
 //! - an entry whose source hash differs from this build's is refused with a
-//!   message to re-tune, and the heuristic runs.
-use std::collections::HashMap;
+//!   message to re-tune (on stderr, once per op), and the heuristic runs.
+use std::collections::{HashMap, HashSet};
+use std::fmt;
 use std::sync::{Mutex, OnceLock};
 
 use rustile::KernelConfig;
@@ -122,45 +123,75 @@ fn tables() -> &'static [(&'static str, Result<Table, String>)] {
     })
 }
 
+/// Why a table names no winner.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Miss {
+    /// The shape's bucket was not tuned: the heuristic serves it, as designed.
+    NoBucket(String),
+    /// No table for the GPU, no entry for the op, or one tuned for other
+    /// kernel sources or configs: the table needs re-tuning.
+    Unusable(String),
+}
+
+impl fmt::Display for Miss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Miss::NoBucket(why) | Miss::Unusable(why) => f.write_str(why),
+        }
+    }
+}
+
 /// What the table for `arch` says `op` should run at `shape`: the index of
 /// its winner in `configs`, or why there is none.
-pub fn lookup(arch: &str, op: &str, configs: &[KernelConfig], shape: &[usize]) -> Result<usize, String> {
+pub fn lookup(arch: &str, op: &str, configs: &[KernelConfig], shape: &[usize]) -> Result<usize, Miss> {
     let Some((_, table)) = tables().iter().find(|(a, _)| *a == arch) else {
-        return Err(format!("no tuned table for {arch}"));
+        return Err(Miss::Unusable(format!("no tuned table for {arch}")));
     };
-    let table = table.as_ref().map_err(|e| format!("tuned/{arch}.toml does not parse ({e})"))?;
+    let table = table.as_ref().map_err(|e| Miss::Unusable(format!("tuned/{arch}.toml does not parse ({e})")))?;
     pick(table, op, source_hash(op).unwrap_or("?"), configs, shape)
 }
 
 /// `lookup` in one table, for sources that hash to `want`.
-fn pick(table: &Table, op: &str, want: &str, configs: &[KernelConfig], shape: &[usize]) -> Result<usize, String> {
+fn pick(table: &Table, op: &str, want: &str, configs: &[KernelConfig], shape: &[usize]) -> Result<usize, Miss> {
     let arch = &table.arch;
-    let entry = table.op(op).ok_or_else(|| format!("tuned/{arch}.toml has no entry for {op}"))?;
+    let entry = table.op(op).ok_or_else(|| Miss::Unusable(format!("tuned/{arch}.toml has no entry for {op}")))?;
     if entry.source_hash != want {
-        return Err(format!(
+        return Err(Miss::Unusable(format!(
             "tuned/{arch}.toml was tuned for {op} sources {}, these are {want}: refused; re-tune with \
              `cargo xtask autotune --arch {arch} --op {op}`",
             entry.source_hash
-        ));
+        )));
     }
     let bucket = bucket_name(shape);
-    let b = entry.buckets.iter().find(|b| b.bucket == bucket).ok_or_else(|| format!("tuned/{arch}.toml has no {op} bucket {bucket}"))?;
-    configs
-        .iter()
-        .position(|c| c.name == b.best)
-        .ok_or_else(|| format!("tuned/{arch}.toml picks {} for {op} bucket {bucket}, which the kernel no longer has", b.best))
+    let b = entry.buckets.iter().find(|b| b.bucket == bucket).ok_or_else(|| Miss::NoBucket(format!("tuned/{arch}.toml has no {op} bucket {bucket}")))?;
+    configs.iter().position(|c| c.name == b.best).ok_or_else(|| {
+        Miss::Unusable(format!("tuned/{arch}.toml picks {} for {op} bucket {bucket}, which the kernel no longer has", b.best))
+    })
 }
 
 /// The config `op` runs at `shape` on a GPU of compute capability `cc`: the
 /// tuned winner, else `heuristic()`. Every launch asks, so the table's answer
-/// is looked up once per (GPU, op, bucket) and remembered; a miss prints its
-/// one-line notice then.
+/// is looked up once per (GPU, op, bucket) and remembered. A shape outside
+/// the tuned buckets is normal (the heuristic serves it), so that miss is a
+/// `log` record at info level (`RUST_LOG=rustile_ops=info` shows it where
+/// the program installs a logger, as the bench does); a table tuned for other
+/// kernel sources needs the user to re-tune, so that is said on stderr, once
+/// per GPU and op.
 pub fn config(cc: (u32, u32), op: &'static str, configs: &[KernelConfig], shape: &[usize], heuristic: impl FnOnce() -> usize) -> usize {
     type Key = ((u32, u32), &'static str, Vec<usize>);
     static CHOSEN: OnceLock<Mutex<HashMap<Key, Option<usize>>>> = OnceLock::new();
+    static REFUSED: OnceLock<Mutex<HashSet<((u32, u32), &'static str)>>> = OnceLock::new();
     let tuned = *CHOSEN.get_or_init(Default::default).lock().unwrap().entry((cc, op, bucket(shape))).or_insert_with(|| {
-        lookup(arch_of(cc).unwrap_or("this GPU"), op, configs, shape)
-            .map_err(|why| eprintln!("rustile: {why}; {op} runs its heuristic (default_config)"))
+        let arch = arch_of(cc).unwrap_or("this GPU");
+        lookup(arch, op, configs, shape)
+            .map_err(|why| match why {
+                Miss::NoBucket(why) => log::info!("{why}; {op} runs its heuristic (default_config)"),
+                Miss::Unusable(why) => {
+                    if REFUSED.get_or_init(Default::default).lock().unwrap().insert((cc, op)) {
+                        eprintln!("rustile: {why}; {op} runs its heuristic (default_config)");
+                    }
+                }
+            })
             .ok()
     });
     tuned.unwrap_or_else(heuristic)
@@ -231,8 +262,8 @@ mod tests {
     fn a_stale_entry_is_refused() {
         let configs = crate::gemm::gemm_nt_kernel::CONFIGS;
         // No table for this arch, and an op nobody tuned: both fall back with a reason.
-        assert!(lookup("sm70", "gemm_nt", configs, &[64, 64, 64]).unwrap_err().contains("no tuned table"));
-        assert!(lookup("sm90", "no_such_op", configs, &[64, 64, 64]).unwrap_err().contains("no entry"));
+        assert!(lookup("sm70", "gemm_nt", configs, &[64, 64, 64]).unwrap_err().to_string().contains("no tuned table"));
+        assert!(lookup("sm90", "no_such_op", configs, &[64, 64, 64]).unwrap_err().to_string().contains("no entry"));
         let best = configs[2].name;
         let table = Table {
             arch: "sm90".into(),
@@ -244,8 +275,8 @@ mod tests {
             }],
         };
         assert_eq!(pick(&table, "gemm_nt", "old", configs, &[4000, 4096, 3000]), Ok(2));
-        assert!(pick(&table, "gemm_nt", "old", configs, &[64, 64, 64]).unwrap_err().contains("no gemm_nt bucket 64x64x64"));
+        assert!(matches!(pick(&table, "gemm_nt", "old", configs, &[64, 64, 64]), Err(Miss::NoBucket(why)) if why.contains("no gemm_nt bucket 64x64x64")));
         let stale = pick(&table, "gemm_nt", "new", configs, &[4096, 4096, 4096]).unwrap_err();
-        assert!(stale.contains("refused") && stale.contains("cargo xtask autotune"), "{stale}");
+        assert!(matches!(&stale, Miss::Unusable(why) if why.contains("refused") && why.contains("cargo xtask autotune")), "{stale}");
     }
 }

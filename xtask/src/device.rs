@@ -124,17 +124,29 @@ impl BuildSpec {
     }
 }
 
+/// Builds every arch at once: rustc compiles the kernel crate on one core
+/// (one codegen unit, for our linker), so two arches' cargo builds fill two
+/// cores where one in turn left the other idle; their ptxas runs then share
+/// one pool of as many slots as there are cores.
 pub fn build(repo: &Repo, tools: &Tools, spec: &BuildSpec, arches: &[Arch]) -> Result<()> {
+    let start = Instant::now();
     let linker = build_linker(repo)?;
     let allow = AllowList::read(&spec.allow_spills)?;
+    let slots = ptxas::Slots::new(std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let results: Vec<(Arch, Result<()>)> = std::thread::scope(|s| {
+        let (linker, allow, slots) = (&linker, &allow, &slots);
+        let running: Vec<_> = arches.iter().map(|&arch| (arch, s.spawn(move || build_arch(repo, tools, spec, linker, allow, arch, slots)))).collect();
+        running.into_iter().map(|(arch, h)| (arch, h.join().unwrap_or_else(|_| Err("the build thread panicked".into())))).collect()
+    });
     let mut failures = Vec::new();
-    for &arch in arches {
-        if let Err(e) = build_arch(repo, tools, spec, &linker, &allow, arch) {
+    for (arch, result) in results {
+        if let Err(e) = result {
             eprintln!("error: {e}");
             failures.push(arch.name());
         }
     }
     if failures.is_empty() {
+        println!("==> device build done in {}", secs(start));
         Ok(())
     } else {
         Err(format!("device build failed for {}", failures.join(", ")))
@@ -157,10 +169,10 @@ fn build_linker(repo: &Repo) -> Result<PathBuf> {
     Ok(linker)
 }
 
-fn build_arch(repo: &Repo, tools: &Tools, spec: &BuildSpec, linker: &Path, allow: &AllowList, arch: Arch) -> Result<()> {
+fn build_arch(repo: &Repo, tools: &Tools, spec: &BuildSpec, linker: &Path, allow: &AllowList, arch: Arch, slots: &ptxas::Slots) -> Result<()> {
     let start = Instant::now();
     let cpu = arch.name();
-    println!("==> building {cpu} ...");
+    println!("==> {cpu}: rustc → PTX (cargo; minutes when the kernels changed) ...");
 
     let target_dir = spec.out_root.join("nvptx").join(arch.name());
     let mut rustflags = vec![
@@ -174,7 +186,8 @@ fn build_arch(repo: &Repo, tools: &Tools, spec: &BuildSpec, linker: &Path, allow
     }
     let mut cmd = repo.cargo();
     cmd.current_dir(spec.manifest.parent().unwrap_or(&repo.root))
-        .args(["build", "--target", "nvptx64-nvidia-cuda", "-Zbuild-std=core", "--profile", "device"])
+        // Quiet: the arches build at once, and their progress lines would interleave (warnings still show).
+        .args(["build", "--quiet", "--target", "nvptx64-nvidia-cuda", "-Zbuild-std=core", "--profile", "device"])
         .arg("--manifest-path")
         .arg(&spec.manifest)
         .arg("--target-dir")
@@ -202,6 +215,7 @@ fn build_arch(repo: &Repo, tools: &Tools, spec: &BuildSpec, linker: &Path, allow
         many => return Err(format!("{cpu}: cargo produced several .ptx files, pick one with -p: {many:?}")),
     };
     let cargo_time = start.elapsed();
+    println!("==> {cpu}: PTX ready after {:.1} s; ptxas, one part per kernel family ...", cargo_time.as_secs_f64());
 
     let ptxas_start = Instant::now();
     let stem = spec.stem.clone().unwrap_or_else(|| ptx.file_stem().unwrap_or_default().to_string_lossy().into_owned());
@@ -209,8 +223,14 @@ fn build_arch(repo: &Repo, tools: &Tools, spec: &BuildSpec, linker: &Path, allow
     let bounded_ptx = crate::bounds::annotate(&text);
     let bounded = target_dir.join(format!("{stem}.bounded.ptx"));
     write_if_changed(&bounded, bounded_ptx.as_bytes())?;
-    let (staged, mut report, unchanged) = ptxas::assemble_shards(&tools.ptxas, &bounded_ptx, &target_dir, &stem, arch)?;
+    let ptxas::Assembled { cubins: staged, mut report, unchanged, timings } =
+        ptxas::assemble_shards(&tools.ptxas, &bounded_ptx, &target_dir, &stem, arch, slots)?;
     report.mark_allowed(allow);
+    if !timings.is_empty() {
+        let total: f64 = timings.iter().map(|t| t.1).sum();
+        let slowest: Vec<String> = timings.iter().take(6).map(|(f, t)| format!("{f} {t:.0} s")).collect();
+        println!("    {cpu}: ptxas ran {} parts, {total:.0} s in all; slowest: {}", timings.len(), slowest.join(", "));
+    }
 
     let out_dir = spec.cubin_dir(arch);
     std::fs::create_dir_all(&out_dir).map_err(|e| format!("creating {}: {e}", out_dir.display()))?;
@@ -239,6 +259,20 @@ fn build_arch(repo: &Repo, tools: &Tools, spec: &BuildSpec, linker: &Path, allow
         bytes += std::fs::metadata(&to).map(|m| m.len()).unwrap_or(0);
     }
     copy(&bounded, &final_ptx)?;
+    // What the images were compiled from, for the host build's staleness check
+    // (written by the kernel crate's build script, `ops/build.rs`).
+    let manifest = artifacts
+        .iter()
+        .filter(|a| a.get("reason").and_then(|r| r.as_str()) == Some("build-script-executed"))
+        .filter_map(|a| a.get("out_dir")?.as_str())
+        .map(|d| Path::new(d).join("sources.txt"))
+        .find(|p| p.is_file());
+    match manifest {
+        Some(m) => copy(&m, &out_dir.join("sources.txt"))?,
+        None => {
+            let _ = std::fs::remove_file(out_dir.join("sources.txt"));
+        }
+    }
 
     for k in report.kernels.iter().filter(|k| k.stack_frame_bytes + k.spill_store_bytes + k.spill_load_bytes > 0) {
         println!(
@@ -267,7 +301,8 @@ fn build_arch(repo: &Repo, tools: &Tools, spec: &BuildSpec, linker: &Path, allow
 }
 
 /// Runs a cargo command with `--message-format=json-render-diagnostics`:
-/// diagnostics and progress go to the terminal, artifacts come back parsed.
+/// diagnostics and progress go to the terminal, artifacts (and build
+/// scripts' output folders) come back parsed.
 fn cargo_artifacts(mut cmd: Command) -> Result<Vec<serde_json::Value>> {
     let shown = show(&cmd);
     let out = cmd
@@ -281,7 +316,7 @@ fn cargo_artifacts(mut cmd: Command) -> Result<Vec<serde_json::Value>> {
     Ok(String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|msg| msg.get("reason").and_then(|r| r.as_str()) == Some("compiler-artifact"))
+        .filter(|msg| matches!(msg.get("reason").and_then(|r| r.as_str()), Some("compiler-artifact" | "build-script-executed")))
         .collect())
 }
 

@@ -117,36 +117,84 @@ pub fn shard(ptx: &str) -> Vec<(String, String)> {
     parts.into_iter().map(|(family, entries)| (family, format!("{common}\n{entries}"))).collect()
 }
 
+/// Counts the ptxas runs in flight, so that the arches built at once share
+/// as many as there are cores.
+pub struct Slots {
+    free: std::sync::Mutex<usize>,
+    freed: std::sync::Condvar,
+}
+
+impl Slots {
+    pub fn new(n: usize) -> Slots {
+        Slots { free: std::sync::Mutex::new(n.max(1)), freed: std::sync::Condvar::new() }
+    }
+
+    /// Runs `f` once a slot is free.
+    fn with<R>(&self, f: impl FnOnce() -> R) -> R {
+        let mut free = self.free.lock().unwrap();
+        while *free == 0 {
+            free = self.freed.wait(free).unwrap();
+        }
+        *free -= 1;
+        drop(free);
+        let out = f();
+        *self.free.lock().unwrap() += 1;
+        self.freed.notify_one();
+        out
+    }
+}
+
+/// What ptxas did with the module of one arch.
+pub struct Assembled {
+    pub cubins: Vec<PathBuf>,
+    pub report: Report,
+    /// Parts whose PTX had not changed since the last run (their cubin reused).
+    pub unchanged: usize,
+    /// Each part that ran ptxas, with its seconds, slowest first.
+    pub timings: Vec<(String, f64)>,
+}
+
 /// [`assemble`] of each part of [`shard`] into `dir/<stem>.<family>.cubin`,
-/// as many at a time as there are cores: the cubins and the merged report,
-/// and how many parts were unchanged.
-pub fn assemble_shards(ptxas: &Path, ptx: &str, dir: &Path, stem: &str, arch: Arch) -> Result<(Vec<PathBuf>, Report, usize)> {
-    let mut jobs: Vec<(PathBuf, PathBuf)> = Vec::new();
+/// in `slots`. The largest parts start first: ptxas takes minutes on the
+/// GEMM families and seconds on most others, so a large part started last
+/// would leave the other cores idle while it runs.
+pub fn assemble_shards(ptxas: &Path, ptx: &str, dir: &Path, stem: &str, arch: Arch, slots: &Slots) -> Result<Assembled> {
+    let mut jobs: Vec<(String, usize, PathBuf, PathBuf)> = Vec::new();
     for (family, text) in shard(ptx) {
         let part = dir.join(format!("{stem}.{family}.ptx"));
         write_if_changed(&part, text.as_bytes())?;
-        jobs.push((part, dir.join(format!("{stem}.{family}.cubin"))));
+        jobs.push((family.clone(), text.len(), part, dir.join(format!("{stem}.{family}.cubin"))));
     }
-    let cubins: Vec<PathBuf> = jobs.iter().map(|(_, c)| c.clone()).collect();
-    let queue = std::sync::Mutex::new(jobs.clone());
+    let mut cubins: Vec<PathBuf> = jobs.iter().map(|j| j.3.clone()).collect();
+    cubins.sort();
+    // Popped from the end: the largest last.
+    jobs.sort_by_key(|j| j.1);
+    let queue = std::sync::Mutex::new(jobs);
     let results = std::sync::Mutex::new(Vec::new());
-    let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).min(jobs.len().max(1));
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
     std::thread::scope(|s| {
         for _ in 0..workers {
             s.spawn(|| loop {
-                let Some((part, cubin)) = queue.lock().unwrap().pop() else { break };
-                let done = assemble(ptxas, &part, &cubin, arch);
-                results.lock().unwrap().push((cubin, done));
+                let Some((family, _, part, cubin)) = queue.lock().unwrap().pop() else { break };
+                let (done, secs) = slots.with(|| {
+                    let start = std::time::Instant::now();
+                    (assemble(ptxas, &part, &cubin, arch), start.elapsed().as_secs_f64())
+                });
+                results.lock().unwrap().push((family, done, secs));
             });
         }
     });
     let mut results = results.into_inner().unwrap();
     results.sort_by(|a, b| a.0.cmp(&b.0));
     let mut report = Report { arch: arch.name().into(), ptxas: ptxas_version(ptxas), kernels: Vec::new(), notes: Vec::new() };
-    let mut unchanged = 0;
-    for (_, done) in results {
+    let (mut unchanged, mut timings) = (0, Vec::new());
+    for (family, done, secs) in results {
         let (part, cached) = done?;
-        unchanged += cached as usize;
+        if cached {
+            unchanged += 1;
+        } else {
+            timings.push((family, secs));
+        }
         // Device functions are in every part: report each once.
         for k in part.kernels {
             if !report.kernels.iter().any(|r| r.name == k.name) {
@@ -159,7 +207,8 @@ pub fn assemble_shards(ptxas: &Path, ptx: &str, dir: &Path, stem: &str, arch: Ar
             }
         }
     }
-    Ok((cubins, report, unchanged))
+    timings.sort_by(|a, b| b.1.total_cmp(&a.1));
+    Ok(Assembled { cubins, report, unchanged, timings })
 }
 
 /// Reads `ptxas -v` output, which for each function looks like

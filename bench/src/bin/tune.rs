@@ -27,6 +27,7 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
+    rustile_bench::init_logging();
     if let Err(e) = run(&args) {
         eprintln!("error: {e}");
         std::process::exit(1);

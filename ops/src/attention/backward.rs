@@ -30,7 +30,8 @@ use rustile::prelude::*;
 /// scatters the sums. Slices, not one `BM × 128` tile: at `d = 72` such a
 /// tile left 7 of every 16 threads without a column to read, and the
 /// kernel ran at a fifth of the memory bandwidth, bound by its
-/// instructions (bench/RESULTS.md, session 23).
+/// instructions (bench/RESULTS.md, 2026-11-23,
+/// “Head dim 72 backward: a memory-bound delta kernel…”).
 #[kernel(
     configs = [
         (BM = 64, BN = 64, WARPS = 4),

@@ -6,8 +6,9 @@
 //! SM: a vision encoder's 256 tokens are then two programs a head, each
 //! hiding its first loads behind the other's products (93.9 µs at the
 //! vision shape with two stages, where one 64-row program copying by
-//! `cp.async`, four a SM, took 105.6; bench/RESULTS.md, session 22). `S = Q·Kᵀ`
-//! reads Q and K straight from shared memory; `O += P·V` takes `P` from the
+//! `cp.async`, four a SM, took 105.6; bench/RESULTS.md, 2026-11-23,
+//! “Head dim 72: two-warpgroup forward by TMA…”). `S = Q·Kᵀ` reads Q and
+//! K straight from shared memory; `O += P·V` takes `P` from the
 //! registers the softmax left it in and V from shared memory, N-major (V's
 //! rows are keys). `wgmma` reads rows of at most 128 bytes, so a head is
 //! stored as 64-column tiles: one at D = 64, two at 128, and 64 plus a tile
@@ -15,16 +16,19 @@
 //!
 //! The tiles come in by TMA, one thread issuing each copy: 10-15 % faster
 //! than with every thread copying (`cp.async`, whose masks and addresses
-//! are a large share of a program's instructions; sessions 19 and 22). A
-//! TMA copy is a few instructions of one thread, so it issues before the
-//! products it overlaps.
+//! are a large share of a program's instructions; bench/RESULTS.md,
+//! 2026-11-23, “Attention forward by TMA at 128-row configs” and
+//! “Head dim 72: two-warpgroup forward by TMA…”). A TMA copy is a few
+//! instructions of one thread, so it issues before the products it
+//! overlaps.
 //!
 //! `STAGES` is how many key blocks a program has in shared memory, the
 //! next ones' copies in flight while it multiplies one. At D = 80 four, so
 //! that at the vision shape (four key blocks of 64) every copy is issued
 //! before the first product: 89.0 µs against 94.4-94.8 with two, and 91.0
-//! with three (bench/RESULTS.md, session 26). At 64, three stages were 2 %
-//! slower at S = 4096; at 96 and 128 a third does not fit beside Q.
+//! with three (bench/RESULTS.md, 2026-11-23,
+//! “Head dim 72: four K/V stages…”). At 64, three stages were 2 % slower
+//! at S = 4096; at 96 and 128 a third does not fit beside Q.
 //!
 //! `PIPE = 1` pipelines a program's loop: block j's scores run on the
 //! tensor cores beside block j−1's `P·V`, so that the softmax of one block

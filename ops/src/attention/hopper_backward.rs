@@ -15,27 +15,29 @@
 //! warpgroup of 64 rows (the dQ program fits in 168 registers, so three
 //! share a SM): two warpgroups, 128 keys a dK/dV program or 128 queries a
 //! dQ one, were 2-7 % slower at the vision shape (bench/RESULTS.md,
-//! session 22). Each step issues both score
-//! products before it waits for the first, so the second runs under the
-//! probabilities' exponentials. Both start with `dot_new_async`, which
-//! writes its accumulator without reading it: zeroing the second's
-//! registers while the first ran made ptxas wait for the first.
+//! 2026-11-23, “Head dim 72: two-warpgroup forward by TMA…”). Each step
+//! issues both score products before it waits for the first, so the
+//! second runs under the probabilities' exponentials. Both start with
+//! `dot_new_async`, which writes its accumulator without reading it:
+//! zeroing the second's registers while the first ran made ptxas wait for
+//! the first.
 //!
 //! `LATE` is where a step issues the next step's copies: `LATE = 1` after
 //! its first products, so that the tensor cores start while every thread
 //! issues its `cp.async` chunks (D = 128: the backward 7-9 % faster);
 //! `LATE = 0` before them (D = 64 and 80, where copying late was 5-7 %
-//! slower; bench/RESULTS.md, session 21). Issuing them after the wait for
-//! the first score product instead, so that a step need not wait for its
-//! own last product, made ptxas serialize the products (note C7515) and
-//! spill (session 24); not kept.
+//! slower; bench/RESULTS.md, 2026-11-23, “Attention copy order…”). Issuing
+//! them after the wait for the first score product instead, so that a step
+//! need not wait for its own last product, made ptxas serialize the
+//! products (note C7515) and spill (bench/RESULTS.md, 2026-11-23,
+//! “Head dim 72 backward: a memory-bound delta kernel…”); not kept.
 //!
 //! The dK/dV program keeps `STAGES = 2` steps' Q and dO in shared memory:
 //! a step copies the one `STAGES − 1` ahead. Four at D = 80 made the kernel
 //! alone faster at the vision shape (203 µs against 207-211), but the
 //! backward slower (354 µs against 344): dK/dV runs beside dQ, and at
 //! 105 KB a program leaves no room for a dQ program on its SM
-//! (bench/RESULTS.md, session 26).
+//! (bench/RESULTS.md, 2026-11-23, “Head dim 72: four K/V stages…”).
 use rustile::prelude::*;
 
 /// [`super::attention_bwd_kv_kernel`] on `wgmma` (the same arguments): one
@@ -70,7 +72,8 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
     // shared memory, except at D = 128: there the two ran equal within the
     // runs' spread (dK/dV 3.00-3.02 ms staged, 3.05-3.09 read from global
     // memory) and the reads from global memory spill less (180 bytes
-    // stored against 220; bench/RESULTS.md, session 24).
+    // stored against 220; bench/RESULTS.md, 2026-11-23,
+    // “Head dim 72 backward: a memory-bound delta kernel…”).
     const STAGED: bool = D < 128;
     // Steps' Q and dO in shared memory (the module doc says why two).
     const STAGES: usize = 2;
@@ -193,7 +196,8 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
 /// `TMA = 1` copies K and V by TMA, two blocks ahead from the start (D = 64
 /// and 128: the backward 9 % and 5 % faster than with `cp.async`);
 /// `TMA = 0` by every thread's `cp.async` (D = 80, where TMA made the dQ
-/// kernel 117 → 128 µs at the vision shape; bench/RESULTS.md, session 26).
+/// kernel 117 → 128 µs at the vision shape; bench/RESULTS.md, 2026-11-23,
+/// “Head dim 72: four K/V stages…”).
 #[kernel(
     configs = [
         (D = 64, BM = 128, BN = 128, WARPS = 8, OCC = 1, LATE = 0, TMA = 1, SMEM = 98336),

@@ -552,7 +552,8 @@ fn backward_on_gpu<T: Elem>(
         // concurrently: each launch's last wave leaves SMs to the other.
         // dQ is queued first: at the vision shape that was 352 µs against
         // 360 the other way round and 364 one after the other
-        // (bench/RESULTS.md, session 25).
+        // (bench/RESULTS.md, 2026-11-23,
+        // “Head dim 72: dK/dV and dQ on two streams…”).
         let kv = || match program {
             Program::Mma => attention_bwd_kv_kernel::launch(
                 gpu, kv_cfg, q, k, v, d_o, lse, &delta, dk, dv, cu_q, cu_k,

@@ -65,6 +65,8 @@ impl<T: Elem, const R: usize, const D0: usize, const D1: usize, const TH: usize>
     /// past `rows` are zero on the CPU, but on the GPU the copy engine goes on
     /// into the next tokens (zero only past the tensor's end), so the
     /// caller masks or zeroes them.
+    // Only the Hopper kernels (sm_90a and the interpreter) use this and the two below.
+    #[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(dead_code))]
     #[inline(always)]
     fn load_tma(&self, maps: [u64; 2], src: Ptr<T>, [rows, ld, head, d]: [usize; 4], r0: usize, bar: &rustile::tma::Barrier) {
         // The window the map describes (the interpreter copies it): the head's columns, from c0.
@@ -79,12 +81,14 @@ impl<T: Elem, const R: usize, const D0: usize, const D1: usize, const TH: usize>
     }
 
     /// The bytes [`Head::load_tma`] lands: whole boxes, zeros included.
+    #[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(dead_code))]
     #[inline(always)]
     fn bytes(&self) -> usize {
         R * (D0 + if self.tail { D1 } else { 0 }) * 2
     }
 
     /// Zeroes rows `first..R` of both tiles (see `Shared::zero_rows_from`).
+    #[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(dead_code))]
     #[inline(always)]
     fn zero_rows_from(&self, first: usize) {
         self.main.zero_rows_from(first);

@@ -139,7 +139,13 @@ pub(crate) fn block_shape(kernel: &str, configs: &[rustile::KernelConfig], cfg: 
 /// The tensor map (device address) of `batch` matrices of `rows×k` in
 /// `t`, rows `ld` and matrices `stride` elements apart, read in boxes of
 /// `box_rows` rows of 128 bytes by the Hopper kernels' copy engine.
+/// An operand without elements has no map (0; the driver refuses empty
+/// dimensions), and no program reads one: `k = 0` is no k-steps, and no
+/// rows or no matrices launch no programs.
 pub(crate) fn tma_map<T: Elem>(gpu: &Gpu, t: &Tensor<T>, [k, rows, batch]: [usize; 3], [ld, stride]: [usize; 2], box_rows: usize) -> Result<u64> {
+    if k == 0 || rows == 0 || batch == 0 {
+        return Ok(0);
+    }
     let bytes = core::mem::size_of::<T>() as u64;
     gpu.tensor_map(&TileMap {
         base: t.device_ptr(),
@@ -219,7 +225,8 @@ pub fn choose(gpu: &Gpu, p: &Plan) -> Config {
 /// batch, `batch·m`. A single small GEMM's winner trades block size for
 /// parallelism (1024³ takes 64×128 blocks to fill the SMs), which the batch
 /// already has: at 128 × 1024³ the 128×256 blocks take 0.46 ms, the 1024³
-/// winner 1.0 (bench/RESULTS.md, session 18).
+/// winner 1.0 (bench/RESULTS.md, 2026-11-22,
+/// “TriMul on `wgmma`, two programs an SM”).
 pub fn choose_batched(gpu: &Gpu, p: &Plan) -> Config {
     choose_by(gpu, p, p.m * p.batch)
 }

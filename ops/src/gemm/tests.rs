@@ -264,3 +264,32 @@ fn every_kernel_and_layout() -> impl Iterator<Item = (bool, bool, Config)> {
     let wgmma = (0..gemm_wgmma_kernel::CONFIGS.len()).map(|c| (false, true, Config::Wgmma(c)));
     mma.chain(wgmma).chain((0..gemm_tma_kernel::CONFIGS.len()).map(|c| (false, true, Config::Tma(c))))
 }
+
+/// `k = 0`: no k-steps, so C is the epilogue of zeros (`act(bias) +
+/// residual + β·c`), batched, from every kernel and config in each layout it
+/// takes (the `mma.sync` kernels in all four, the Hopper ones in `a·bᵀ`).
+#[test]
+fn an_empty_k_is_the_epilogue_of_zero() {
+    let (m, n, batch) = (37, 45, 2);
+    let (mut rng, seed) = rng();
+    let bias: Vec<bf16> = normal(&mut rng, m, 0.0, 3.0);
+    let residual: Vec<bf16> = normal(&mut rng, batch * m * n, 0.0, 2.0);
+    let old: Vec<bf16> = normal(&mut rng, batch * m * n, 0.0, 2.0);
+    let e = Epi { alpha: 0.5, beta: -0.5, bias: Bias::PerRow, act: Act::GeluTanh, residual: true };
+    let want: Vec<f64> = (0..batch * m * n)
+        .map(|i| reference::epilogue(&e, 0.0, bias[i / n % m].to_f32() as f64, residual[i].to_f32() as f64, old[i].to_f32() as f64))
+        .collect();
+    let mut cases: Vec<(bool, bool, Config)> = Vec::new();
+    for (ta, tb) in [(false, true), (false, false), (true, false), (true, true)] {
+        cases.extend((0..gemm_nt_kernel::CONFIGS.len()).map(|c| (ta, tb, Config::Mma(c))));
+    }
+    cases.extend((0..gemm_wgmma_kernel::CONFIGS.len()).map(|c| (false, true, Config::Wgmma(c))));
+    cases.extend((0..gemm_tma_kernel::CONFIGS.len()).map(|c| (false, true, Config::Tma(c))));
+    for (ta, tb, cfg) in cases {
+        // A stored [0, m] or [m, 0], B [n, 0] or [0, n]: their row strides as `gemm` plans them.
+        let plan = Plan { m, n, k: 0, batch, ld: [if ta { m } else { 0 }, if tb { 0 } else { n }, n], stride: [0, 0, m * n, 0], ta, tb };
+        let mut c = old.clone();
+        launch_plan_cpu(cfg, &plan, &[], &[], &mut c, &bias, &residual, e);
+        assert_close(&c, &want, &format!("gemm ta={ta} tb={tb} {batch}×{m}×{n}×0 {cfg:?} (seed {seed})"));
+    }
+}

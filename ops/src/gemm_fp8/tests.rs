@@ -73,6 +73,12 @@ fn the_epilogue_follows_the_scales() {
         .collect();
     let c = gemm_fp8_cpu(3, &a, &b, [m, n, k], &sa, &sb, &bias, &residual, e);
     assert_close(&c, &want, &format!("gemm_fp8 {e:?} (seed {seed})"));
+    // k = 0 (a multiple of 16): no k-steps, the epilogue of zeros, every config.
+    let want: Vec<f64> = (0..m * n).map(|i| reference::epilogue(&e, 0.0, bias[i % n].to_f32() as f64, residual[i].to_f32() as f64, 0.0)).collect();
+    for cfg in 0..gemm_fp8_kernel::CONFIGS.len() {
+        let c = gemm_fp8_cpu::<F8E4M3, F8E5M2>(cfg, &[], &[], [m, n, 0], &sa, &sb, &bias, &residual, e);
+        assert_close(&c, &want, &format!("gemm_fp8 {m}×{n}×0 {e:?} cfg={cfg} (seed {seed})"));
+    }
 }
 
 /// e4m3 in, e4m3 out: the product through the epilogue, scaled into the

@@ -43,6 +43,9 @@ mod host {
     /// `rows` rows of `cols` values copied into rows of `ld` (the rest zero).
     fn pad_rows<T: Elem>(v: &[T], rows: usize, cols: usize, ld: usize) -> Vec<T> {
         let mut out = vec![T::default(); rows * ld];
+        if cols == 0 {
+            return out; // (no hidden units: nothing to copy, and chunks of 0 do not exist)
+        }
         for (o, i) in out.chunks_mut(ld).zip(v.chunks(cols)) {
             o[..cols].copy_from_slice(i);
         }

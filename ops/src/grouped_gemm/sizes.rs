@@ -9,7 +9,10 @@
 //! numbers in a table the host built (`Ptr<u32>`, [`WORDS`] words a group),
 //! then runs the plain GEMM's main loop on that group's windows: `mma.sync`
 //! anywhere, `wgmma` on Hopper.
-use crate::gemm::{mainloop, mainloop_wgmma, pad, Operand};
+use crate::gemm::{mainloop, Operand};
+// The `wgmma` kernel is built for sm_90a (and the interpreter) only.
+#[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_90a"))]
+use crate::gemm::{mainloop_wgmma, pad};
 use rustile::prelude::*;
 
 /// Words a group takes in the table: `m`, `n`, `k`, its first block, then

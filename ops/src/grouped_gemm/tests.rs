@@ -9,7 +9,8 @@ use rustile::bf16;
 
 #[test]
 fn heads_mlp_matches_float64() {
-    for dims in [[37, 64, 10, 91, 3], [5, 24, 1, 13, 1], [70, 40, 3, 1365, 2]] {
+    // The last two: heads without hidden units (y is b2) and without inputs (the first layer is act(b1)).
+    for dims in [[37, 64, 10, 91, 3], [5, 24, 1, 13, 1], [70, 40, 3, 1365, 2], [7, 16, 3, 0, 5], [9, 0, 2, 20, 3]] {
         let (mut rng, seed) = rng();
         let [x, w1, b1, w2, b2] = heads_inputs::<bf16>(&mut rng, dims);
         let round = |v: f64| bf16::from_f32(v as f32).to_f32() as f64;

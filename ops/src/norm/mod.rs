@@ -215,6 +215,15 @@ mod host {
         Ok(())
     }
 
+    /// A row to normalize has at least one element: an empty one has no
+    /// mean (0/0). No rows at all is fine (nothing to compute).
+    pub(super) fn check_cols(op: &str, rows: usize, cols: usize) -> Result<()> {
+        if rows > 0 && cols == 0 {
+            return Err(Error::Shape(format!("{op}: x is [{rows}, 0]; rows of 0 elements have no statistics (cols must be at least 1)")));
+        }
+        Ok(())
+    }
+
     /// LayerNorm over the last dimension of the 2-D `x`: writes `y` `[rows, cols]`,
     /// `mean` and `rstd` `[rows]` (f32). `w` and `b` are `[cols]`.
     #[allow(clippy::too_many_arguments)]
@@ -231,6 +240,7 @@ mod host {
         expect_shape("mean", mean, &[rows])?;
         expect_shape("rstd", rstd, &[rows])?;
         check_eps(eps)?;
+        check_cols("layer_norm", rows, cols)?;
         let cfg = layer_norm_config::<T>(cols);
         layer_norm_kernel::launch(gpu, cfg, x, w, b.unwrap_or(w), y, mean, rstd, rows, cols, eps, b.is_some() as u32)
     }
@@ -242,6 +252,7 @@ mod host {
         expect_shape("y", y, &[rows, cols])?;
         expect_shape("rstd", rstd, &[rows])?;
         check_eps(eps)?;
+        check_cols("rms_norm", rows, cols)?;
         rms_norm_kernel::launch(gpu, rms_norm_config::<T>(cols), x, w, y, rstd, rows, cols, eps)
     }
 
@@ -249,6 +260,7 @@ mod host {
     pub fn layer_norm_cpu<T: Elem>(x: &[T], rows: usize, cols: usize, w: &[T], b: Option<&[T]>, eps: f32) -> (Vec<T>, NormStats) {
         assert_eq!(x.len(), rows * cols, "layer_norm: x holds {} elements, not {rows}×{cols}", x.len());
         assert_eq!(w.len(), cols, "layer_norm: w must have {cols} elements");
+        check_cols("layer_norm", rows, cols).unwrap_or_else(|e| panic!("{e}"));
         let mut y = vec![T::default(); x.len()];
         let (mut mean, mut rstd) = (vec![0.0; rows], vec![0.0; rows]);
         let bias = b.unwrap_or(w);
@@ -261,6 +273,7 @@ mod host {
     pub fn rms_norm_cpu<T: Elem>(x: &[T], rows: usize, cols: usize, w: &[T], eps: f32) -> (Vec<T>, NormStats) {
         assert_eq!(x.len(), rows * cols, "rms_norm: x holds {} elements, not {rows}×{cols}", x.len());
         assert_eq!(w.len(), cols, "rms_norm: w must have {cols} elements");
+        check_cols("rms_norm", rows, cols).unwrap_or_else(|e| panic!("{e}"));
         let mut y = vec![T::default(); x.len()];
         let mut rstd = vec![0.0; rows];
         rms_norm_kernel::cpu(rms_norm_config::<T>(cols), x, w, &mut y, &mut rstd, rows, cols, eps);

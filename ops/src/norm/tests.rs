@@ -97,3 +97,17 @@ fn host_wrappers_save_statistics() {
     let (_, stats) = rms_norm_cpu(&x, rows, cols, &w, 1e-6);
     assert!(stats.mean.is_empty() && stats.rstd.len() == rows);
 }
+
+/// No rows is nothing to do; a row of no elements has no statistics, and is refused.
+#[test]
+fn empty_inputs() {
+    let (y, stats) = layer_norm_cpu::<f32>(&[], 0, 7, &[1.0; 7], None, 1e-5);
+    assert!(y.is_empty() && stats.mean.is_empty() && stats.rstd.is_empty());
+    let (y, stats) = rms_norm_cpu::<bf16>(&[], 0, 3001, &vec![bf16::ONE; 3001], 1e-6);
+    assert!(y.is_empty() && stats.rstd.is_empty());
+    assert!(host::check_cols("layer_norm", 0, 0).is_ok());
+    for op in ["layer_norm", "rms_norm"] {
+        let err = host::check_cols(op, 3, 0).unwrap_err().to_string();
+        assert!(err.contains(op) && err.contains("cols must be at least 1"), "{err}");
+    }
+}

@@ -53,3 +53,9 @@ fn rows_sum_to_one() {
         assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5);
     }
 }
+
+#[test]
+fn empty_inputs_are_empty_outputs() {
+    assert!(softmax_cpu::<f32>(&[], 0, 7).is_empty());
+    assert!(softmax_cpu::<bf16>(&[], 4, 0).is_empty());
+}

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Here, where Rust is: packs what bench/device_run.sh runs on the GPU machine
+# (which has no Rust) into .device/: the release bench and tuner and the GPU
+# test binaries (host/tests/gpu.rs, tests/gpu_ops.rs, tests/gpu_fuzz.rs) as
+# .device/bins.tgz, the commit (plus "+dirty" for uncommitted changes) in
+# .device/COMMIT. Build the kernels first: `cargo xtask build --arch sm90a`
+# (the binaries embed the cubins in target/cubins). Then carry .device:
+#   device run: carry [".device"], command: bash bench/device_run.sh ...
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# Only the archive travels (the carry limit is 64 MiB; the cubins in the binaries compress well).
+rm -rf .device/pack && mkdir -p .device/pack
+cargo build --release -p rustile-bench --bins
+cp target/release/rustile-bench target/release/rustile-tune .device/pack/
+cargo test --release --no-run -p rustile-host -p rustile-tests --test gpu --test gpu_ops --test gpu_fuzz --message-format=json \
+    | python3 -c '
+import json, shutil, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+        exe = m["executable"]
+        shutil.copy(exe, ".device/pack/" + exe.rsplit("/", 1)[1])
+        print("packed", exe.rsplit("/", 1)[1])
+'
+echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo +dirty)" > .device/COMMIT
+tar -C .device/pack -czf .device/bins.tgz . && rm -rf .device/pack
+ls -la .device/bins.tgz; cat .device/COMMIT
