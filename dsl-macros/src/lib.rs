@@ -402,7 +402,7 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
         let runs = instances.iter().map(|(dt, _)| {
             let body_ident = body_name(dt);
             if dt.is_empty() {
-                return quote!(return ::rustile::__private::run_grid(g, #smem_lit, || #m::#body_ident(#(#all_idents),*)););
+                return quote!(return ::rustile::__private::run_grid(__grid, #smem_lit, || #m::#body_ident(#(#all_idents),*)););
             }
             let paths: Vec<TokenStream2> = dt.iter().map(dtype_path).collect();
             // The caller's types are this entry's: reinterpret the arguments as them.
@@ -416,7 +416,7 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
             quote! {
                 if true #(&& ::core::any::TypeId::of::<#tparams>() == ::core::any::TypeId::of::<#paths>())* {
                     #(#casts)*
-                    return ::rustile::__private::run_grid(g, #smem_lit, || #m::#body_ident(#(#all_idents),*));
+                    return ::rustile::__private::run_grid(__grid, #smem_lit, || #m::#body_ident(#(#all_idents),*));
                 }
             }
         });
@@ -468,13 +468,13 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
         quote!(&[#(#names),*])
     });
     let dtype_pick = if tparams.is_empty() {
-        quote!(let which = 0usize;)
+        quote!(let __entry = 0usize;)
     } else {
         quote! {
-            let names: &[&str] = &[#(<#tparams as ::rustile::Elem>::NAME),*];
-            let Some(which) = ENTRY_TYPES.iter().position(|t| *t == names) else {
+            let __names: &[&str] = &[#(<#tparams as ::rustile::Elem>::NAME),*];
+            let Some(__entry) = ENTRY_TYPES.iter().position(|t| *t == __names) else {
                 return Err(::rustile_host::Error::DType(format!(
-                    "kernel `{}` has no entry for {} (built for: {})", #name_str, names.join(" → "), DTYPES.join(", "))));
+                    "kernel `{}` has no entry for {} (built for: {})", #name_str, __names.join(" → "), DTYPES.join(", "))));
             };
         }
     };
@@ -534,20 +534,20 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
             #[cfg(not(target_arch = "nvptx64"))]
             #[allow(clippy::too_many_arguments)]
             pub fn launch #generics (gpu: &::rustile_host::Gpu, cfg: usize, #(#launch_args),*) -> ::rustile_host::Result<()> #where_clause {
-                let Some(config) = CONFIGS.get(cfg) else {
+                let Some(__config) = CONFIGS.get(cfg) else {
                     return Err(::rustile_host::Error::Launch { kernel: #name_str.into(), msg: format!("config {} does not exist (there are {})", cfg, CONFIGS.len()) });
                 };
                 #dtype_pick
                 #arch_check
-                let g = grid(cfg, #(#scalar_idents),*);
-                if g.contains(&0) {
+                let __grid = grid(cfg, #(#scalar_idents),*);
+                if __grid.contains(&0) {
                     return Ok(()); // nothing to do: an empty tensor
                 }
-                let limits = [u32::MAX as usize / 2, 65535, 65535];
-                if g.iter().zip(limits).any(|(n, max)| *n > max) {
-                    return Err(::rustile_host::Error::Launch { kernel: #name_str.into(), msg: format!("grid {:?} exceeds the GPU's limits", g) });
+                let __limits = [u32::MAX as usize / 2, 65535, 65535];
+                if __grid.iter().zip(__limits).any(|(n, max)| *n > max) {
+                    return Err(::rustile_host::Error::Launch { kernel: #name_str.into(), msg: format!("grid {:?} exceeds the GPU's limits", __grid) });
                 }
-                gpu.launch(&#cubins, ENTRIES[cfg][which], [g[0] as u32, g[1] as u32, g[2] as u32], [config.threads, 1, 1], config.smem_bytes,
+                gpu.launch(&#cubins, ENTRIES[cfg][__entry], [__grid[0] as u32, __grid[1] as u32, __grid[2] as u32], [__config.threads, 1, 1], __config.smem_bytes,
                     &[#(#params_pack),*])
             }
 
@@ -555,7 +555,7 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
             #[cfg(not(target_arch = "nvptx64"))]
             #[allow(clippy::too_many_arguments)]
             pub fn cpu #generics (cfg: usize, #(#cpu_args),*) #where_clause {
-                let g = grid(cfg, #(#scalar_idents),*);
+                let __grid = grid(cfg, #(#scalar_idents),*);
                 #(#cpu_wrap)*
                 match cfg { #(#cpu_arms)* _ => panic!("{}: no config {}", #name_str, cfg) }
                 #[allow(unreachable_code)]

@@ -128,6 +128,20 @@ pub fn silu(x: f32) -> f32 {
     x * sigmoid(x)
 }
 
+/// The SiLU's derivative: `σ(x)·(1 + x·(1 − σ(x)))`.
+#[inline(always)]
+pub fn silu_grad(x: f32) -> f32 {
+    let s = sigmoid(x);
+    s * (1.0 + x * (1.0 - s))
+}
+
+/// `silu_grad` with `rcp.approx` for its division (see [`silu_fast`]).
+#[inline(always)]
+pub fn silu_grad_fast(x: f32) -> f32 {
+    let s = recip(1.0 + exp(-x));
+    s * (1.0 + x * (1.0 - s))
+}
+
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
 
 /// GELU with the tanh approximation (as `F.gelu(x, approximate="tanh")`).

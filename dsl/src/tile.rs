@@ -395,6 +395,23 @@ where
         Row { v }
     }
 
+    /// Writes elements `start .. start+C` that are below `n` (the first row
+    /// group of threads writes, a chunk at a time): a column reduction's result.
+    #[inline(always)]
+    pub fn store(self, dst: PtrMut<T>, start: usize, n: usize) {
+        if !be::owns_col::<C, TH>() {
+            return;
+        }
+        for j in 0..held_cols(C, TH) / V {
+            let col = start + be::tile_col::<C, TH>(j * V);
+            let valid = if col >= n { 0 } else { n - col };
+            dst.0.check("Row::store", col, 1, valid.min(V), true);
+            let mut chunk = [T::from_f32(0.0); V];
+            chunk.copy_from_slice(&self.v[j * V..j * V + V]);
+            unsafe { be::write_chunk(dst.0.at(col), 1, valid, chunk) };
+        }
+    }
+
     /// Converts every element (through f32).
     #[inline(always)]
     pub fn cast<U: Elem>(self) -> Row<U, R, C, TH> {

@@ -50,13 +50,16 @@ macro_rules! row_kernel {
     };
 }
 
+pub mod adamw;
 pub mod attention;
 pub mod dual_gemm;
 pub mod gemm;
 pub mod gemm_fp8;
+pub mod gmm_loss;
 pub mod grouped_gemm;
 pub mod mlp;
 pub mod norm;
+pub mod reduce;
 pub mod softmax;
 pub mod trimul;
 pub mod vector;

@@ -44,6 +44,29 @@ pub fn rms_norm(x: &[f64], cols: usize, w: &[f64], eps: f64) -> (Vec<f64>, Vec<f
     (y, rstds)
 }
 
+/// The backward of LayerNorm (`rms = false`) or RMSNorm from the input `x`
+/// and the output gradient `dy`, the statistics recomputed in float64:
+/// `(dx, dw, db)`.
+pub fn norm_backward(dy: &[f64], x: &[f64], cols: usize, w: &[f64], eps: f64, rms: bool) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (mut dx, mut dw, mut db) = (Vec::with_capacity(x.len()), vec![0.0; cols], vec![0.0; cols]);
+    for (row, dyr) in x.chunks(cols).zip(dy.chunks(cols)) {
+        let n = cols as f64;
+        let mean = if rms { 0.0 } else { row.iter().sum::<f64>() / n };
+        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
+        let rstd = 1.0 / (var + eps).sqrt();
+        let xh: Vec<f64> = row.iter().map(|v| (v - mean) * rstd).collect();
+        let g: Vec<f64> = (0..cols).map(|c| dyr[c] * w[c]).collect();
+        let mg = if rms { 0.0 } else { g.iter().sum::<f64>() / n };
+        let mgx = (0..cols).map(|c| g[c] * xh[c]).sum::<f64>() / n;
+        dx.extend((0..cols).map(|c| rstd * (g[c] - mg - xh[c] * mgx)));
+        for c in 0..cols {
+            dw[c] += dyr[c] * xh[c];
+            db[c] += dyr[c];
+        }
+    }
+    (dx, dw, db)
+}
+
 /// `a·bᵀ` for `a` `[m, k]` and `b` `[n, k]`, row-major.
 pub fn matmul_nt(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
     let mut c = vec![0.0; m * n];
@@ -59,12 +82,17 @@ pub fn matmul_nt(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Vec<f64>
 pub fn epilogue(e: &crate::gemm::Epi, x: f64, bias: f64, residual: f64, old: f64) -> f64 {
     use crate::gemm::Act;
     let y = e.alpha as f64 * x + bias;
+    if e.act == Act::SiluGrad {
+        let s = 1.0 / (1.0 + (-residual).exp());
+        return y * s * (1.0 + residual * (1.0 - s)) + e.beta as f64 * old;
+    }
     let y = match e.act {
         Act::None => y,
         Act::Relu => y.max(0.0),
         Act::Relu2 => y.max(0.0).powi(2),
         Act::Silu => y / (1.0 + (-y).exp()),
         Act::GeluTanh => 0.5 * y * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (y + 0.044715 * y.powi(3))).tanh()),
+        Act::SiluGrad => unreachable!(),
     };
     y + residual + e.beta as f64 * old
 }

@@ -33,6 +33,10 @@ pub fn owns_row<const C: usize, const TH: usize>() -> bool {
     true
 }
 #[inline(always)]
+pub fn owns_col<const C: usize, const TH: usize>() -> bool {
+    true
+}
+#[inline(always)]
 pub fn row_allreduce<const C: usize, const TH: usize, const N: usize, const K: usize>(_: &mut [[f32; N]; K], _: impl Fn(f32, f32) -> f32) {}
 #[inline(always)]
 pub fn col_allreduce<const C: usize, const TH: usize, const N: usize>(_: &mut [f32; N], _: impl Fn(f32, f32) -> f32) {}

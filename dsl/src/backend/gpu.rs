@@ -48,6 +48,13 @@ pub fn owns_row<const C: usize, const TH: usize>() -> bool {
     group_lane::<C, TH>().1 == 0
 }
 
+/// Whether this thread is one that writes a per-column value (its row
+/// group is the first: after a column reduction every group holds the sums).
+#[inline(always)]
+pub fn owns_col<const C: usize, const TH: usize>() -> bool {
+    group_lane::<C, TH>().0 == 0
+}
+
 /// Combines each row's partials over the `TC` threads that share the row:
 /// `K` sets of `N` partials in one round (one pair of barriers for all).
 #[inline(always)]

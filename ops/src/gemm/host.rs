@@ -308,6 +308,13 @@ impl<'a, T: Elem> Epilogue<'a, T> {
     pub fn residual(self, residual: &'a Tensor<T>) -> Self {
         Epilogue { residual: Some(residual), ..self }
     }
+    /// The SiLU's backward: multiplies by `silu'(pre)` (`pre` `[m, n]`, the
+    /// activation's saved input) instead of adding a residual, so
+    /// `gemm(&gpu, &dy, &w2, &mut dh, &Epilogue::new().silu_grad(&pre))` is
+    /// `dh = (dy·w2) ⊙ silu'(pre)` in one kernel.
+    pub fn silu_grad(self, pre: &'a Tensor<T>) -> Self {
+        Epilogue { act: Act::SiluGrad, residual: Some(pre), ..self }
+    }
     /// Scales the product by `alpha` (before the bias).
     pub fn scale(self, alpha: f32) -> Self {
         Epilogue { alpha, ..self }
@@ -485,6 +492,9 @@ pub fn launch_plan_cast<T: Elem, C: Elem>(
     check_dtype::<T>("gemm")?;
     check_out::<T, C>()?;
     let e = epi.epi();
+    if e.act == Act::SiluGrad && !e.residual {
+        return Err(Error::Invalid("gemm: Act::SiluGrad multiplies by silu'(pre) of a saved pre-activation; give it with Epilogue::silu_grad(&pre)".into()));
+    }
     // Unused operands are placeholders the kernel never reads.
     let bias = epi.bias.map_or(a, |(_, t)| t);
     let residual = epi.residual.unwrap_or(a);

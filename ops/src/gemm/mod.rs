@@ -250,6 +250,11 @@ pub enum Act {
     Silu = 3,
     /// GELU with the tanh approximation.
     GeluTanh = 4,
+    /// The SiLU's backward: `y·silu'(r)`, where `r` is the residual operand
+    /// (the saved pre-activation), which is then a factor, not added. Fused
+    /// into the GEMM that produces the activation's gradient, so that
+    /// gradient is never written before it is scaled.
+    SiluGrad = 5,
 }
 
 /// Where a fused bias broadcasts (its discriminant is its code in `Epi::flags`).
@@ -296,6 +301,7 @@ impl Epi {
             2 => Act::Relu2,
             3 => Act::Silu,
             4 => Act::GeluTanh,
+            5 => Act::SiluGrad,
             _ => Act::None,
         };
         Epi { alpha, beta, bias, act, residual: flags & 32 != 0 }
@@ -305,7 +311,11 @@ impl Epi {
     /// values at its position (zero where unused).
     #[inline(always)]
     pub fn apply(&self, x: f32, bias: f32, residual: f32, old: f32) -> f32 {
-        self.act.apply(self.alpha * x + bias) + residual + self.beta * old
+        let y = self.alpha * x + bias;
+        if self.act == Act::SiluGrad {
+            return y * math::silu_grad(residual) + self.beta * old;
+        }
+        self.act.apply(y) + residual + self.beta * old
     }
 
     /// [`Epi::apply`] to a chunk of 8 values: the activation is chosen once
@@ -326,6 +336,15 @@ impl Epi {
             Act::Relu2 => y.map(|v| Act::Relu2.apply_fast(v)),
             Act::Silu => y.map(|v| Act::Silu.apply_fast(v)),
             Act::GeluTanh => y.map(|v| Act::GeluTanh.apply_fast(v)),
+            Act::SiluGrad => {
+                for i in 0..8 {
+                    y[i] *= math::silu_grad_fast(residual[i]);
+                }
+                for i in 0..8 {
+                    y[i] += self.beta * old[i];
+                }
+                return y;
+            }
         };
         for i in 0..8 {
             y[i] += residual[i] + self.beta * old[i];
@@ -346,6 +365,8 @@ impl Act {
             }
             Act::Silu => math::silu(y),
             Act::GeluTanh => math::gelu_tanh(y),
+            // Its factor comes from the residual operand (`Epi::apply`).
+            Act::SiluGrad => y,
         }
     }
 

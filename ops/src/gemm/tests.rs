@@ -73,7 +73,7 @@ fn every_fused_epilogue_matches_float64() {
     let bias_m: Vec<bf16> = normal(&mut rng, m, 0.0, 3.0);
     let residual: Vec<bf16> = normal(&mut rng, m * n, 0.0, 2.0);
     let old: Vec<bf16> = normal(&mut rng, m * n, 0.0, 2.0);
-    let acts = [Act::None, Act::Relu, Act::Relu2, Act::Silu, Act::GeluTanh];
+    let acts = [Act::None, Act::Relu, Act::Relu2, Act::Silu, Act::GeluTanh, Act::SiluGrad];
     for (i, act) in acts.into_iter().enumerate() {
         for bias in [Bias::None, Bias::PerColumn, Bias::PerRow] {
             let e = Epi { alpha: 0.25 + i as f32 * 0.5, beta: if i % 2 == 0 { 0.0 } else { -0.5 }, bias, act, residual: i % 3 != 1 };
@@ -105,7 +105,7 @@ fn every_fused_epilogue_matches_float64() {
 
 #[test]
 fn epilogue_flags_round_trip() {
-    for act in [Act::None, Act::Relu, Act::Relu2, Act::Silu, Act::GeluTanh] {
+    for act in [Act::None, Act::Relu, Act::Relu2, Act::Silu, Act::GeluTanh, Act::SiluGrad] {
         for bias in [Bias::None, Bias::PerColumn, Bias::PerRow] {
             for residual in [false, true] {
                 let e = Epi { alpha: 2.0, beta: 0.5, bias, act, residual };

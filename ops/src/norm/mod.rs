@@ -283,5 +283,8 @@ mod host {
 #[cfg(not(target_arch = "nvptx64"))]
 pub use host::*;
 
+mod backward;
+pub use backward::*;
+
 #[cfg(test)]
 mod tests;

@@ -111,3 +111,61 @@ fn empty_inputs() {
         assert!(err.contains(op) && err.contains("cols must be at least 1"), "{err}");
     }
 }
+
+// ---- backward ----------------------------------------------------------------------------
+
+/// The backward at `rows × cols` against float64, with statistics from the
+/// forward kernel (as a training step has them), with and without the
+/// residual gradient, for `sms` GPU SMs (which sets the programs).
+fn check_backward<T: Elem>(rows: usize, cols: usize, rms: bool, sms: usize) {
+    let (mut rng, seed) = rng();
+    let x: Vec<T> = normal(&mut rng, rows * cols, 0.5, 2.0);
+    let w: Vec<T> = normal(&mut rng, cols, 1.0, 0.5);
+    let dy: Vec<T> = normal(&mut rng, rows * cols, 0.0, 1.0);
+    let dres: Vec<T> = normal(&mut rng, rows * cols, 0.0, 1.0);
+    let eps = 1e-5;
+    let stats = if rms { rms_norm_cpu(&x, rows, cols, &w, eps).1 } else { layer_norm_cpu(&x, rows, cols, &w, None, eps).1 };
+    let (want_dx, want_dw, want_db) = reference::norm_backward(&wide(&dy), &wide(&x), cols, &wide(&w), eps as f64, rms);
+    for add in [false, true] {
+        let ctx = format!("norm_backward<{}> {rows}×{cols} rms={rms} add={add} sms={sms} (seed {seed})", T::NAME);
+        let (dx, dw, db) = norm_backward_cpu(&dy, &x, &w, &stats.mean, &stats.rstd, if add { &dres } else { &[] }, [rows, cols], sms);
+        let want: Vec<f64> = if add { want_dx.iter().zip(wide(&dres)).map(|(a, b)| a + b).collect() } else { want_dx.clone() };
+        // dx subtracts two means from g: a few roundings of T in each term.
+        let tol = 4.0 * tolerance::<T>();
+        let err = rel_err(&dx, &want);
+        assert!(err <= tol, "{ctx}: dx rel err {err:.2e} > {tol:.1e}");
+        // The weight gradients are f32 sums of products of T inputs.
+        assert!(rel_err(&dw, &want_dw) < 1e-4, "{ctx}: dw rel err {:.2e}", rel_err(&dw, &want_dw));
+        if !rms {
+            assert!(rel_err(&db, &want_db) < 1e-4, "{ctx}: db rel err {:.2e}", rel_err(&db, &want_db));
+        }
+    }
+}
+
+#[test]
+fn norm_backward_matches_float64() {
+    // Short rows (several programs per block stride, odd counts), a row
+    // exactly one tile, and rows longer than the widest tile (two passes).
+    for (rows, cols, sms) in [(1, 7, 1), (37, 33, 2), (50, 512, 3), (9, 1000, 2), (5, 4096, 1), (3, 9001, 2)] {
+        for rms in [false, true] {
+            check_backward::<f32>(rows, cols, rms, sms);
+            check_backward::<bf16>(rows, cols, rms, sms);
+        }
+    }
+    check_backward::<f16>(17, 200, false, 1);
+}
+
+/// The partial sums are added in a fixed order: the same inputs give the same bits.
+#[test]
+fn norm_backward_is_deterministic() {
+    let (mut rng, _) = rng();
+    let (rows, cols) = (300, 96);
+    let x: Vec<bf16> = normal(&mut rng, rows * cols, 0.0, 1.0);
+    let dy: Vec<bf16> = normal(&mut rng, rows * cols, 0.0, 1.0);
+    let w: Vec<bf16> = normal(&mut rng, cols, 1.0, 0.5);
+    let (_, s) = layer_norm_cpu(&x, rows, cols, &w, None, 1e-5);
+    let run = || norm_backward_cpu(&dy, &x, &w, &s.mean, &s.rstd, &[], [rows, cols], 4);
+    let (a, b) = (run(), run());
+    assert!(a.1.iter().zip(&b.1).all(|(p, q)| p.to_bits() == q.to_bits()));
+    assert!(a.2.iter().zip(&b.2).all(|(p, q)| p.to_bits() == q.to_bits()));
+}
