@@ -21,7 +21,8 @@ impl Blas {
         if !unsafe { sys::is_culib_present() } {
             return Err("libcublas was not found (put its folder, e.g. /usr/local/cuda/lib64, on LD_LIBRARY_PATH)".into());
         }
-        CudaBlas::new(gpu.cuda_stream().clone()).map(Blas).map_err(|e| format!("cublasCreate failed: {e:?}"))
+        let stream = gpu.cuda_stream().map_err(|e| e.to_string())?.clone();
+        CudaBlas::new(stream).map(Blas).map_err(|e| format!("cublasCreate failed: {e:?}"))
     }
 
     /// `c = a·bᵀ` with `a` `[m, k]`, `b` `[n, k]`, `c` `[m, n]` row-major
@@ -124,7 +125,7 @@ impl BlasLt {
         if !unsafe { ltsys::is_culib_present() } {
             return Err("libcublasLt was not found (put its folder, e.g. /usr/local/cuda/lib64, on LD_LIBRARY_PATH)".into());
         }
-        let stream = gpu.cuda_stream().clone();
+        let stream = gpu.cuda_stream().map_err(|e| e.to_string())?.clone();
         stream.context().bind_to_thread().map_err(|e| format!("making the context current: {e:?}"))?;
         let workspace = gpu.alloc::<f32>(&[LT_WORKSPACE_BYTES / 4]).map_err(|e| format!("the cuBLASLt workspace: {e}"))?;
         let handle = lt::create_handle().map_err(|e| format!("cublasLtCreate failed: {:?}", e.0))?;
@@ -257,7 +258,7 @@ impl BlasLt {
     /// Refuses another `Gpu` than ours (the workspace lives on our stream)
     /// and makes our context current for the calls that follow.
     fn enter(&self, gpu: &Gpu) -> Result<()> {
-        if !Arc::ptr_eq(gpu.cuda_stream(), &self.stream) {
+        if !Arc::ptr_eq(gpu.cuda_stream()?, &self.stream) {
             return Err(Error::Invalid("this BlasLt was made for another Gpu (its workspace lives on that one's stream)".into()));
         }
         self.stream.context().bind_to_thread().map_err(|e| Error::Cuda(format!("making the context current: {e:?}")))

@@ -430,6 +430,7 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
     let mut params_pack = Vec::new();
     let mut cpu_args = Vec::new();
     let mut cpu_wrap = Vec::new();
+    let mut interp_wrap = Vec::new();
     for (id, _, kind) in &params {
         match kind {
             ArgKind::Tensor { mutable: true, elem } => {
@@ -437,12 +438,14 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
                 params_pack.push(quote!(::rustile_host::Param::Ptr(#id.device_ptr())));
                 cpu_args.push(quote!(#id: &mut [#elem]));
                 cpu_wrap.push(quote!(let #id = ::rustile::PtrMut::from_slice(#id);));
+                interp_wrap.push(quote!(let #id = unsafe { ::rustile::PtrMut::<#elem>::from_raw(#id.device_ptr() as *mut #elem, #id.numel()) };));
             }
             ArgKind::Tensor { mutable: false, elem } => {
                 launch_args.push(quote!(#id: &::rustile_host::Tensor<#elem>));
                 params_pack.push(quote!(::rustile_host::Param::Ptr(#id.device_ptr())));
                 cpu_args.push(quote!(#id: &[#elem]));
                 cpu_wrap.push(quote!(let #id = ::rustile::Ptr::from_slice(#id);));
+                interp_wrap.push(quote!(let #id = unsafe { ::rustile::Ptr::<#elem>::from_raw(#id.device_ptr() as *const #elem, #id.numel()) };));
             }
             ArgKind::Scalar(variant) => {
                 let ty = &params.iter().find(|p| &p.0 == id).unwrap().1;
@@ -538,6 +541,20 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
                     return Err(::rustile_host::Error::Launch { kernel: #name_str.into(), msg: format!("config {} does not exist (there are {})", cfg, CONFIGS.len()) });
                 };
                 #dtype_pick
+                if gpu.is_interpreter() {
+                    // The CPU entry, on the tensors' host memory.
+                    let __grid = grid(cfg, #(#scalar_idents),*);
+                    if __grid.contains(&0) {
+                        return Ok(());
+                    }
+                    #(#interp_wrap)*
+                    (|| {
+                        match cfg { #(#cpu_arms)* _ => {} }
+                        #[allow(unreachable_code)]
+                        { panic!("{}: no entry for this element type (built for: {})", #name_str, DTYPES.join(", ")) }
+                    })();
+                    return Ok(());
+                }
                 #arch_check
                 let __grid = grid(cfg, #(#scalar_idents),*);
                 if __grid.contains(&0) {

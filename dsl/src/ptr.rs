@@ -71,6 +71,24 @@ impl<T> PtrMut<T> {
     pub fn from_slice(s: &mut [T]) -> Self {
         PtrMut(Raw { p: s.as_mut_ptr(), len: s.len(), writable: true })
     }
+    /// The interpreter's view of `len` elements at `p` (a tensor of
+    /// `Gpu::interpreter`, used by generated launchers).
+    ///
+    /// # Safety
+    /// `p` holds `len` elements for as long as the kernel runs.
+    pub unsafe fn from_raw(p: *mut T, len: usize) -> Self {
+        PtrMut(Raw { p: if len == 0 { core::ptr::NonNull::dangling().as_ptr() } else { p }, len, writable: true })
+    }
+}
+#[cfg(not(target_arch = "nvptx64"))]
+impl<T> Ptr<T> {
+    /// [`PtrMut::from_raw`], read-only.
+    ///
+    /// # Safety
+    /// `p` holds `len` elements for as long as the kernel runs.
+    pub unsafe fn from_raw(p: *const T, len: usize) -> Self {
+        Ptr(Raw { p: if len == 0 { core::ptr::NonNull::dangling().as_ptr() } else { p as *mut T }, len, writable: false })
+    }
 }
 
 impl<T> Ptr<T> {

@@ -24,17 +24,27 @@ use crate::{Elem, Error, Result};
 /// Above this much dynamic shared memory a kernel must opt in per function.
 const DEFAULT_SMEM: u32 = 48 * 1024;
 
+/// A GPU, or the CPU interpreter standing in for one
+/// ([`Gpu::interpreter`]): the same tensors, launches and errors, with
+/// every kernel run by its CPU entry, so code written against `Gpu` (a
+/// model, a training step) runs and is tested on a machine without one.
 pub struct Gpu {
-    /// Holds the (primary) context alive too.
-    stream: Arc<CudaStream>,
-    /// The second stream of [`Gpu::concurrently`], made on first use.
-    side: OnceLock<Arc<CudaStream>>,
     name: String,
     cc: (u32, u32),
     sms: u32,
     l2: usize,
     mem_total: usize,
     smem_optin: u32,
+    /// `None`: the CPU interpreter.
+    pub(crate) cuda: Option<Cuda>,
+}
+
+/// What a real device holds.
+pub(crate) struct Cuda {
+    /// Holds the (primary) context alive too.
+    stream: Arc<CudaStream>,
+    /// The second stream of [`Gpu::concurrently`], made on first use.
+    side: OnceLock<Arc<CudaStream>>,
     /// Stream-ordered allocation (cuMemAllocAsync) avoids the implicit device
     /// sync of cuMemFree, so freeing a temporary does not stall timed work.
     stream_alloc: bool,
@@ -43,6 +53,9 @@ pub struct Gpu {
     /// TMA tensor maps in device memory, by what they describe, the least
     /// recently used dropped past [`crate::tma::MAPS_KEPT`] (`tma.rs`).
     pub(crate) tensor_maps: Mutex<lru::LruCache<crate::TileMap, Tensor<f32>>>,
+    /// Inside [`Gpu::capture`]: launches skip their error query, which
+    /// would end the capture.
+    capturing: std::sync::atomic::AtomicBool,
 }
 
 struct Module {
@@ -183,12 +196,35 @@ impl Gpu {
             l2: attr(Attr::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as usize,
             smem_optin: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u32,
             mem_total: ctx.total_mem().map_err(cuda("reading the memory size"))?,
-            stream_alloc: ctx.has_async_alloc(),
-            stream: ctx.new_stream().map_err(cuda("creating a stream"))?,
-            side: OnceLock::new(),
-            modules: Mutex::new(HashMap::new()),
-            tensor_maps: Mutex::new(lru::LruCache::new(crate::tma::MAPS_KEPT)),
+            cuda: Some(Cuda {
+                stream_alloc: ctx.has_async_alloc(),
+                stream: ctx.new_stream().map_err(cuda("creating a stream"))?,
+                side: OnceLock::new(),
+                modules: Mutex::new(HashMap::new()),
+                tensor_maps: Mutex::new(lru::LruCache::new(crate::tma::MAPS_KEPT)),
+                capturing: false.into(),
+            }),
         })
+    }
+
+    /// The CPU interpreter as a device: tensors in host memory, each launch
+    /// run by the kernel's CPU entry (every program, on a rayon pool, each
+    /// access bounds-checked), in call order. It reports compute capability
+    /// (0, 0), so ops take their portable kernels; Hopper-only kernels run
+    /// when launched by name. A stand-in for tests and small runs, slow.
+    pub fn interpreter() -> Gpu {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+        Gpu { name: "CPU interpreter".into(), cc: (0, 0), sms: threads, l2: 0, mem_total: 0, smem_optin: 227 * 1024, cuda: None }
+    }
+
+    /// Whether this is [`Gpu::interpreter`].
+    pub fn is_interpreter(&self) -> bool {
+        self.cuda.is_none()
+    }
+
+    /// The device's state, or an error naming what needs a GPU.
+    pub(crate) fn dev(&self, what: &str) -> Result<&Cuda> {
+        self.cuda.as_ref().ok_or_else(|| Error::Invalid(format!("{what} needs a GPU; this is the CPU interpreter")))
     }
 
     pub fn name(&self) -> &str {
@@ -212,7 +248,11 @@ impl Gpu {
         self.mem_total
     }
     /// (free, total) device memory in bytes, right now.
+    /// (0, 0) on the interpreter.
     pub fn mem_info(&self) -> Result<(usize, usize)> {
+        if self.is_interpreter() {
+            return Ok((0, 0));
+        }
         self.bind()?;
         result::mem_get_info().map_err(cuda("reading free memory"))
     }
@@ -220,15 +260,20 @@ impl Gpu {
     /// The driver wants the context current on the calling thread; a Gpu may
     /// be shared between threads, so every entry point makes sure of it.
     fn bind(&self) -> Result<()> {
-        self.stream.context().bind_to_thread().map_err(cuda("making the context current"))
+        match &self.cuda {
+            Some(c) => c.stream.context().bind_to_thread().map_err(cuda("making the context current")),
+            None => Ok(()),
+        }
     }
 
     /// The stream all of this GPU's work goes to, for libraries that take a
-    /// cudarc stream (cuBLAS in the bench): their work is then ordered with ours.
-    pub fn cuda_stream(&self) -> &Arc<CudaStream> {
-        &self.stream
+    /// cudarc stream (cuBLAS in the bench, graph capture): their work is
+    /// then ordered with ours. An error on the interpreter.
+    pub fn cuda_stream(&self) -> Result<&Arc<CudaStream>> {
+        Ok(&self.dev("a CUDA stream")?.stream)
     }
 
+    /// Only called where `self.cuda` is known to be there.
     fn raw_stream(&self) -> sys::CUstream {
         self.queue().cu_stream()
     }
@@ -236,9 +281,10 @@ impl Gpu {
     /// Where this thread's work goes now: the side stream inside
     /// [`Gpu::concurrently`]'s second closure, else the stream.
     fn queue(&self) -> &Arc<CudaStream> {
-        match self.side.get() {
+        let c = self.cuda.as_ref().expect("queue() is only used on a GPU");
+        match c.side.get() {
             Some(side) if ON_SIDE.with(|g| g.get()) == self as *const Gpu as usize => side,
-            _ => &self.stream,
+            _ => &c.stream,
         }
     }
 
@@ -249,21 +295,25 @@ impl Gpu {
     /// (the attention backward's dK/dV and dQ: the second fills the first's
     /// last wave).
     pub fn concurrently(&self, a: impl FnOnce() -> Result<()>, b: impl FnOnce() -> Result<()>) -> Result<()> {
+        let Some(c) = &self.cuda else {
+            a()?;
+            return b();
+        };
         self.bind()?;
-        let side = match self.side.get() {
+        let side = match c.side.get() {
             Some(side) => side,
             None => {
-                let made = self.stream.fork().map_err(cuda("creating a second stream"))?;
-                self.side.get_or_init(|| made)
+                let made = c.stream.fork().map_err(cuda("creating a second stream"))?;
+                c.side.get_or_init(|| made)
             }
         };
-        side.join(&self.stream).map_err(cuda("ordering the second stream after the first"))?;
+        side.join(&c.stream).map_err(cuda("ordering the second stream after the first"))?;
         a()?;
         let queued = {
             let _on_side = OnSide::enter(self);
             b()
         };
-        self.stream.join(side).map_err(cuda("ordering the stream after the second"))?;
+        c.stream.join(side).map_err(cuda("ordering the stream after the second"))?;
         queued
     }
 
@@ -277,47 +327,71 @@ impl Gpu {
         let bytes = numel
             .checked_mul(size_of::<T>())
             .ok_or_else(|| Error::Shape(format!("{shape:?} of {} overflows usize bytes", T::NAME)))?;
-        let ptr = if bytes == 0 {
-            0 // the driver refuses empty allocations
-        } else {
-            self.bind()?;
-            let got = unsafe {
-                if self.stream_alloc {
-                    result::malloc_async(self.raw_stream(), bytes)
-                } else {
-                    result::malloc_sync(bytes)
-                }
-            };
-            got.map_err(|e| match e.0 {
-                CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
-                    Error::OutOfMemory { requested: bytes, free: self.free_bytes() }
-                }
-                _ => cuda("allocating device memory")(e),
-            })?
+        let tensor = |buf: Buf| {
+            let ptr = buf.ptr();
+            Ok(Tensor { buf: Arc::new(buf), ptr, shape: shape.to_vec(), strides: row_major(shape), _elem: PhantomData })
         };
+        if bytes == 0 {
+            return tensor(Buf::Empty); // the driver refuses empty allocations
+        }
+        let Some(c) = &self.cuda else {
+            // 16-byte words: every element type's alignment, and a chunk's.
+            return tensor(Buf::Host(vec![0u128; bytes.div_ceil(16)]));
+        };
+        self.bind()?;
+        let got = unsafe {
+            if c.stream_alloc {
+                result::malloc_async(self.raw_stream(), bytes)
+            } else {
+                result::malloc_sync(bytes)
+            }
+        };
+        let ptr = got.map_err(|e| match e.0 {
+            CUresult::CUDA_ERROR_OUT_OF_MEMORY => Error::OutOfMemory { requested: bytes, free: self.free_bytes() },
+            _ => cuda("allocating device memory")(e),
+        })?;
         let queue = self.queue();
-        let main = (!Arc::ptr_eq(queue, &self.stream)).then(|| self.stream.clone());
-        let buf = DeviceBuf { ptr, stream: queue.clone(), after: main, stream_ordered: self.stream_alloc };
-        Ok(Tensor { buf, shape: shape.to_vec(), strides: row_major(shape), _elem: PhantomData })
+        let main = (!Arc::ptr_eq(queue, &c.stream)).then(|| c.stream.clone());
+        tensor(Buf::Device { ptr, stream: queue.clone(), after: main, stream_ordered: c.stream_alloc })
     }
 
     pub fn upload<T: Elem>(&self, data: &[T], shape: &[usize]) -> Result<Tensor<T>> {
         if checked_numel(shape)? != data.len() {
             return Err(Error::Shape(format!("{} values do not fill shape {shape:?}", data.len())));
         }
-        let t = self.alloc(shape)?;
-        if !data.is_empty() {
-            unsafe { result::memcpy_htod_async(t.device_ptr(), data, self.raw_stream()) }
-                .map_err(cuda("copying to the GPU"))?;
-            // `data` is pageable host memory the caller may drop right after.
-            self.sync()?;
-        }
+        let mut t = self.alloc(shape)?;
+        self.write(&mut t, data)?;
         Ok(t)
+    }
+
+    /// Copies `data` into `t` (of as many elements, contiguous), waiting
+    /// until it is there: how a step's new inputs reach buffers allocated
+    /// once (and read by a captured graph).
+    pub fn write<T: Elem>(&self, t: &mut Tensor<T>, data: &[T]) -> Result<()> {
+        t.require_contiguous("write")?;
+        if t.numel() != data.len() {
+            return Err(Error::Shape(format!("write: {} values into a tensor of shape {:?}", data.len(), t.shape)));
+        }
+        if data.is_empty() {
+            return Ok(());
+        }
+        if self.is_interpreter() {
+            t.host_mut("write").copy_from_slice(data);
+            return Ok(());
+        }
+        self.bind()?;
+        unsafe { result::memcpy_htod_async(t.device_ptr(), data, self.raw_stream()) }.map_err(cuda("copying to the GPU"))?;
+        // `data` is pageable host memory the caller may drop right after.
+        self.sync()
     }
 
     pub fn download<T: Elem>(&self, t: &Tensor<T>) -> Result<Vec<T>> {
         t.require_contiguous("download")?;
         let mut out = vec![T::default(); t.numel()];
+        if self.is_interpreter() {
+            out.copy_from_slice(t.host("download"));
+            return Ok(out);
+        }
         if !out.is_empty() {
             self.bind()?;
             unsafe { result::memcpy_dtoh_async(&mut out, t.device_ptr(), self.raw_stream()) }
@@ -330,6 +404,11 @@ impl Gpu {
     /// Sets every byte of `t`, e.g. 0xFF to poison an output before a check.
     pub fn fill_bytes<T: Elem>(&self, t: &mut Tensor<T>, byte: u8) -> Result<()> {
         if t.bytes() == 0 {
+            return Ok(());
+        }
+        if self.is_interpreter() {
+            let bytes = t.bytes();
+            unsafe { std::ptr::write_bytes(t.ptr as *mut u8, byte, bytes) };
             return Ok(());
         }
         self.bind()?;
@@ -347,6 +426,11 @@ impl Gpu {
             )));
         }
         if src.bytes() == 0 {
+            return Ok(());
+        }
+        if self.is_interpreter() {
+            // `copy` (memmove): a view may overlap its source.
+            unsafe { std::ptr::copy(src.ptr as *const u8, dst.ptr as *mut u8, src.bytes()) };
             return Ok(());
         }
         self.bind()?;
@@ -373,6 +457,12 @@ impl Gpu {
             }
         }
         let size = std::mem::size_of::<T>();
+        if self.is_interpreter() {
+            for r in 0..rows {
+                unsafe { std::ptr::copy((src.ptr as *const T).add(r * ld[0]), (dst.ptr as *mut T).add(r * ld[1]), cols) };
+            }
+            return Ok(());
+        }
         let copy = sys::CUDA_MEMCPY2D {
             srcXInBytes: 0,
             srcY: 0,
@@ -398,7 +488,10 @@ impl Gpu {
     /// Waits for all work issued so far. A kernel that faulted earlier is
     /// reported here (run with RUSTILE_LAUNCH_BLOCKING=1 to pin it down).
     pub fn sync(&self) -> Result<()> {
-        self.stream.synchronize().map_err(cuda("waiting for the GPU"))
+        match &self.cuda {
+            Some(c) => c.stream.synchronize().map_err(cuda("waiting for the GPU")),
+            None => Ok(()),
+        }
     }
 
     /// Launches `kernel` from the image of `cubins` that fits this GPU.
@@ -412,6 +505,9 @@ impl Gpu {
         params: &[Param],
     ) -> Result<()> {
         let fail = |msg: String| Error::Launch { kernel: kernel.to_string(), msg };
+        if self.is_interpreter() {
+            return Err(fail("the CPU interpreter runs a kernel's CPU entry (its `launch` does), not a cubin".into()));
+        }
         if grid.contains(&0) || block.contains(&0) {
             return Err(fail(format!("grid {grid:?} and block {block:?} may not contain 0")));
         }
@@ -432,6 +528,9 @@ impl Gpu {
             unsafe { result::launch_kernel(func, g, b, smem_bytes, self.raw_stream(), &mut args) };
         launched.map_err(|e| self.launch_error(kernel, e))?;
 
+        if self.cuda.as_ref().is_some_and(|c| c.capturing.load(std::sync::atomic::Ordering::Relaxed)) {
+            return Ok(());
+        }
         // Faults of earlier kernels only surface on a later call; a query
         // reports them near their cause without waiting for this launch.
         match unsafe { sys::cuStreamQuery(self.raw_stream()) } {
@@ -455,7 +554,7 @@ impl Gpu {
     /// The function handle, loading the module on first use and raising the
     /// shared-memory limit when a launch needs more than the default 48 KiB.
     fn function(&self, cubins: &'static Cubins, kernel: &str, smem_bytes: u32) -> Result<sys::CUfunction> {
-        let mut modules = self.modules.lock().unwrap_or_else(|p| p.into_inner());
+        let mut modules = self.dev("loading kernels")?.modules.lock().unwrap_or_else(|p| p.into_inner());
         let key = cubins as *const Cubins as usize;
         if !modules.contains_key(&key) {
             modules.insert(key, self.load_module(cubins)?);
@@ -539,10 +638,35 @@ impl Gpu {
         Ok(Module { handles, index, crate_name: cubins.crate_name, arch: image.arch(), funcs: HashMap::new() })
     }
 
-    /// A timing event on this GPU's context.
+    /// Records the work `f` queues on this GPU's stream as a CUDA graph
+    /// instead of running it; [`Graph::replay`] then runs it all with one
+    /// launch. Everything `f` uses must stay allocated while the graph
+    /// lives, and `f` must not wait for the GPU (no `sync`, download or
+    /// upload, nor a first use of a kernel module or TMA map: run the work
+    /// once before capturing it). What would break the capture is an error.
+    pub fn capture(&self, f: impl FnOnce() -> Result<()>) -> Result<Graph> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let c = self.dev("capturing a CUDA graph")?;
+        self.bind()?;
+        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+        c.stream.begin_capture(mode).map_err(cuda("starting a graph capture"))?;
+        c.capturing.store(true, Relaxed);
+        let queued = f();
+        c.capturing.store(false, Relaxed);
+        let graph = c.stream.end_capture(sys::CUgraphInstantiate_flags(0)).map_err(cuda("ending the graph capture"));
+        queued?;
+        let graph = graph?.ok_or_else(|| Error::Cuda("the graph capture recorded nothing".into()))?;
+        graph.upload().map_err(cuda("uploading the graph"))?;
+        Ok(Graph(graph))
+    }
+
+    /// A timing event on this GPU's context (on the interpreter, a clock).
     pub fn event(&self) -> Result<Event> {
+        let Some(c) = &self.cuda else {
+            return Ok(Event::Host(Mutex::new(None)));
+        };
         let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT); // timing enabled
-        self.stream.context().new_event(flags).map(Event).map_err(cuda("creating an event"))
+        c.stream.context().new_event(flags).map(Event::Cuda).map_err(cuda("creating an event"))
     }
 
     pub fn event_pair(&self) -> Result<(Event, Event)> {
@@ -551,7 +675,14 @@ impl Gpu {
 
     /// Records `e` on the stream, after all work issued so far.
     pub fn record(&self, e: &Event) -> Result<()> {
-        e.0.record(&self.stream).map_err(cuda("recording an event"))
+        match (e, &self.cuda) {
+            (Event::Cuda(e), Some(c)) => e.record(&c.stream).map_err(cuda("recording an event")),
+            (Event::Host(at), None) => {
+                *at.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::time::Instant::now());
+                Ok(())
+            }
+            _ => Err(Error::Invalid("record: the event belongs to another device".into())),
+        }
     }
 
     /// Milliseconds the GPU spent on the work `f` issues. Waits for it.
@@ -567,10 +698,11 @@ impl Gpu {
 impl Drop for Gpu {
     fn drop(&mut self) {
         // Nothing to report to from here; a failed unload leaks one module.
-        if self.bind().is_err() {
+        if self.is_interpreter() || self.bind().is_err() {
             return;
         }
-        let modules = self.modules.get_mut().unwrap_or_else(|p| p.into_inner());
+        let Some(c) = &mut self.cuda else { return };
+        let modules = c.modules.get_mut().unwrap_or_else(|p| p.into_inner());
         for h in modules.drain().flat_map(|(_, m)| m.handles) {
             let _ = unsafe { result::module::unload(h) };
         }
@@ -613,13 +745,37 @@ fn load_image(image: &Image) -> std::result::Result<sys::CUmodule, (DriverError,
     }
 }
 
-/// A CUDA event with timing, for measuring work on a `Gpu`'s stream.
-pub struct Event(CudaEvent);
+/// Work captured by [`Gpu::capture`], replayed on the same stream.
+pub struct Graph(cudarc::driver::CudaGraph);
+
+impl Graph {
+    /// Queues the whole captured work again (asynchronous, like a launch).
+    pub fn replay(&self) -> Result<()> {
+        self.0.launch().map_err(cuda("replaying a CUDA graph"))
+    }
+}
+
+/// A CUDA event with timing, for measuring work on a `Gpu`'s stream (on
+/// the interpreter, the time it was recorded: its launches run at once).
+pub enum Event {
+    Cuda(CudaEvent),
+    Host(Mutex<Option<std::time::Instant>>),
+}
 
 impl Event {
     /// Milliseconds from `self` to `end`; waits for both to complete.
     pub fn elapsed_ms(&self, end: &Event) -> Result<f32> {
-        self.0.elapsed_ms(&end.0).map_err(cuda("reading event times"))
+        match (self, end) {
+            (Event::Cuda(a), Event::Cuda(b)) => a.elapsed_ms(b).map_err(cuda("reading event times")),
+            (Event::Host(a), Event::Host(b)) => {
+                let at = |m: &Mutex<Option<std::time::Instant>>| *m.lock().unwrap_or_else(|p| p.into_inner());
+                match (at(a), at(b)) {
+                    (Some(a), Some(b)) => Ok(b.saturating_duration_since(a).as_secs_f32() * 1e3),
+                    _ => Err(Error::Invalid("elapsed_ms: an event was never recorded".into())),
+                }
+            }
+            _ => Err(Error::Invalid("elapsed_ms: events of two devices".into())),
+        }
     }
 }
 
@@ -645,45 +801,69 @@ impl Drop for OnSide {
     }
 }
 
-/// Device memory, freed on drop in stream order after the work that uses it.
-struct DeviceBuf {
-    ptr: u64,
-    /// The stream it was allocated on and is freed on.
-    stream: Arc<CudaStream>,
-    /// Allocated on the side stream: the main stream, whose later work may
-    /// use it too, so the free waits for it first.
-    after: Option<Arc<CudaStream>>,
-    stream_ordered: bool,
+/// The memory of one allocation, freed when the last tensor using it (the
+/// allocation and its views) drops.
+enum Buf {
+    /// Device memory, freed in stream order after the work that uses it.
+    Device {
+        ptr: u64,
+        /// The stream it was allocated on and is freed on.
+        stream: Arc<CudaStream>,
+        /// Allocated on the side stream: the main stream, whose later work may
+        /// use it too, so the free waits for it first.
+        after: Option<Arc<CudaStream>>,
+        stream_ordered: bool,
+    },
+    /// The interpreter's memory.
+    Host(Vec<u128>),
+    Empty,
 }
 
-impl Drop for DeviceBuf {
-    fn drop(&mut self) {
-        if self.ptr == 0 {
-            return;
+impl Buf {
+    fn ptr(&self) -> u64 {
+        match self {
+            Buf::Device { ptr, .. } => *ptr,
+            Buf::Host(v) => v.as_ptr() as u64,
+            Buf::Empty => 0,
         }
+    }
+}
+
+impl Drop for Buf {
+    fn drop(&mut self) {
+        let Buf::Device { ptr, stream, after, stream_ordered } = self else { return };
         // Errors here (usually a context already broken by a faulting kernel)
         // have nowhere to go, and the memory dies with the context anyway.
-        let _ = self.stream.context().bind_to_thread();
-        if let Some(main) = &self.after {
-            let _ = self.stream.join(main);
+        let _ = stream.context().bind_to_thread();
+        if let Some(main) = after {
+            let _ = stream.join(main);
         }
         let _ = unsafe {
-            if self.stream_ordered {
-                result::free_async(self.ptr, self.stream.cu_stream())
+            if *stream_ordered {
+                result::free_async(*ptr, stream.cu_stream())
             } else {
-                result::free_sync(self.ptr)
+                result::free_sync(*ptr)
             }
         };
     }
 }
 
-/// A tensor in device memory: shape, strides in elements, typed by its element.
+/// A tensor in device memory (host memory on the interpreter): shape,
+/// strides in elements, typed by its element. Views ([`Tensor::view`])
+/// share an allocation, as PyTorch's do.
 pub struct Tensor<T> {
-    buf: DeviceBuf,
+    buf: Arc<Buf>,
+    /// The first element's address.
+    ptr: u64,
     shape: Vec<usize>,
     strides: Vec<usize>,
     _elem: PhantomData<T>,
 }
+
+// Device addresses are plain numbers, and the interpreter's memory is only
+// touched through the `Gpu` that made it, like device memory.
+unsafe impl<T> Send for Tensor<T> {}
+unsafe impl<T> Sync for Tensor<T> {}
 
 impl<T: Elem> Tensor<T> {
     pub fn shape(&self) -> &[usize] {
@@ -699,11 +879,42 @@ impl<T: Elem> Tensor<T> {
         self.numel() * size_of::<T>()
     }
     pub fn device_ptr(&self) -> u64 {
-        self.buf.ptr
+        self.ptr
     }
     /// The tensor's address as a kernel argument.
     pub fn param(&self) -> Param {
-        Param::Ptr(self.buf.ptr)
+        Param::Ptr(self.ptr)
+    }
+
+    /// Elements `start .. start + numel(shape)` of this contiguous tensor
+    /// as a tensor of `shape` over the same memory (PyTorch's `view` of a
+    /// flat range): one parameter of a model's flat parameter buffer. What
+    /// a kernel writes into either is in both; the memory lives until the
+    /// last of them drops.
+    pub fn view(&self, start: usize, shape: &[usize]) -> Result<Tensor<T>> {
+        self.require_contiguous("view")?;
+        let n = checked_numel(shape)?;
+        if start.checked_add(n).is_none_or(|end| end > self.numel()) {
+            return Err(Error::Shape(format!("view of {n} elements from {start} does not fit a tensor of shape {:?}", self.shape)));
+        }
+        let ptr = if n == 0 { self.ptr } else { self.ptr + (start * size_of::<T>()) as u64 };
+        Ok(Tensor { buf: self.buf.clone(), ptr, shape: shape.to_vec(), strides: row_major(shape), _elem: PhantomData })
+    }
+
+    /// The elements of a tensor of the interpreter ([`Gpu::interpreter`]);
+    /// `None` for device memory.
+    pub fn host_slice(&self) -> Option<&[T]> {
+        matches!(*self.buf, Buf::Host(_)).then(|| unsafe { std::slice::from_raw_parts(self.ptr as *const T, self.numel()) })
+    }
+
+    fn host(&self, what: &str) -> &[T] {
+        self.host_slice().unwrap_or_else(|| panic!("{what}: the interpreter holds this tensor in host memory"))
+    }
+
+    fn host_mut(&mut self, what: &str) -> &mut [T] {
+        let n = self.numel();
+        let _ = self.host(what);
+        unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut T, n) }
     }
     pub fn is_contiguous(&self) -> bool {
         // Size-1 dimensions may carry any stride without changing the layout.
@@ -735,7 +946,7 @@ impl<T: Elem> Tensor<T> {
 
 impl<T: Elem> std::fmt::Debug for Tensor<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Tensor<{}>{:?} @ {:#x}", T::NAME, self.shape, self.buf.ptr)
+        write!(f, "Tensor<{}>{:?} @ {:#x}", T::NAME, self.shape, self.ptr)
     }
 }
 
@@ -785,5 +996,35 @@ mod tests {
         send_sync::<Gpu>();
         send_sync::<Tensor<f32>>();
         send_sync::<Event>();
+    }
+}
+
+#[cfg(test)]
+mod interpreter_tests {
+    use super::*;
+
+    /// The interpreter holds tensors in host memory: writes, views, copies,
+    /// fills and row copies behave as on a GPU.
+    #[test]
+    fn tensors_views_and_copies() {
+        let gpu = Gpu::interpreter();
+        assert!(gpu.is_interpreter() && gpu.cuda_stream().is_err());
+        let flat = gpu.upload(&(0..20).map(|i| i as f32).collect::<Vec<_>>(), &[20]).unwrap();
+        let mut v = flat.view(4, &[2, 3]).unwrap();
+        assert_eq!(gpu.download(&v).unwrap(), [4.0, 5.0, 6.0, 7.0, 8.0, 9.0]);
+        gpu.write(&mut v, &[-1.0; 6]).unwrap();
+        assert_eq!(&gpu.download(&flat).unwrap()[3..11], [3.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, 10.0]);
+        assert!(flat.view(15, &[6]).unwrap_err().to_string().contains("does not fit"));
+        drop(flat); // the view keeps the memory
+        assert_eq!(gpu.download(&v).unwrap(), [-1.0; 6]);
+
+        let mut dst = gpu.alloc::<f32>(&[3, 4]).unwrap();
+        gpu.fill_bytes(&mut dst, 0).unwrap();
+        gpu.copy_rows(&v, &mut dst, [2, 2], [3, 4]).unwrap();
+        assert_eq!(gpu.download(&dst).unwrap(), [-1.0, -1.0, 0.0, 0.0, -1.0, -1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
+        let t = gpu.time(|| gpu.sync()).unwrap();
+        assert!(t >= 0.0);
+        static NONE: Cubins = Cubins { crate_name: "t", images: &[], ptx: &[], stale: None };
+        assert!(gpu.launch(&NONE, "k", [1; 3], [32, 1, 1], 0, &[]).unwrap_err().to_string().contains("CPU entry"));
     }
 }

@@ -14,6 +14,6 @@ mod tma;
 pub use cubin::{native_arch, pick_image, Cubins, Image};
 pub use elem::Elem;
 pub use error::{Error, Result};
-pub use gpu::{Event, Gpu, Tensor};
+pub use gpu::{Event, Gpu, Graph, Tensor};
 pub use param::Param;
 pub use tma::{TileMap, MAPS_KEPT};

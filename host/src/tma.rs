@@ -85,7 +85,11 @@ impl Gpu {
         if let Some(why) = m.unsupported() {
             return Err(Error::Shape(format!("TMA cannot copy this tensor: {why}")));
         }
-        let mut maps = self.tensor_maps.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(dev) = self.cuda.as_ref() else {
+            // The interpreter's kernels copy the window a map would describe.
+            return Ok(0);
+        };
+        let mut maps = dev.tensor_maps.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(t) = maps.get(m) {
             return Ok(t.device_ptr());
         }
@@ -124,7 +128,7 @@ impl Gpu {
 
     /// How many tensor maps this GPU keeps on the device now (at most [`MAPS_KEPT`]).
     pub fn tensor_maps_kept(&self) -> usize {
-        self.tensor_maps.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.cuda.as_ref().map_or(0, |dev| dev.tensor_maps.lock().unwrap_or_else(|e| e.into_inner()).len())
     }
 }
 

@@ -46,35 +46,35 @@ pub fn adamw_kernel<T: Elem>(
 
 // ---- host API --------------------------------------------------------------------------
 
-/// AdamW's settings (the defaults are the TransformerNP's: lr 3e-4, betas
-/// 0.9 / 0.95, eps 1e-8, weight decay 0.01).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct AdamW {
-    pub lr: f32,
-    pub beta1: f32,
-    pub beta2: f32,
-    pub eps: f32,
-    pub weight_decay: f32,
-}
-
-impl Default for AdamW {
-    fn default() -> Self {
-        AdamW { lr: 3e-4, beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.01 }
-    }
-}
-
-impl AdamW {
-    /// `hyper` for step `t` (from 1).
-    pub fn hyper(&self, t: u64) -> [f32; HYPER_LEN] {
-        let bc = |b: f32| 1.0 / (1.0 - (b as f64).powi(t.min(i32::MAX as u64) as i32)) as f32;
-        [self.lr, bc(self.beta1), bc(self.beta2)]
-    }
-}
-
 #[cfg(not(target_arch = "nvptx64"))]
 mod host {
     use super::*;
     use rustile_host::{Error, Gpu, Result, Tensor};
+
+    /// AdamW's settings (the defaults are the TransformerNP's: lr 3e-4, betas
+    /// 0.9 / 0.95, eps 1e-8, weight decay 0.01).
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub struct AdamW {
+        pub lr: f32,
+        pub beta1: f32,
+        pub beta2: f32,
+        pub eps: f32,
+        pub weight_decay: f32,
+    }
+
+    impl Default for AdamW {
+        fn default() -> Self {
+            AdamW { lr: 3e-4, beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.01 }
+        }
+    }
+
+    impl AdamW {
+        /// `hyper` for step `t` (from 1).
+        pub fn hyper(&self, t: u64) -> [f32; HYPER_LEN] {
+            let bc = |b: f32| 1.0 / (1.0 - (b as f64).powi(t.min(i32::MAX as u64) as i32)) as f32;
+            [self.lr, bc(self.beta1), bc(self.beta2)]
+        }
+    }
 
     /// The flat buffers of one optimizer: parameters, gradients and moments
     /// in f32, and the 16-bit copy the model reads.

@@ -31,6 +31,20 @@ pub fn swiglu_kernel<T: Elem>(a: Ptr<T>, b: Ptr<T>, out: PtrMut<T>, n: usize) {
     store(&BlockPtr::rows(out, 1, n, at), &(gate.silu() * up).cast::<T>());
 }
 
+/// out = silu(x), elementwise: a layer's activation kept beside its input
+/// (a training step saves both: the next GEMM reads `silu(x)`, the backward
+/// `silu'(x)`).
+#[kernel(
+    configs = [(BLOCK = 2048, WARPS = 8)],
+    grid = [cdiv(n, BLOCK)],
+    dtypes = [f32, bf16, f16],
+)]
+pub fn silu_kernel<T: Elem>(x: Ptr<T>, out: PtrMut<T>, n: usize) {
+    let at = [0, program_id(0) * BLOCK];
+    let a = load(&BlockPtr::<T, 1, BLOCK>::rows(x, 1, n, at)).cast::<f32>();
+    store(&BlockPtr::rows(out, 1, n, at), &a.silu().cast::<T>());
+}
+
 // ---- host API --------------------------------------------------------------------------
 
 #[cfg(not(target_arch = "nvptx64"))]
@@ -57,6 +71,13 @@ mod host {
         expect_shape("b", b, a.shape())?;
         expect_shape("out", out, a.shape())?;
         swiglu_kernel::launch(gpu, DEFAULT_CONFIG, a, b, out, a.numel())
+    }
+
+    /// `out = silu(x)` on the GPU; both of one shape, contiguous.
+    pub fn silu<T: Elem>(gpu: &Gpu, x: &Tensor<T>, out: &mut Tensor<T>) -> Result<()> {
+        expect_shape("x", x, x.shape())?;
+        expect_shape("out", out, x.shape())?;
+        silu_kernel::launch(gpu, 0, x, out, x.numel())
     }
 
     /// `x + y` in the CPU interpreter.

@@ -59,3 +59,15 @@ fn host_wrappers_agree_with_the_kernels() {
     assert!(rel_err(&add_cpu(&x, &y), &reference::add(&wide(&x), &wide(&y))) < 1e-6);
     assert!(rel_err(&swiglu_cpu(&x, &y), &reference::swiglu(&wide(&x), &wide(&y))) < 1e-6);
 }
+
+#[test]
+fn silu_matches_float64() {
+    let (mut rng, seed) = rng();
+    for n in [1, 2049, 10_007] {
+        let x: Vec<bf16> = normal(&mut rng, n, 0.0, 4.0);
+        let mut out = poisoned::<bf16>(n);
+        silu_kernel::cpu(0, &x, &mut out, n);
+        let want: Vec<f64> = wide(&x).iter().map(|v| v / (1.0 + (-v).exp())).collect();
+        assert!(rel_err(&out, &want) <= tolerance::<bf16>(), "silu n={n} (seed {seed})");
+    }
+}
