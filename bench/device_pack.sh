@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Here, where Rust is: packs what bench/device_run.sh runs on the GPU machine
-# (which has no Rust) into .device/: the release bench and tuner and the GPU
-# test binaries (host/tests/gpu.rs, tests/gpu_ops.rs, tests/gpu_fuzz.rs) as
+# (which has no Rust) into .device/: the release bench, tuner and transformer-np
+# runner and the GPU test binaries (host/tests/gpu.rs, tests/gpu_{ops,fuzz,train}.rs,
+# train/tests/transformer_np.rs) as
 # .device/bins.tgz, the commit (plus "+dirty" for uncommitted changes) in
 # .device/COMMIT. Build the kernels first: `cargo xtask build --arch sm90a`
 # (the binaries embed the cubins in target/cubins). Then carry .device:
@@ -10,9 +11,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # Only the archive travels (the carry limit is 64 MiB; the cubins in the binaries compress well).
 rm -rf .device/pack && mkdir -p .device/pack
-cargo build --release -p rustile-bench --bins
-cp target/release/rustile-bench target/release/rustile-tune .device/pack/
-cargo test --release --no-run -p rustile-host -p rustile-tests --test gpu --test gpu_ops --test gpu_fuzz --message-format=json \
+cargo build --release -p rustile-bench -p rustile-train --bins
+cp target/release/rustile-bench target/release/rustile-tune target/release/transformer-np .device/pack/
+cargo test --release --no-run -p rustile-host -p rustile-tests -p rustile-train --test gpu --test gpu_ops --test gpu_fuzz --test gpu_train --test transformer_np --message-format=json \
     | python3 -c '
 import json, shutil, sys
 for line in sys.stdin:

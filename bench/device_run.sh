@@ -26,7 +26,7 @@ for d in /usr/local/cuda/lib64 $(python3 -c 'import nvidia.cublas, os; print(os.
     [ -d "$d" ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
 done
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
-TEST_BINS=$(ls .device/gpu-* .device/gpu_ops-* .device/gpu_fuzz-* 2>/dev/null)
+TEST_BINS=$(ls .device/gpu-* .device/gpu_ops-* .device/gpu_fuzz-* .device/gpu_train-* .device/transformer_np-* 2>/dev/null)
 CHECK_ARGS="--check --ops gemm,dual_gemm,gemm_fp8 --mnk 777x1030x520,4096x4096x4096,16x4096x4096"
 status=0
 

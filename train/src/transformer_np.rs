@@ -31,7 +31,7 @@
 use rustile::bf16;
 use rustile_host::{Error, Gpu, Graph, Result, Tensor};
 use rustile_ops::adamw::AdamW;
-use rustile_ops::attention::{attention, attention_backward, Attention};
+use rustile_ops::attention::{attention, attention_backward_scratch, attention_backward_with, Attention};
 use rustile_ops::gemm::{gemm, gemm_cast, launch_plan, launch_plan_cast, Cast, Epilogue, Plan, Transpose};
 use rustile_ops::gmm_loss::{gmm_nll, gmm_nll_backward, gmm_nll_scratch};
 use rustile_ops::norm::{layer_norm, norm_backward, norm_backward_scratch, NormGrads, Saved};
@@ -175,6 +175,7 @@ pub struct TransformerNp {
     pub loss: Tensor<f32>,
     g: Grads,
     norm_scratch: Tensor<f32>,
+    attn_scratch: Tensor<f32>,
     head_norm_scratch: Tensor<f32>,
     nll_scratch: Tensor<f32>,
 }
@@ -287,6 +288,7 @@ impl TransformerNp {
             loss: f32s(&[1])?,
             g,
             norm_scratch: norm_backward_scratch(gpu, t, d)?,
+            attn_scratch: attention_backward_scratch(gpu, [shape.batch, shape.seq(), heads])?,
             head_norm_scratch: norm_backward_scratch(gpu, r, d)?,
             nll_scratch: gmm_nll_scratch(gpu, r)?,
         })
@@ -420,7 +422,8 @@ impl TransformerNp {
         let shaped = |t: &Tensor<bf16>, rows: usize| t.view(0, &[batch, rows, heads, dh_]);
         let (q4, k4, v4, o4, do4) = (shaped(&a.q, s)?, shaped(&a.k, m)?, shaped(&a.v, m)?, shaped(&a.o, s)?, shaped(&g.d_o, s)?);
         let (mut dq4, mut dk4, mut dv4) = (shaped(&g.dq, s)?, shaped(&g.dk, m)?, shaped(&g.dv, m)?);
-        attention_backward(gpu, [&q4, &k4, &v4, &o4, &do4], &a.lse, [&mut dq4, &mut dk4, &mut dv4], Attention::default())?;
+        let grads = [&mut dq4, &mut dk4, &mut dv4];
+        attention_backward_with(gpu, [&q4, &k4, &v4, &o4, &do4], &a.lse, grads, Attention::default(), Some(&mut self.attn_scratch))?;
         // q = xn1·Wqᵀ over every row; k, v over the context rows.
         gpu.copy_rows(&a.xn1, &mut a.xn1_ctx, [batch, m * d], [s * d, m * d])?;
         f32_out(gpu, g.dq.t(), &a.xn1, &mut dw(lp.wq)?)?;

@@ -502,6 +502,26 @@ pub fn attention_backward<T: Elem>(
     [dq, dk, dv]: [&mut Tensor<T>; 3],
     opt: Attention,
 ) -> Result<()> {
+    attention_backward_with(gpu, [q, k, v, o, d_o], lse, [dq, dk, dv], opt, None)
+}
+
+/// The scratch [`attention_backward_with`] takes for `q` of `[batch, sq,
+/// heads, d]`: each query's `rowsum(dO ⊙ O)`, `[heads, batch·sq]` f32.
+pub fn attention_backward_scratch(gpu: &Gpu, [batch, sq, heads]: [usize; 3]) -> Result<Tensor<f32>> {
+    gpu.alloc(&[heads, (batch * sq).max(1)])
+}
+
+/// [`attention_backward`] with its scratch given (from
+/// [`attention_backward_scratch`]), so that it allocates nothing: a
+/// training step made once and replayed as a CUDA graph. `None` allocates it.
+pub fn attention_backward_with<T: Elem>(
+    gpu: &Gpu,
+    [q, k, v, o, d_o]: [&Tensor<T>; 5],
+    lse: &Tensor<f32>,
+    [dq, dk, dv]: [&mut Tensor<T>; 3],
+    opt: Attention,
+    scratch: Option<&mut Tensor<f32>>,
+) -> Result<()> {
     check_dtype::<T>("attention_backward")?;
     let dims = dims_of(q, k, v)?;
     let Dims { batch, sq, sk, heads, kv_heads, d } = dims;
@@ -510,7 +530,7 @@ pub fn attention_backward<T: Elem>(
     let Checked { keys, scale, flags, .. } = check_opts(&dims, &opt, false)?;
     let none = gpu.alloc::<u32>(&[0])?;
     let sizes = [batch, sq, keys, heads, kv_heads, d, sq, sk, sq];
-    backward_on_gpu(gpu, [q, k, v, o, d_o], lse, [dq, dk, dv], [&none, &none], sizes, scale, flags)
+    backward_on_gpu(gpu, [q, k, v, o, d_o], lse, [dq, dk, dv], [&none, &none], sizes, scale, flags, scratch)
 }
 
 /// The shapes and layouts the backward checks beyond the forward's: `o`,
@@ -537,6 +557,7 @@ fn backward_on_gpu<T: Elem>(
     sizes: [usize; 9],
     scale: f32,
     flags: u32,
+    scratch: Option<&mut Tensor<f32>>,
 ) -> Result<()> {
     let [batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h] = sizes;
     let tokens = query_tokens(batch, q_bs, lse_h, flags & VARLEN != 0);
@@ -544,9 +565,17 @@ fn backward_on_gpu<T: Elem>(
     let (kv_cfg, q_cfg) = program.backward_configs(d);
     // The kernel's key grid spans dk's rows: those past the keys used get zeros.
     if batch * sk.max(kv_bs) * kv_heads > 0 {
-        let mut delta = gpu.alloc::<f32>(&[heads, tokens.max(1)])?;
+        let mut made;
+        let delta = match scratch {
+            Some(t) if t.numel() >= heads * tokens.max(1) => t,
+            Some(t) => return Err(Error::Shape(format!("attention_backward: the scratch holds {} values; {heads}×{tokens} needed", t.numel()))),
+            None => {
+                made = gpu.alloc::<f32>(&[heads, tokens.max(1)])?;
+                &mut made
+            }
+        };
         if tokens * heads > 0 {
-            attention_bwd_rows_kernel::launch(gpu, rows_config(d), o, d_o, &mut delta, tokens, heads, d)?;
+            attention_bwd_rows_kernel::launch(gpu, rows_config(d), o, d_o, delta, tokens, heads, d)?;
         }
         // dK/dV and dQ read the same inputs and write apart, so they run
         // concurrently: each launch's last wave leaves SMs to the other.
@@ -691,7 +720,7 @@ pub fn attention_varlen_backward<T: Elem>(
     expect_grads([o, d_o], [&*dq, &*dk, &*dv], q.shape(), k.shape())?;
     let Checked { scale, flags, .. } = check_opts(&b.dims(heads, kv_heads, d), &opt, true)?;
     let sizes = [b.seqs, b.max_q, b.max_k, heads, kv_heads, d, 0, 0, b.tq];
-    backward_on_gpu(gpu, [q, k, v, o, d_o], lse, [dq, dk, dv], [&seqs.cu_q, &seqs.cu_k], sizes, scale, flags)
+    backward_on_gpu(gpu, [q, k, v, o, d_o], lse, [dq, dk, dv], [&seqs.cu_q, &seqs.cu_k], sizes, scale, flags, None)
 }
 
 /// [`attention_varlen_backward`] in the CPU interpreter. Returns `(dq, dk, dv)`.
