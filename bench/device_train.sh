@@ -4,9 +4,11 @@
 # the benchmark matrix: Rustile with and without CUDA graphs and
 # checkpointing beside PyTorch eager and torch.compile, per shape.
 # Usage: [PARTS=tests,check,ours,torch] [SHAPES="small mid large"] [STEPS=20] bash bench/device_train.sh
-# Logs and results.jsonl (one JSON line per measured variant) go to $OUT (or ./out).
+# results.jsonl (one JSON line per measured variant) goes to $OUT (or ./out),
+# every log into $OUT/train-logs.tgz (the device returns a few files only).
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
+LOGS="$OUT/logs"; mkdir -p "$LOGS"
 [ -f .device/bins.tgz ] && tar -C .device -xzf .device/bins.tgz
 PARTS=${PARTS:-tests,check,ours,torch}
 SHAPES=${SHAPES:-small mid large}
@@ -18,24 +20,24 @@ echo "commit $(cat .device/COMMIT 2>/dev/null)" | tee -a "$OUT/gpu.txt"
 
 if has tests; then
     for t in .device/gpu_train-* .device/transformer_np-*; do
-        "$t" --test-threads=1 > "$OUT/tests-$(basename "$t" | cut -d- -f1).txt" 2>&1 || status=1
-        tail -3 "$OUT/tests-$(basename "$t" | cut -d- -f1).txt"
+        "$t" --test-threads=1 > "$LOGS/tests-$(basename "$t" | cut -d- -f1).txt" 2>&1 || status=1
+        tail -3 "$LOGS/tests-$(basename "$t" | cut -d- -f1).txt"
     done
 fi
 
 if has check; then
     # One forward and backward at the small shape, against PyTorch autograd.
-    .device/transformer-np --shape small --dump "$OUT/dump" > "$OUT/check.txt" 2>&1 || status=1
-    python3 bench/transformer_np.py --check "$OUT/dump" >> "$OUT/check.txt" 2>&1 || status=1
+    .device/transformer-np --shape small --dump "$OUT/dump" > "$LOGS/check.txt" 2>&1 || status=1
+    python3 bench/transformer_np.py --check "$OUT/dump" >> "$LOGS/check.txt" 2>&1 || status=1
     rm -rf "$OUT/dump"
-    tail -25 "$OUT/check.txt"
+    tail -25 "$LOGS/check.txt"
 fi
 
 # Our runner's summary line as one JSON line.
 ours() {
     local shape=$1 steps=$2; shift 2
-    local log="$OUT/ours-$shape$(printf -- '%s' "$@" | tr -d ' ').txt"
-    .device/transformer-np --shape "$shape" --steps "$steps" --every 5 "$@" > "$log" 2>&1 || { status=1; tail -5 "$log"; return; }
+    local log="$LOGS/ours-$shape$(printf -- '%s' "$@" | tr -d ' ').txt"
+    .device/transformer-np --shape "$shape" --steps "$steps" --every 5 --profile "$@" > "$log" 2>&1 || { status=1; tail -5 "$log"; return; }
     python3 - "$log" "$shape" "$*" >> "$OUT/results.jsonl" <<'PY'
 import json, re, sys
 log, shape, flags = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -44,7 +46,7 @@ m = re.search(r"median step ([\d.]+) ms, (\d+) tokens/s, loss ([\d.e+-]+|NaN) â†
 print(json.dumps({"variant": "rustile" + flags.replace("--", " "), "shape": shape, "step_ms": float(m[1]), "tokens_per_s": float(m[2]),
                   "loss_first": m[3], "loss_last": m[4], "peak_gb": float(m[5])}))
 PY
-    tail -1 "$log"
+    echo "== $shape $*"; grep -E "^(summary|floor|profile)" "$log"
 }
 
 if has ours; then
@@ -60,8 +62,9 @@ fi
 if has torch; then
     for shape in $SHAPES; do
         steps=$STEPS; [ "$shape" = large ] && steps=3
-        python3 bench/transformer_np.py --bench --shape "$shape" --steps "$steps" >> "$OUT/results.jsonl" 2> "$OUT/torch-$shape.txt" || { status=1; tail -5 "$OUT/torch-$shape.txt"; }
+        python3 bench/transformer_np.py --bench --shape "$shape" --steps "$steps" >> "$OUT/results.jsonl" 2> "$LOGS/torch-$shape.txt" || { status=1; tail -5 "$LOGS/torch-$shape.txt"; }
     done
 fi
 cat "$OUT/results.jsonl" 2>/dev/null
+tar -C "$OUT" -czf "$OUT/train-logs.tgz" logs && rm -rf "$LOGS"
 exit $status

@@ -517,10 +517,10 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
             /// The oldest GPU arch with this kernel's entries ("sm_80" or "sm_90a").
             pub const ARCH: &str = #arch_name;
 
-            /// Whether `gpu` has this kernel's entries.
+            /// Whether `gpu` has this kernel's entries (the CPU interpreter has them all).
             #[cfg(not(target_arch = "nvptx64"))]
             pub fn supported(gpu: &::rustile_host::Gpu) -> bool {
-                ARCH != "sm_90a" || gpu.compute_capability() == (9, 0)
+                ARCH != "sm_90a" || gpu.compute_capability() == (9, 0) || gpu.is_interpreter()
             }
 
             #(#cfg_mods)*

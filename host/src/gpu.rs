@@ -56,6 +56,8 @@ pub(crate) struct Cuda {
     /// Inside [`Gpu::capture`]: launches skip their error query, which
     /// would end the capture.
     capturing: std::sync::atomic::AtomicBool,
+    /// While [`Gpu::profile`] is on: every launch's kernel and events.
+    profile: Mutex<Option<Vec<(String, CudaEvent, CudaEvent)>>>,
 }
 
 struct Module {
@@ -203,15 +205,17 @@ impl Gpu {
                 modules: Mutex::new(HashMap::new()),
                 tensor_maps: Mutex::new(lru::LruCache::new(crate::tma::MAPS_KEPT)),
                 capturing: false.into(),
+                profile: Mutex::new(None),
             }),
         })
     }
 
     /// The CPU interpreter as a device: tensors in host memory, each launch
     /// run by the kernel's CPU entry (every program, on a rayon pool, each
-    /// access bounds-checked), in call order. It reports compute capability
-    /// (0, 0), so ops take their portable kernels; Hopper-only kernels run
-    /// when launched by name. A stand-in for tests and small runs, slow.
+    /// access bounds-checked), in call order. It has every kernel, Hopper's
+    /// too (`supported` says yes), so ops take the programs they take on an
+    /// H100; it reports compute capability (0, 0), so no tuned table
+    /// applies. A stand-in for tests and small runs, slow.
     pub fn interpreter() -> Gpu {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
         Gpu { name: "CPU interpreter".into(), cc: (0, 0), sms: threads, l2: 0, mem_total: 0, smem_optin: 227 * 1024, cuda: None }
@@ -524,9 +528,13 @@ impl Gpu {
         let mut slots = pack_all(params);
         let mut args = arg_ptrs(&mut slots);
         let (g, b) = ((grid[0], grid[1], grid[2]), (block[0], block[1], block[2]));
+        let timed = self.profile_event()?;
         let launched =
             unsafe { result::launch_kernel(func, g, b, smem_bytes, self.raw_stream(), &mut args) };
         launched.map_err(|e| self.launch_error(kernel, e))?;
+        if let Some(start) = timed {
+            self.profile_record(kernel, start)?;
+        }
 
         if self.cuda.as_ref().is_some_and(|c| c.capturing.load(std::sync::atomic::Ordering::Relaxed)) {
             return Ok(());
@@ -658,6 +666,56 @@ impl Gpu {
         let graph = graph?.ok_or_else(|| Error::Cuda("the graph capture recorded nothing".into()))?;
         graph.upload().map_err(cuda("uploading the graph"))?;
         Ok(Graph(graph))
+    }
+
+    /// Starts (`true`) or stops timing every launch apart, for
+    /// [`Gpu::profile_report`]: where a step's time goes, kernel by kernel.
+    /// Each launch then records two events, which costs a little time.
+    pub fn profile(&self, on: bool) -> Result<()> {
+        let c = self.dev("profiling launches")?;
+        *c.profile.lock().unwrap_or_else(|p| p.into_inner()) = on.then(Vec::new);
+        Ok(())
+    }
+
+    /// The start event of a launch being profiled (on the queue it goes to).
+    fn profile_event(&self) -> Result<Option<CudaEvent>> {
+        let Some(c) = &self.cuda else { return Ok(None) };
+        if c.profile.lock().unwrap_or_else(|p| p.into_inner()).is_none() {
+            return Ok(None);
+        }
+        let e = c.stream.context().new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda("creating an event"))?;
+        e.record(self.queue()).map_err(cuda("recording an event"))?;
+        Ok(Some(e))
+    }
+
+    fn profile_record(&self, kernel: &str, start: CudaEvent) -> Result<()> {
+        let c = self.dev("profiling launches")?;
+        let end = c.stream.context().new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda("creating an event"))?;
+        end.record(self.queue()).map_err(cuda("recording an event"))?;
+        if let Some(list) = c.profile.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            list.push((kernel.to_string(), start, end));
+        }
+        Ok(())
+    }
+
+    /// The launches timed since [`Gpu::profile`] was turned on, summed by
+    /// kernel entry: `(entry, launches, milliseconds)`, the longest first.
+    /// Waits for them. (Launches that overlap on two streams each count
+    /// their own time.)
+    pub fn profile_report(&self) -> Result<Vec<(String, usize, f64)>> {
+        let c = self.dev("profiling launches")?;
+        self.sync()?;
+        let list = c.profile.lock().unwrap_or_else(|p| p.into_inner()).replace(Vec::new()).unwrap_or_default();
+        let mut by: HashMap<String, (usize, f64)> = HashMap::new();
+        for (name, a, b) in list {
+            let ms = a.elapsed_ms(&b).map_err(cuda("reading event times"))? as f64;
+            let e = by.entry(name).or_default();
+            e.0 += 1;
+            e.1 += ms;
+        }
+        let mut out: Vec<(String, usize, f64)> = by.into_iter().map(|(k, (n, ms))| (k, n, ms)).collect();
+        out.sort_by(|a, b| b.2.total_cmp(&a.2));
+        Ok(out)
     }
 
     /// A timing event on this GPU's context (on the interpreter, a clock).

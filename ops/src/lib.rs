@@ -61,6 +61,7 @@ pub mod mlp;
 pub mod norm;
 pub mod reduce;
 pub mod softmax;
+pub mod transpose;
 pub mod trimul;
 pub mod vector;
 

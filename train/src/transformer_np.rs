@@ -19,7 +19,10 @@
 //! - Every pre-norm block's input gradient is one write: the LayerNorm
 //!   backward adds the residual's gradient (`norm_backward`'s `dres`).
 //! - The SiLU's backward is the epilogue of the GEMM that makes its
-//!   output's gradient (`Epilogue::silu_grad`).
+//!   output's gradient (`Epilogue::silu_grad`), a product `dy·W` run as
+//!   `A·Bᵀ` on a transposed copy of `W` made at the start of the backward
+//!   (the layout Hopper's GEMM kernels take, and the ones whose epilogue
+//!   has the SiLU backward).
 //! - The heads' hidden width is padded to a multiple of 8 (1365 → 1368)
 //!   with weights that are zero and stay zero (their gradients are exactly
 //!   zero), so the first head layer is one GEMM over all heads and every
@@ -35,6 +38,7 @@ use rustile_ops::attention::{attention, attention_backward_scratch, attention_ba
 use rustile_ops::gemm::{gemm, gemm_cast, launch_plan, launch_plan_cast, Cast, Epilogue, Plan, Transpose};
 use rustile_ops::gmm_loss::{gmm_nll, gmm_nll_backward, gmm_nll_scratch};
 use rustile_ops::norm::{layer_norm, norm_backward, norm_backward_scratch, NormGrads, Saved};
+use rustile_ops::transpose::transpose;
 use rustile_ops::vector::silu;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -163,6 +167,10 @@ pub struct TransformerNp {
     /// The residual stream entering each layer, and leaving the last: `L+1` of `[T, d]`.
     h: Vec<Tensor<bf16>>,
     acts: Vec<Acts>,
+    /// Transposed copies of each layer's `W2` (`[ff, d]`) and of the heads'
+    /// second layer (`[K, ffp, 3]`), made by the backward.
+    w2t: Vec<Tensor<bf16>>,
+    head2t: Tensor<bf16>,
     /// The head: target rows `[B·N, d]`, their final norm, hidden layer
     /// before and after SiLU `[B·N, K·ffp]`, mixture outputs `[B·N, K, 3]`.
     h_tgt: Tensor<bf16>,
@@ -277,6 +285,8 @@ impl TransformerNp {
             y: f32s(&[r])?,
             h: (0..=layers).map(|_| bf(&[t, d])).collect::<Result<_>>()?,
             acts,
+            w2t: (0..layers).map(|_| bf(&[ff, d])).collect::<Result<_>>()?,
+            head2t: bf(&[k, ffp, 3])?,
             h_tgt: bf(&[r, d])?,
             meanf: f32s(&[r])?,
             rstdf: f32s(&[r])?,
@@ -316,7 +326,23 @@ impl TransformerNp {
             + self.acts.iter().map(a).sum::<usize>()
             + self.h.iter().map(|t| t.bytes()).sum::<usize>()
             + grads.iter().sum::<usize>()
-            + [self.h_tgt.bytes(), self.xf.bytes(), self.hid_pre.bytes(), self.hid.bytes(), self.out.bytes()].iter().sum::<usize>()
+            + self.w2t.iter().map(|t| t.bytes()).sum::<usize>()
+            + [self.head2t.bytes(), self.h_tgt.bytes(), self.xf.bytes(), self.hid_pre.bytes(), self.hid.bytes(), self.out.bytes()].iter().sum::<usize>()
+    }
+
+    /// Floating-point operations of one step's matrix products: `(all,
+    /// attention's)`. A product's backward is twice its forward (both
+    /// operands' gradients); attention's is 2.5 times (flash attention
+    /// recomputes the scores), so a step is 3 (3.5) forward passes.
+    pub fn flops(&self) -> (f64, f64) {
+        let Config { layers, d_model: d, heads: _, d_ff: ff, components: k } = self.cfg;
+        let Shape { batch, context: m, targets: n } = self.shape;
+        let (t, c, r) = ((batch * (m + n)) as f64, (batch * m) as f64, (batch * n) as f64);
+        let (d, ff, ffp, k) = (d as f64, ff as f64, self.cfg.ff_padded() as f64, k as f64);
+        let per_layer = 2.0 * t * (2.0 * d * d + 2.0 * d * ff) + 2.0 * c * 2.0 * d * d;
+        let head = 2.0 * r * (d * k * ffp + k * ffp * 3.0) + 2.0 * t * d * TOKEN_WIDTH as f64;
+        let attention = layers as f64 * 4.0 * (batch * (m + n) * m * self.cfg.d_model) as f64;
+        (3.0 * (layers as f64 * per_layer + head) + 3.5 * attention, 3.5 * attention)
     }
 
     fn acts_of(&self, l: usize) -> usize {
@@ -409,7 +435,7 @@ impl TransformerNp {
 
         // MLP: h[l+1] = h_mid + u·W2ᵀ, u = silu(a), a = xn2·W1ᵀ.
         f32_out(gpu, g.dh.t(), &a.u, &mut dw(lp.w2)?)?;
-        gemm(gpu, &g.dh, w(lp.w2), &mut g.da, &Epilogue::new().silu_grad(&a.a))?;
+        gemm(gpu, &g.dh, self.w2t[l].t(), &mut g.da, &Epilogue::new().silu_grad(&a.a))?;
         f32_out(gpu, g.da.t(), &a.xn2, &mut dw(lp.w1)?)?;
         gemm(gpu, &g.da, w(lp.w1), &mut g.dxn, &Epilogue::new())?;
         let saved2 = Saved::LayerNorm { mean: &a.mean2, rstd: &a.rstd2 };
@@ -453,9 +479,10 @@ impl TransformerNp {
         let dw2_plan = Plan { m: 3, n: fwd.k, k: fwd.m, batch: fwd.batch, ld: [fwd.ld[2], fwd.ld[0], fwd.k], stride: [3, fwd.k, 3 * fwd.k, 0], ta: true, tb: false };
         let mut dw2 = dw(self.head2)?;
         launch_plan_cast(gpu, None, &dw2_plan, &dout, &self.hid, &mut dw2, &Epilogue::new(), Cast::default())?;
-        // dhid_pre[:, g] = dout[:, g]·W2[g] ⊙ silu'(hid_pre): B stored [3, ffp] (k = 3 rows).
-        let dhid_plan = Plan { m: fwd.m, n: fwd.k, k: 3, batch: fwd.batch, ld: [fwd.ld[2], fwd.k, fwd.ld[0]], stride: [3, 3 * fwd.k, fwd.k, 0], ta: false, tb: false };
-        launch_plan(gpu, None, &dhid_plan, &dout, &p.get(self.head2).w, &mut g.dhid, &Epilogue::new().silu_grad(&self.hid_pre))?;
+        // dhid_pre[:, g] = dout[:, g]·W2[g] ⊙ silu'(hid_pre), with W2[g]ᵀ `[ffp, 3]` as B.
+        transpose(gpu, &p.get(self.head2).w, &mut self.head2t)?;
+        let dhid_plan = Plan { m: fwd.m, n: fwd.k, k: 3, batch: fwd.batch, ld: [fwd.ld[2], 3, fwd.ld[0]], stride: [3, 3 * fwd.k, fwd.k, 0], ta: false, tb: true };
+        launch_plan(gpu, None, &dhid_plan, &dout, &self.head2t, &mut g.dhid, &Epilogue::new().silu_grad(&self.hid_pre))?;
         // The heads' first layer: one GEMM over all heads.
         gemm_cast(gpu, g.dhid.t(), &self.xf, &mut dw(self.head1)?, &Epilogue::new(), Cast::default())?;
         gemm(gpu, &g.dhid, &p.get(self.head1).w, &mut g.dxf, &Epilogue::new())?;
@@ -468,6 +495,7 @@ impl TransformerNp {
         gpu.copy_rows(&g.dh_tgt, &mut tgt_rows, [batch, n * d], [n * d, s * d])?;
 
         for l in (0..layers).rev() {
+            transpose(gpu, &self.params.get(self.layers[l].w2).w, &mut self.w2t[l])?;
             self.layer_backward(gpu, l)?;
         }
         let mut dembed = self.params.get(self.embed).grad.view(0, self.params.get(self.embed).grad.shape())?;

@@ -115,22 +115,45 @@ pub fn row_allreduce<const C: usize, const TH: usize, const N: usize, const K: u
     }
 }
 
-/// Combines each column's partials over the `TR` row groups.
+/// Combines each column's partials over the `TR` row groups: first the
+/// groups within a warp with shuffles (lanes `tc` apart hold the same
+/// columns), then the warps through shared memory, one value per column
+/// and warp. (Folding all `TR` groups through shared memory, as this once
+/// did, unrolled `TR × N` loads: a 64-row tile spilled.)
 #[inline(always)]
 pub fn col_allreduce<const C: usize, const TH: usize, const N: usize>(parts: &mut [f32; N], op: impl Fn(f32, f32) -> f32) {
     let (tc, tr) = (layout::tc(C, TH), layout::tr(C, TH));
     if tr == 1 {
         return;
     }
+    let mut off = tc;
+    while off < 32 {
+        for p in parts.iter_mut() {
+            *p = op(*p, dev::shfl_xor(*p, off as u32));
+        }
+        off *= 2;
+    }
+    // Row groups per warp (1 when a row spans a warp or more), and the
+    // groups of warps left to fold.
+    let per_warp = if tc < 32 { 32 / tc } else { 1 };
+    let groups = tr / per_warp;
+    if groups == 1 {
+        return;
+    }
+    // Group g's threads (a warp's first `tc` lanes, or the g-th set of whole
+    // warps) post their values; each thread folds its column over the groups.
     let smem = dev::dyn_smem::<f32>();
     let t = dev::thread_idx() as usize;
-    let lane = t % tc;
+    let (group, col) = if tc < 32 { (t / 32, t % tc) } else { (t / tc, t % tc) };
+    let posts = tc >= 32 || t % 32 < tc;
     for p in parts.iter_mut() {
-        unsafe { *smem.add(t) = *p };
+        if posts {
+            unsafe { *smem.add(group * tc + col) = *p };
+        }
         dev::sync_threads();
-        let mut acc = unsafe { *smem.add(lane) };
-        for g in 1..tr {
-            acc = op(acc, unsafe { *smem.add(g * tc + lane) });
+        let mut acc = unsafe { *smem.add(col) };
+        for g in 1..groups {
+            acc = op(acc, unsafe { *smem.add(g * tc + col) });
         }
         *p = acc;
         dev::sync_threads();

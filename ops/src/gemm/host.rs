@@ -462,9 +462,14 @@ fn check_out<T: Elem, C: Elem>() -> Result<()> {
 }
 
 /// The `mma.sync` kernels write their own 16-bit type through the direct
-/// epilogue, which has no [`Out`]: a scale or an amax (`out_flags`) there
-/// is refused.
-fn check_cast_kernel<T: Elem, C: Elem>(cfg: Config, out_flags: u32) -> Result<()> {
+/// epilogue, which has no [`Out`] and no [`Act::SiluGrad`]: those are refused there.
+fn check_cast_kernel<T: Elem, C: Elem>(cfg: Config, out_flags: u32, act: Act) -> Result<()> {
+    if matches!(cfg, Config::Mma(_)) && C::KIND == T::KIND && act == Act::SiluGrad {
+        return Err(Error::Invalid(format!(
+            "gemm: the mma.sync kernels' per-element epilogue (their {} output) has no SiLU backward; run a Hopper kernel (A·Bᵀ on sm_90a), or write f32",
+            C::NAME
+        )));
+    }
     if matches!(cfg, Config::Mma(_)) && C::KIND == T::KIND && out_flags != 0 {
         return Err(Error::Shape(format!(
             "gemm: the mma.sync kernels scale or record the amax of f32 and e4m3 outputs only, not of {} (their per-element epilogue has no room); \
@@ -509,7 +514,7 @@ pub fn launch_plan_cast<T: Elem, C: Elem>(
     cast.check()?;
     p.check(e, [a.numel(), b.numel(), c.numel(), bias.numel(), residual.numel()])?;
     let cfg = cfg.unwrap_or_else(|| choose(gpu, p));
-    check_cast_kernel::<T, C>(cfg, cast.flags())?;
+    check_cast_kernel::<T, C>(cfg, cast.flags(), e.act)?;
     let (m, n, k, batch) = (p.m, p.n, p.k, p.batch);
     let ([lda, ldb, ldc], [sa, sb, sc, sbias]) = (p.ld, p.stride);
     let flags = e.flags() | cast.flags();
@@ -568,7 +573,7 @@ pub fn launch_plan_cast_cpu<T: Elem, C: Elem>(
     }
     let out_flags = Out::flags(!scale.is_empty(), !amax.is_empty());
     let cfg = cfg.into();
-    if let Err(e) = check_cast_kernel::<T, C>(cfg, out_flags) {
+    if let Err(e) = check_cast_kernel::<T, C>(cfg, out_flags, epi.act) {
         panic!("{e}");
     }
     let flags = epi.flags() | out_flags;

@@ -253,7 +253,8 @@ pub enum Act {
     /// The SiLU's backward: `y·silu'(r)`, where `r` is the residual operand
     /// (the saved pre-activation), which is then a factor, not added. Fused
     /// into the GEMM that produces the activation's gradient, so that
-    /// gradient is never written before it is scaled.
+    /// gradient is never written before it is scaled. Staged epilogues
+    /// only: the Hopper kernels, and the `mma.sync` ones writing f32.
     SiluGrad = 5,
 }
 
@@ -310,12 +311,12 @@ impl Epi {
     /// The output value from the accumulator `x` and the fused operands'
     /// values at its position (zero where unused).
     #[inline(always)]
+    /// `Act::SiluGrad` is not one of them: it is the staged epilogue's
+    /// ([`Epi::apply_chunk`]); this per-element one, the `mma.sync`
+    /// kernels' for 16-bit outputs, stops unrolling with one more case, and
+    /// the host refuses it there.
     pub fn apply(&self, x: f32, bias: f32, residual: f32, old: f32) -> f32 {
-        let y = self.alpha * x + bias;
-        if self.act == Act::SiluGrad {
-            return y * math::silu_grad(residual) + self.beta * old;
-        }
-        self.act.apply(y) + residual + self.beta * old
+        self.act.apply(self.alpha * x + bias) + residual + self.beta * old
     }
 
     /// [`Epi::apply`] to a chunk of 8 values: the activation is chosen once
@@ -365,7 +366,7 @@ impl Act {
             }
             Act::Silu => math::silu(y),
             Act::GeluTanh => math::gelu_tanh(y),
-            // Its factor comes from the residual operand (`Epi::apply`).
+            // Its factor comes from the residual operand (`Epi::apply_chunk`).
             Act::SiluGrad => y,
         }
     }

@@ -95,6 +95,9 @@ fn every_fused_epilogue_matches_float64() {
                 .collect();
             // mma.sync's per-element epilogue, and the Hopper kernels' staged one.
             for cfg in [Config::Mma(0), Config::Mma(2), Config::Wgmma(3), Config::Tma(0)] {
+                if act == Act::SiluGrad && matches!(cfg, Config::Mma(_)) {
+                    continue; // staged epilogues only (`silu_grad_is_refused_by_the_direct_epilogue`)
+                }
                 let mut c = old.clone();
                 launch_plan_cpu(cfg, &Plan::nt(m, n, k), &a, &b, &mut c, bias_data, &residual, e);
                 assert_close(&c, &want, &format!("gemm {e:?} {cfg:?} (seed {seed})"));
@@ -292,4 +295,21 @@ fn an_empty_k_is_the_epilogue_of_zero() {
         launch_plan_cpu(cfg, &plan, &[], &[], &mut c, &bias, &residual, e);
         assert_close(&c, &want, &format!("gemm ta={ta} tb={tb} {batch}×{m}×{n}×0 {cfg:?} (seed {seed})"));
     }
+}
+
+/// The `mma.sync` kernels' per-element epilogue has no SiLU backward: a
+/// 16-bit output there is refused, f32 (the staged epilogue) takes it.
+#[test]
+fn silu_grad_is_refused_by_the_direct_epilogue() {
+    let (m, n, k) = (20, 24, 16);
+    let (a, b, ab, seed) = operands::<bf16>(m, n, k);
+    let pre: Vec<bf16> = normal(&mut rng().0, m * n, 0.0, 2.0);
+    let e = Epi { act: Act::SiluGrad, residual: true, ..Epi::NONE };
+    let refused = std::panic::catch_unwind(|| launch_plan_cpu(Config::Mma(0), &Plan::nt(m, n, k), &a, &b, &mut vec![bf16::from_f32(0.0); m * n], &[], &pre, e));
+    let msg = refused.unwrap_err().downcast::<String>().unwrap();
+    assert!(msg.contains("no SiLU backward"), "{msg}");
+    let mut c = vec![0.0f32; m * n];
+    launch_plan_cast_cpu(Config::Mma(0), &Plan::nt(m, n, k), [&a, &b, &[], &pre], &mut c, e, &[], &mut []);
+    let want: Vec<f64> = (0..m * n).map(|i| reference::epilogue(&e, ab[i], 0.0, pre[i].to_f32() as f64, 0.0)).collect();
+    assert_close(&c, &want, &format!("silu_grad into f32 through mma.sync (seed {seed})"));
 }

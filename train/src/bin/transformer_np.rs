@@ -55,6 +55,10 @@ struct Args {
     /// for `bench/transformer_np.py --check`.
     #[arg(long)]
     dump: Option<PathBuf>,
+    /// After the timed steps, time one more step kernel by kernel and print
+    /// where its time goes (the attention share, the distance from the floor).
+    #[arg(long)]
+    profile: bool,
     /// Print a line every this many steps.
     #[arg(long, default_value_t = 1)]
     every: usize,
@@ -145,6 +149,37 @@ fn run(mut args: Args) -> Result<()> {
         losses.last().copied().unwrap_or(f32::NAN),
         peak as f64 / 1e9
     );
+    let (flops, attn_flops) = model.flops();
+    println!(
+        "floor: {:.2} TFLOP a step ({:.0} % attention) / {PEAK_TFLOPS} TFLOP/s = {:.2} ms, {:.0} % of the median step ({:.0} TFLOP/s achieved)",
+        flops / 1e12,
+        100.0 * attn_flops / flops,
+        flops / PEAK_TFLOPS / 1e9,
+        100.0 * flops / PEAK_TFLOPS / 1e9 / med as f64,
+        flops / (med as f64 / 1e3) / 1e12
+    );
+    if args.profile && !gpu.is_interpreter() {
+        profile(&gpu, &mut model)?;
+    }
+    Ok(())
+}
+
+/// H100 SXM's dense bf16 tensor-core peak (the datasheet's), for the floor.
+const PEAK_TFLOPS: f64 = 989.0;
+
+/// One eager step with every launch timed apart: the kernels by time, and
+/// attention's share.
+fn profile(gpu: &Gpu, model: &mut TransformerNp) -> Result<()> {
+    gpu.profile(true)?;
+    model.step(gpu)?;
+    let rows = gpu.profile_report()?;
+    gpu.profile(false)?;
+    let total: f64 = rows.iter().map(|r| r.2).sum();
+    let attention: f64 = rows.iter().filter(|r| r.0.starts_with("attention_")).map(|r| r.2).sum();
+    println!("profile of one eager step: {total:.2} ms in {} launches; attention {attention:.2} ms ({:.0} %), the rest {:.2} ms", rows.iter().map(|r| r.1).sum::<usize>(), 100.0 * attention / total, total - attention);
+    for (name, n, ms) in rows.iter().take(30) {
+        println!("  {ms:>9.3} ms {:>5.1} %  {n:>4}×  {name}", 100.0 * ms / total);
+    }
     Ok(())
 }
 
