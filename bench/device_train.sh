@@ -3,7 +3,10 @@
 # the TransformerNP's GPU tests, its gradients against PyTorch autograd, and
 # the benchmark matrix: Rustile with and without CUDA graphs and
 # checkpointing beside PyTorch eager and torch.compile, per shape.
-# Usage: [PARTS=tests,check,ours,torch] [SHAPES="small mid large"] [STEPS=20] bash bench/device_train.sh
+# Usage: [PARTS=tests,sanitize,check,ours,torch] [SHAPES="small mid large"] [STEPS=20] bash bench/device_train.sh
+# `sanitize` runs each test of tests/gpu_train.rs and train/tests/ in a process of
+# its own under compute-sanitizer (SANITIZE_TOOLS, default memcheck,synccheck,racecheck),
+# one verdict line per test in sanitize.txt.
 # results.jsonl (one JSON line per measured variant) goes to $OUT (or ./out),
 # every log into $OUT/train-logs.tgz (the device returns a few files only).
 set -uo pipefail
@@ -22,6 +25,21 @@ if has tests; then
     for t in .device/gpu_train-* .device/transformer_np-*; do
         "$t" --test-threads=1 > "$LOGS/tests-$(basename "$t" | cut -d- -f1).txt" 2>&1 || status=1
         tail -3 "$LOGS/tests-$(basename "$t" | cut -d- -f1).txt"
+    done
+fi
+
+if has sanitize; then
+    for tool in $(echo "${SANITIZE_TOOLS:-memcheck,synccheck,racecheck}" | tr , ' '); do
+        for t in .device/gpu_train-* .device/transformer_np-*; do
+            for name in $("$t" --list 2>/dev/null | sed -n 's/: test$//p'); do
+                log="$LOGS/sanitize-$tool-$(basename "$t" | cut -d- -f1)-$name.txt"
+                start=$SECONDS
+                timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool "$tool" --error-exitcode 86 --print-limit 20 "$t" --exact "$name" --test-threads=1 > "$log" 2>&1
+                case $? in 0) v=clean ;; 86) v=ERRORS; status=1 ;; 124) v=TIMEOUT ;; *) v=FAILED; status=1 ;; esac
+                grep -q "^SKIPPED" "$log" && v=SKIPPED
+                echo "$v $tool $((SECONDS - start)) s $(basename "$t" | cut -d- -f1) $name" | tee -a "$OUT/sanitize.txt"
+            done
+        done
     done
 fi
 
