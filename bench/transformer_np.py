@@ -78,6 +78,10 @@ def unpad(name, t, cfg):
         return t.view(K, -1, d)[:, :ff]
     if name == "head.w2":
         return t[:, :, :ff]
+    if name.endswith(".w1"):
+        return t[:ff]
+    if name.endswith(".w2"):
+        return t[:, :ff]
     return t
 
 
@@ -90,6 +94,10 @@ def pad_part(name, t, cfg):
         return t.view(K, -1, d)[:, ff:]
     if name == "head.w2":
         return t[:, :, ff:]
+    if name.endswith(".w1"):
+        return t[ff:]
+    if name.endswith(".w2"):
+        return t[:, ff:]
     return t[:0]
 
 

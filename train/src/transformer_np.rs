@@ -18,15 +18,17 @@
 //!   computes them).
 //! - Every pre-norm block's input gradient is one write: the LayerNorm
 //!   backward adds the residual's gradient (`norm_backward`'s `dres`).
-//! - The SiLU's backward is the epilogue of the GEMM that makes its
-//!   output's gradient (`Epilogue::silu_grad`), a product `dy·W` run as
-//!   `A·Bᵀ` on a transposed copy of `W` made at the start of the backward
-//!   (the layout Hopper's GEMM kernels take, and the ones whose epilogue
-//!   has the SiLU backward).
-//! - The heads' hidden width is padded to a multiple of 8 (1365 → 1368)
-//!   with weights that are zero and stay zero (their gradients are exactly
-//!   zero), so the first head layer is one GEMM over all heads and every
-//!   row is 16-byte aligned.
+//! - Every product of the backward runs in the layout Hopper's TMA GEMM
+//!   takes, `A·Bᵀ`: an input gradient `dy·W` on a transposed copy of `W`
+//!   (made per layer as its backward starts), and the SiLU's backward is
+//!   that GEMM's epilogue (`Epilogue::silu_grad`). A weight gradient
+//!   `dyᵀ·x` (the `mma.sync` kernel's layout) is split along the tokens
+//!   (`gemm_split_k`): its `d×d` output alone is a few dozen blocks.
+//! - Every hidden width (the MLPs' and the heads') is padded to a
+//!   multiple of 8 (1365 → 1368) with weights that are zero and stay zero
+//!   (their gradients are exactly zero), so every row is 16-byte aligned
+//!   (the copy engine's rule; a 1365-wide row took the edge path in every
+//!   chunk) and the first head layer is one GEMM over all heads.
 //! - A step allocates nothing: every buffer is made in [`TransformerNp::new`].
 //! - With `checkpoint`, a layer keeps only its input; the backward
 //!   recomputes the rest (all but the layer's last GEMM, whose output is
@@ -35,7 +37,7 @@ use rustile::bf16;
 use rustile_host::{Error, Gpu, Graph, Result, Tensor};
 use rustile_ops::adamw::AdamW;
 use rustile_ops::attention::{attention, attention_backward_scratch, attention_backward_with, Attention};
-use rustile_ops::gemm::{gemm, gemm_cast, launch_plan, launch_plan_cast, Cast, Epilogue, Plan, Transpose};
+use rustile_ops::gemm::{gemm, gemm_split_k, launch_plan, launch_plan_cast, split_k_parts, Cast, Epilogue, Plan, Transpose};
 use rustile_ops::gmm_loss::{gmm_nll, gmm_nll_backward, gmm_nll_scratch};
 use rustile_ops::norm::{layer_norm, norm_backward, norm_backward_scratch, NormGrads, Saved};
 use rustile_ops::transpose::transpose;
@@ -127,7 +129,7 @@ struct Acts {
     mean2: Tensor<f32>,
     rstd2: Tensor<f32>,
     xn2: Tensor<bf16>,
-    /// The MLP's pre-activation and activation `[T, d_ff]`.
+    /// The MLP's pre-activation and activation `[T, ffp]`.
     a: Tensor<bf16>,
     u: Tensor<bf16>,
 }
@@ -167,10 +169,13 @@ pub struct TransformerNp {
     /// The residual stream entering each layer, and leaving the last: `L+1` of `[T, d]`.
     h: Vec<Tensor<bf16>>,
     acts: Vec<Acts>,
-    /// Transposed copies of each layer's `W2` (`[ff, d]`) and of the heads'
-    /// second layer (`[K, ffp, 3]`), made by the backward.
-    w2t: Vec<Tensor<bf16>>,
+    /// Transposed copies of the weights, made by the backward: each
+    /// layer's `[wq, wk, wv, wo, w1, w2]`, the heads' two layers.
+    wt: Vec<[Tensor<bf16>; 6]>,
+    head1t: Tensor<bf16>,
     head2t: Tensor<bf16>,
+    /// The parts of a split weight gradient.
+    wgrad_scratch: Tensor<f32>,
     /// The head: target rows `[B·N, d]`, their final norm, hidden layer
     /// before and after SiLU `[B·N, K·ffp]`, mixture outputs `[B·N, K, 3]`.
     h_tgt: Tensor<bf16>,
@@ -216,7 +221,9 @@ impl TransformerNp {
         for l in 0..layers {
             let mut lin = |name: &str, out: usize, inp: usize| decl.add(format!("layers.{l}.{name}"), &[out, inp], true, linear_init(&mut rng, [out, inp], inp, [out, inp]));
             let (wq, wk, wv, wo) = (lin("wq", d, d), lin("wk", d, d), lin("wv", d, d), lin("wo", d, d));
-            let (w1, w2) = (lin("w1", ff, d), lin("w2", d, ff));
+            // Hidden units ff .. ffp are padding: zero rows of W1, zero columns of W2.
+            let mut padded = |name: &str, shape: [usize; 2], fan_in: usize, used: [usize; 2]| decl.add(format!("layers.{l}.{name}"), &shape, true, linear_init(&mut rng, shape, fan_in, used));
+            let (w1, w2) = (padded("w1", [ffp, d], d, [ff, d]), padded("w2", [d, ffp], ff, [d, ff]));
             let ln1 = decl.add(format!("layers.{l}.ln1.w"), &[d], false, vec![1.0; d]);
             let ln2 = decl.add(format!("layers.{l}.ln2.w"), &[d], false, vec![1.0; d]);
             lp.push(LayerParams { ln1, wq, wk, wv, wo, ln2, w1, w2 });
@@ -252,8 +259,8 @@ impl TransformerNp {
                 mean2: f32s(&[t])?,
                 rstd2: f32s(&[t])?,
                 xn2: bf(&[t, d])?,
-                a: bf(&[t, ff])?,
-                u: bf(&[t, ff])?,
+                a: bf(&[t, ffp])?,
+                u: bf(&[t, ffp])?,
             })
         };
         let acts = (0..if checkpoint { 1 } else { layers }).map(|_| acts_set()).collect::<Result<Vec<_>>>()?;
@@ -261,7 +268,7 @@ impl TransformerNp {
             dh: bf(&[t, d])?,
             dh_mid: bf(&[t, d])?,
             dxn: bf(&[t, d])?,
-            da: bf(&[t, ff])?,
+            da: bf(&[t, ffp])?,
             d_o: bf(&[t, d])?,
             dq: bf(&[t, d])?,
             dk: bf(&[c, d])?,
@@ -285,8 +292,15 @@ impl TransformerNp {
             y: f32s(&[r])?,
             h: (0..=layers).map(|_| bf(&[t, d])).collect::<Result<_>>()?,
             acts,
-            w2t: (0..layers).map(|_| bf(&[ff, d])).collect::<Result<_>>()?,
+            wt: (0..layers).map(|_| Ok([bf(&[d, d])?, bf(&[d, d])?, bf(&[d, d])?, bf(&[d, d])?, bf(&[d, ffp])?, bf(&[ffp, d])?])).collect::<Result<_>>()?,
+            head1t: bf(&[d, k * ffp])?,
             head2t: bf(&[k, ffp, 3])?,
+            wgrad_scratch: {
+                // The largest of the split weight gradients' scratch.
+                let sizes = [[d, d, t], [d, d, c], [ffp, d, t], [d, ffp, t], [k * ffp, d, r], [d, TOKEN_WIDTH, t]];
+                let most = sizes.iter().map(|&[m, n, kk]| split_k_parts(gpu, m, n, kk) * m * n).max().unwrap();
+                f32s(&[most])?
+            },
             h_tgt: bf(&[r, d])?,
             meanf: f32s(&[r])?,
             rstdf: f32s(&[r])?,
@@ -326,8 +340,9 @@ impl TransformerNp {
             + self.acts.iter().map(a).sum::<usize>()
             + self.h.iter().map(|t| t.bytes()).sum::<usize>()
             + grads.iter().sum::<usize>()
-            + self.w2t.iter().map(|t| t.bytes()).sum::<usize>()
-            + [self.head2t.bytes(), self.h_tgt.bytes(), self.xf.bytes(), self.hid_pre.bytes(), self.hid.bytes(), self.out.bytes()].iter().sum::<usize>()
+            + self.wt.iter().flatten().map(|t| t.bytes()).sum::<usize>()
+            + self.wgrad_scratch.bytes()
+            + [self.head1t.bytes(), self.head2t.bytes(), self.h_tgt.bytes(), self.xf.bytes(), self.hid_pre.bytes(), self.hid.bytes(), self.out.bytes()].iter().sum::<usize>()
     }
 
     /// Floating-point operations of one step's matrix products: `(all,
@@ -339,7 +354,8 @@ impl TransformerNp {
         let Shape { batch, context: m, targets: n } = self.shape;
         let (t, c, r) = ((batch * (m + n)) as f64, (batch * m) as f64, (batch * n) as f64);
         let (d, ff, ffp, k) = (d as f64, ff as f64, self.cfg.ff_padded() as f64, k as f64);
-        let per_layer = 2.0 * t * (2.0 * d * d + 2.0 * d * ff) + 2.0 * c * 2.0 * d * d;
+        let _ = ff; // the padding's products are zeros, but they are computed
+        let per_layer = 2.0 * t * (2.0 * d * d + 2.0 * d * ffp) + 2.0 * c * 2.0 * d * d;
         let head = 2.0 * r * (d * k * ffp + k * ffp * 3.0) + 2.0 * t * d * TOKEN_WIDTH as f64;
         let attention = layers as f64 * 4.0 * (batch * (m + n) * m * self.cfg.d_model) as f64;
         (3.0 * (layers as f64 * per_layer + head) + 3.5 * attention, 3.5 * attention)
@@ -431,20 +447,22 @@ impl TransformerNp {
         let x = &self.h[l];
         let w = |i: usize| &p.get(i).w;
         let dw = |i: usize| p.get(i).grad.view(0, p.get(i).grad.shape());
-        let f32_out = |gpu: &Gpu, a: rustile_ops::gemm::Mat<bf16>, b: &Tensor<bf16>, c: &mut Tensor<f32>| gemm_cast(gpu, a, b, c, &Epilogue::new(), Cast::default());
+        let wt = &self.wt[l];
+        let scratch = &mut self.wgrad_scratch;
+        let mut wgrad = |dy: &Tensor<bf16>, x: &Tensor<bf16>, i: usize| gemm_split_k(gpu, dy.t(), x, &mut dw(i)?, scratch);
 
         // MLP: h[l+1] = h_mid + u·W2ᵀ, u = silu(a), a = xn2·W1ᵀ.
-        f32_out(gpu, g.dh.t(), &a.u, &mut dw(lp.w2)?)?;
-        gemm(gpu, &g.dh, self.w2t[l].t(), &mut g.da, &Epilogue::new().silu_grad(&a.a))?;
-        f32_out(gpu, g.da.t(), &a.xn2, &mut dw(lp.w1)?)?;
-        gemm(gpu, &g.da, w(lp.w1), &mut g.dxn, &Epilogue::new())?;
+        wgrad(&g.dh, &a.u, lp.w2)?;
+        gemm(gpu, &g.dh, wt[5].t(), &mut g.da, &Epilogue::new().silu_grad(&a.a))?;
+        wgrad(&g.da, &a.xn2, lp.w1)?;
+        gemm(gpu, &g.da, wt[4].t(), &mut g.dxn, &Epilogue::new())?;
         let saved2 = Saved::LayerNorm { mean: &a.mean2, rstd: &a.rstd2 };
         let grads2 = NormGrads { dx: &mut g.dh_mid, dw: &mut dw(lp.ln2)?, db: None };
         norm_backward(gpu, &g.dxn, &a.h_mid, w(lp.ln2), saved2, Some(&g.dh), grads2, &mut self.norm_scratch)?;
 
         // Attention: h_mid = x + o·Woᵀ, o = attn(q, k, v).
-        f32_out(gpu, g.dh_mid.t(), &a.o, &mut dw(lp.wo)?)?;
-        gemm(gpu, &g.dh_mid, w(lp.wo), &mut g.d_o, &Epilogue::new())?;
+        wgrad(&g.dh_mid, &a.o, lp.wo)?;
+        gemm(gpu, &g.dh_mid, wt[3].t(), &mut g.d_o, &Epilogue::new())?;
         let shaped = |t: &Tensor<bf16>, rows: usize| t.view(0, &[batch, rows, heads, dh_]);
         let (q4, k4, v4, o4, do4) = (shaped(&a.q, s)?, shaped(&a.k, m)?, shaped(&a.v, m)?, shaped(&a.o, s)?, shaped(&g.d_o, s)?);
         let (mut dq4, mut dk4, mut dv4) = (shaped(&g.dq, s)?, shaped(&g.dk, m)?, shaped(&g.dv, m)?);
@@ -452,13 +470,13 @@ impl TransformerNp {
         attention_backward_with(gpu, [&q4, &k4, &v4, &o4, &do4], &a.lse, grads, Attention::default(), Some(&mut self.attn_scratch))?;
         // q = xn1·Wqᵀ over every row; k, v over the context rows.
         gpu.copy_rows(&a.xn1, &mut a.xn1_ctx, [batch, m * d], [s * d, m * d])?;
-        f32_out(gpu, g.dq.t(), &a.xn1, &mut dw(lp.wq)?)?;
-        f32_out(gpu, g.dk.t(), &a.xn1_ctx, &mut dw(lp.wk)?)?;
-        f32_out(gpu, g.dv.t(), &a.xn1_ctx, &mut dw(lp.wv)?)?;
-        gemm(gpu, &g.dq, w(lp.wq), &mut g.dxn, &Epilogue::new())?;
+        wgrad(&g.dq, &a.xn1, lp.wq)?;
+        wgrad(&g.dk, &a.xn1_ctx, lp.wk)?;
+        wgrad(&g.dv, &a.xn1_ctx, lp.wv)?;
+        gemm(gpu, &g.dq, wt[0].t(), &mut g.dxn, &Epilogue::new())?;
         let back = context_back_plan(batch, m, s, d);
-        launch_plan(gpu, None, &back, &g.dk, w(lp.wk), &mut g.dxn, &Epilogue::new().accumulate(1.0))?;
-        launch_plan(gpu, None, &back, &g.dv, w(lp.wv), &mut g.dxn, &Epilogue::new().accumulate(1.0))?;
+        launch_plan(gpu, None, &back, &g.dk, &wt[1], &mut g.dxn, &Epilogue::new().accumulate(1.0))?;
+        launch_plan(gpu, None, &back, &g.dv, &wt[2], &mut g.dxn, &Epilogue::new().accumulate(1.0))?;
         let saved1 = Saved::LayerNorm { mean: &a.mean1, rstd: &a.rstd1 };
         let grads1 = NormGrads { dx: &mut g.dh, dw: &mut dw(lp.ln1)?, db: None };
         norm_backward(gpu, &g.dxn, x, w(lp.ln1), saved1, Some(&g.dh_mid), grads1, &mut self.norm_scratch)
@@ -484,8 +502,9 @@ impl TransformerNp {
         let dhid_plan = Plan { m: fwd.m, n: fwd.k, k: 3, batch: fwd.batch, ld: [fwd.ld[2], 3, fwd.ld[0]], stride: [3, 3 * fwd.k, fwd.k, 0], ta: false, tb: true };
         launch_plan(gpu, None, &dhid_plan, &dout, &self.head2t, &mut g.dhid, &Epilogue::new().silu_grad(&self.hid_pre))?;
         // The heads' first layer: one GEMM over all heads.
-        gemm_cast(gpu, g.dhid.t(), &self.xf, &mut dw(self.head1)?, &Epilogue::new(), Cast::default())?;
-        gemm(gpu, &g.dhid, &p.get(self.head1).w, &mut g.dxf, &Epilogue::new())?;
+        gemm_split_k(gpu, g.dhid.t(), &self.xf, &mut dw(self.head1)?, &mut self.wgrad_scratch)?;
+        transpose(gpu, &p.get(self.head1).w, &mut self.head1t)?;
+        gemm(gpu, &g.dhid, self.head1t.t(), &mut g.dxf, &Epilogue::new())?;
         let savedf = Saved::LayerNorm { mean: &self.meanf, rstd: &self.rstdf };
         let gradsf = NormGrads { dx: &mut g.dh_tgt, dw: &mut dw(self.lnf)?, db: None };
         norm_backward(gpu, &g.dxf, &self.h_tgt, &p.get(self.lnf).w, savedf, None, gradsf, &mut self.head_norm_scratch)?;
@@ -495,11 +514,14 @@ impl TransformerNp {
         gpu.copy_rows(&g.dh_tgt, &mut tgt_rows, [batch, n * d], [n * d, s * d])?;
 
         for l in (0..layers).rev() {
-            transpose(gpu, &self.params.get(self.layers[l].w2).w, &mut self.w2t[l])?;
+            let lp = &self.layers[l];
+            for (i, w) in [lp.wq, lp.wk, lp.wv, lp.wo, lp.w1, lp.w2].into_iter().enumerate() {
+                transpose(gpu, &self.params.get(w).w, &mut self.wt[l][i])?;
+            }
             self.layer_backward(gpu, l)?;
         }
         let mut dembed = self.params.get(self.embed).grad.view(0, self.params.get(self.embed).grad.shape())?;
-        gemm_cast(gpu, self.g.dh.t(), &self.tokens, &mut dembed, &Epilogue::new(), Cast::default())
+        gemm_split_k(gpu, self.g.dh.t(), &self.tokens, &mut dembed, &mut self.wgrad_scratch)
     }
 
     // ---- the step --------------------------------------------------------------------------
@@ -540,9 +562,9 @@ impl TransformerNp {
     }
 }
 
-/// `C[b, :M] += G[b]·W` for every sequence b: a key or value gradient
-/// `[B·M, d]` taken back through its weight into the context rows of
-/// LN1's output gradient `[B, S, d]`.
+/// `C[b, :M] += G[b]·W` for every sequence b (B the transposed copy `Wᵀ`):
+/// a key or value gradient `[B·M, d]` taken back through its weight into the
+/// context rows of LN1's output gradient `[B, S, d]`.
 fn context_back_plan(batch: usize, m: usize, s: usize, d: usize) -> Plan {
-    Plan { m, n: d, k: d, batch, ld: [d, d, d], stride: [m * d, 0, s * d, 0], ta: false, tb: false }
+    Plan { m, n: d, k: d, batch, ld: [d, d, d], stride: [m * d, 0, s * d, 0], ta: false, tb: true }
 }

@@ -545,6 +545,59 @@ pub fn launch_plan_cast<T: Elem, C: Elem>(
     }
 }
 
+/// How many parts [`gemm_split_k`] cuts `k` into for an `m×n` output on
+/// `gpu`: enough 128×128 blocks for two a SM, each part at least 512 deep.
+pub fn split_k_parts(gpu: &Gpu, m: usize, n: usize, k: usize) -> usize {
+    let blocks = (m.div_ceil(128) * n.div_ceil(128)).max(1);
+    (2 * gpu.sm_count() as usize).div_ceil(blocks).clamp(1, (k / 512).max(1))
+}
+
+/// The scratch [`gemm_split_k`] needs: `[parts, m, n]` f32.
+pub fn split_k_scratch(gpu: &Gpu, m: usize, n: usize, k: usize) -> Result<Tensor<f32>> {
+    gpu.alloc(&[split_k_parts(gpu, m, n, k), m, n])
+}
+
+/// `c = op(a)·op(b)` in f32 with `k` cut into [`split_k_parts`] parts: one
+/// batched launch writes each part's product into `scratch`, and
+/// `reduce::col_sum` adds them in a fixed order (the same bits every run).
+/// For products whose output is small beside their depth, as a weight
+/// gradient `dw = dyᵀ·x` (`[out, in]`, summed over every token): their
+/// `m×n` blocks alone would leave most SMs idle.
+///
+/// ```ignore
+/// let mut scratch = split_k_scratch(&gpu, 512, 512, tokens)?;
+/// gemm_split_k(&gpu, dy.t(), &x, &mut dw, &mut scratch)?; // dw = dyᵀ·x
+/// ```
+pub fn gemm_split_k<'a, T: Elem>(gpu: &Gpu, a: impl Into<Mat<'a, T>>, b: impl Into<Mat<'a, T>>, c: &mut Tensor<f32>, scratch: &mut Tensor<f32>) -> Result<()> {
+    let (a, b) = (a.into(), b.into());
+    let p = plan(a, b, c)?;
+    if p.batch != 1 {
+        return Err(Error::Shape("gemm_split_k: a single product (2-D operands and output)".into()));
+    }
+    let (m, n, k) = (p.m, p.n, p.k);
+    let parts = split_k_parts(gpu, m, n, k);
+    if scratch.numel() < parts * m * n {
+        return Err(Error::Shape(format!("gemm_split_k: scratch holds {} values; {parts}×{m}×{n} needed (split_k_scratch makes it)", scratch.numel())));
+    }
+    let kc = k / parts;
+    // A step of kc along k: kc rows of an operand stored with k as its row index, else kc columns.
+    let step = |transposed_k_rows: bool, ld: usize| if transposed_k_rows { kc * ld } else { kc };
+    let (sa, sb) = (step(p.ta, p.ld[0]), step(!p.tb, p.ld[1]));
+    let parts_plan = Plan { k: kc, batch: parts, ld: [p.ld[0], p.ld[1], n], stride: [sa, sb, m * n, 0], ..p };
+    let mut parts_out = scratch.view(0, &[parts, m, n])?;
+    launch_plan_cast(gpu, None, &parts_plan, a.tensor, b.tensor, &mut parts_out, &Epilogue::new(), Cast::default())?;
+    let rest = k - parts * kc;
+    if rest > 0 {
+        // The last rows of k go into part 0, added to what it holds.
+        let (a_rest, b_rest) = (a.tensor.view(parts * sa, &[a.tensor.numel() - parts * sa])?, b.tensor.view(parts * sb, &[b.tensor.numel() - parts * sb])?);
+        let mut first = scratch.view(0, &[m, n])?;
+        let rest_plan = Plan { k: rest, batch: 1, stride: [0; 4], ..parts_plan };
+        launch_plan_cast(gpu, None, &rest_plan, &a_rest, &b_rest, &mut first, &Epilogue::new().accumulate(1.0), Cast::default())?;
+    }
+    let mut flat = c.view(0, &[m * n])?;
+    crate::reduce::col_sum(gpu, scratch, [parts, m * n], [m * n, 0], &mut flat)
+}
+
 fn wgmma_layout() -> Error {
     Error::Shape("gemm: the wgmma and TMA kernels take a as [m, k] and b as w.t() of an [n, k] weight; use an mma config for other layouts".into())
 }

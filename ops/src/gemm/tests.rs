@@ -313,3 +313,23 @@ fn silu_grad_is_refused_by_the_direct_epilogue() {
     let want: Vec<f64> = (0..m * n).map(|i| reference::epilogue(&e, ab[i], 0.0, pre[i].to_f32() as f64, 0.0)).collect();
     assert_close(&c, &want, &format!("silu_grad into f32 through mma.sync (seed {seed})"));
 }
+
+/// A weight gradient `dw = dyᵀ·x` cut along k (with a remainder part)
+/// matches float64, through the host API on the interpreter.
+#[test]
+fn split_k_matches_float64() {
+    let gpu = rustile_host::Gpu::interpreter();
+    let (m, n, k) = (40, 72, 2003);
+    let (mut rng, seed) = rng();
+    let dy: Vec<bf16> = normal(&mut rng, k * m, 0.0, 1.0);
+    let x: Vec<bf16> = normal(&mut rng, k * n, 0.0, 1.0);
+    let (tdy, tx) = (gpu.upload(&dy, &[k, m]).unwrap(), gpu.upload(&x, &[k, n]).unwrap());
+    let parts = split_k_parts(&gpu, m, n, k);
+    assert!(parts > 1 && k % parts != 0, "the test wants several parts and a remainder; {parts} parts");
+    let mut scratch = split_k_scratch(&gpu, m, n, k).unwrap();
+    let mut dw = gpu.alloc::<f32>(&[m, n]).unwrap();
+    gemm_split_k(&gpu, tdy.t(), &tx, &mut dw, &mut scratch).unwrap();
+    let (a, b) = (crate::testing::transpose(&wide(&dy), 1, k, m), crate::testing::transpose(&wide(&x), 1, k, n));
+    let want = reference::matmul_nt(&a, &b, m, n, k);
+    assert_close(&gpu.download(&dw).unwrap(), &want, &format!("split-k dyᵀ·x in {parts} parts (seed {seed})"));
+}
