@@ -585,7 +585,11 @@ pub fn gemm_split_k<'a, T: Elem>(gpu: &Gpu, a: impl Into<Mat<'a, T>>, b: impl In
     let (sa, sb) = (step(p.ta, p.ld[0]), step(!p.tb, p.ld[1]));
     let parts_plan = Plan { k: kc, batch: parts, ld: [p.ld[0], p.ld[1], n], stride: [sa, sb, m * n, 0], ..p };
     let mut parts_out = scratch.view(0, &[parts, m, n])?;
-    launch_plan_cast(gpu, None, &parts_plan, a.tensor, b.tensor, &mut parts_out, &Epilogue::new(), Cast::default())?;
+    // The parts were counted in 128×128 blocks; the tables and the default
+    // look at one part's rows and gave 64×64 to 62 of a step's 100 launches
+    // (bench/RESULTS.md, 2026-11-26, "The TransformerNP trains…").
+    let blocks_128 = if parts > 1 && (p.ta || !p.tb) { Some(Config::Mma(2)) } else { None };
+    launch_plan_cast(gpu, blocks_128, &parts_plan, a.tensor, b.tensor, &mut parts_out, &Epilogue::new(), Cast::default())?;
     let rest = k - parts * kc;
     if rest > 0 {
         // The last rows of k go into part 0, added to what it holds.
