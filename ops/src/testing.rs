@@ -13,13 +13,13 @@ pub fn rng() -> (StdRng, u64) {
 
 /// `n` values `offset + scale·N(0, 1)`, stored as `T`.
 pub fn normal<T: Elem>(rng: &mut StdRng, n: usize, offset: f32, scale: f32) -> Vec<T> {
-    (0..n)
-        .map(|_| {
-            // Box–Muller: two uniforms to one standard normal.
-            let (u, v): (f32, f32) = (rng.gen_range(f32::EPSILON..1.0), rng.gen());
-            T::from_f32(offset + scale * (-2.0 * u.ln()).sqrt() * (std::f32::consts::TAU * v).cos())
-        })
-        .collect()
+    (0..n).map(|_| T::from_f32(offset + scale * standard_normal(rng))).collect()
+}
+
+/// One standard normal draw (Box–Muller: two uniforms to one normal).
+pub fn standard_normal(rng: &mut impl Rng) -> f32 {
+    let (u, v): (f32, f32) = (rng.gen_range(f32::EPSILON..1.0), rng.gen());
+    (-2.0 * u.ln()).sqrt() * (std::f32::consts::TAU * v).cos()
 }
 
 /// The values converted to another element type (rounded where `U` is narrower).

@@ -10,7 +10,7 @@
 //! in well under a second, where the exact one would not finish.
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rand_distr_lite::normal;
+use rustile_ops::testing::standard_normal as normal;
 
 /// Features a function is built of.
 pub const FEATURES: usize = 256;
@@ -68,15 +68,6 @@ impl GpData {
             }
         }
         Batch { tokens, y }
-    }
-}
-
-/// A standard normal draw (Box–Muller), so the crate needs no distribution library.
-mod rand_distr_lite {
-    use rand::Rng;
-    pub fn normal(rng: &mut impl Rng) -> f32 {
-        let (u, v): (f32, f32) = (rng.gen_range(f32::EPSILON..1.0), rng.gen());
-        (-2.0 * u.ln()).sqrt() * (std::f32::consts::TAU * v).cos()
     }
 }
 

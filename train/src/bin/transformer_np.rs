@@ -104,7 +104,7 @@ fn run(mut args: Args) -> Result<()> {
     );
     if let Some(dir) = &args.dump {
         model.load_batch(&gpu, &data.next_batch())?;
-        return dump(&gpu, &mut model, dir, &data);
+        return dump(&gpu, &mut model, dir);
     }
 
     let mut graph = None;
@@ -203,7 +203,7 @@ fn median(v: &[f32]) -> f32 {
 /// PyTorch comparison: `model.json` (sizes, parameter names and shapes,
 /// the loss), `params.f32`, `grads.f32` (in the same order, little-endian),
 /// `tokens.f32`, `y.f32`.
-fn dump(gpu: &Gpu, model: &mut TransformerNp, dir: &std::path::Path, _data: &GpData) -> Result<()> {
+fn dump(gpu: &Gpu, model: &mut TransformerNp, dir: &std::path::Path) -> Result<()> {
     let io = |e: std::io::Error| Error::Invalid(format!("writing {}: {e}", dir.display()));
     std::fs::create_dir_all(dir).map_err(io)?;
     let params = model.params.download(gpu)?;
