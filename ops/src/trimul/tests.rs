@@ -1,4 +1,5 @@
-//! CPU-interpreter checks of TriMul against float64, elementwise with
+//! CPU-interpreter checks of TriMul against float64 (with the bf16 weights
+//! `TriMul::new` stores), elementwise with
 //! rtol = atol = 2e-2 (GPU MODE's check): x normal and Cauchy(0, 2), with
 //! and without a mask, at odd sizes (N = 1, 7, 33), dim 16 and 128 (and
 //! 200, 600: the other projection configs), hidden 128 and 40; both
