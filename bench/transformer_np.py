@@ -13,7 +13,8 @@ reference its gradients are checked against.
       PyTorch eager and torch.compile, with SDPA forced onto the flash
       backend (else cuDNN, else efficient; the one used is printed), and
       prints one JSON line per variant: step time (median of CUDA-event
-      timings), tokens/s, peak memory.
+      timings), tokens/s, peak memory; then the step's attention alone
+      (SDPA forward and backward of every layer, same backend).
 
 The model is the one `train/src/transformer_np.rs` documents. Keys and
 values are projected from the context rows only, as Rustile does (a
@@ -217,8 +218,39 @@ def bench(args):
         results.append({"variant": variant, "sdpa": chosen[0], "shape": args.shape, "batch": B, "context": M, "targets": N,
                         "step_ms": ms, "tokens_per_s": B * (M + N) / (ms / 1e3),
                         "peak_gb": torch.cuda.max_memory_allocated() / 1e9, "steps": args.steps})
+    if chosen is not None:
+        results.append(attention_only(B, M, N, cfg, chosen, args.steps))
     for r in results:
         print(json.dumps(r))
+
+
+def attention_only(B, M, N, cfg, chosen, steps):
+    """The step's attention alone: SDPA forward and backward once per layer
+    at the shape (queries all M + N rows, keys and values the M context
+    rows), on the backend the step used. The rest of a step is the step time
+    less this."""
+    from torch.nn.attention import sdpa_kernel
+    H, dh = cfg["heads"], cfg["d_model"] // cfg["heads"]
+    q = torch.randn(B, H, M + N, dh, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k, v = (torch.randn(B, H, M, dh, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+    do = torch.randn(B, H, M + N, dh, device="cuda", dtype=torch.bfloat16)
+
+    def layers():
+        for _ in range(cfg["layers"]):
+            o = F.scaled_dot_product_attention(q, k, v)
+            torch.autograd.grad(o, (q, k, v), do)
+    times = []
+    with sdpa_kernel([chosen[1]]):
+        for i in range(steps + 2):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            layers()
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e))
+    times = sorted(times[2:])
+    return {"variant": "sdpa fwd+bwd only", "sdpa": chosen[0], "shape": next(k for k, v in SHAPES.items() if v == (B, M, N)),
+            "attention_ms": times[len(times) // 2], "layers": cfg["layers"], "steps": steps}
 
 
 def main():

@@ -9,7 +9,7 @@ OUT=${OUT:-out}; mkdir -p "$OUT"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 shape=$1; shift
 skip=${SKIP:-2}
-[ -f .device/bins.tgz ] && [ ! -x .device/rustile-bench ] && tar -C .device -xzf .device/bins.tgz
+[ -f .device/bins.txz ] && [ ! -x .device/rustile-bench ] && tar -C .device -xJf .device/bins.txz
 for cfg in "$@"; do
     name=$(echo "$cfg" | tr -c 'A-Za-z0-9_\n' _)_$skip
     timeout 240 ncu --clock-control none --set full --import-source no \
