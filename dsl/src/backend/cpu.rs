@@ -137,6 +137,15 @@ pub fn num_programs(axis: u32) -> usize {
 /// they run in no fixed order. Kernels keep whole tiles on the stack here, so
 /// the pool's threads get large stacks.
 pub fn run_grid(grid: [usize; 3], smem_bytes: usize, program: impl Fn() + Sync) {
+    run_grid_dyn(grid, smem_bytes, &program)
+}
+
+/// [`run_grid`]'s work, compiled once: every `launch` of every kernel has a
+/// closure for each config and element type, and a generic body would put a
+/// copy of rayon's scheduling into each crate that launches (76 thousand
+/// functions in the bench crate alone, most of its debug build time).
+#[inline(never)]
+fn run_grid_dyn(grid: [usize; 3], smem_bytes: usize, program: &(dyn Fn() + Sync)) {
     assert!(smem_bytes <= SMEM_LIMIT, "rustile interpreter: a program may have at most {SMEM_LIMIT} bytes of shared memory, not {smem_bytes}");
     use rayon::prelude::*;
     static POOL: std::sync::OnceLock<rayon::ThreadPool> = std::sync::OnceLock::new();
