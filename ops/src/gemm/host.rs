@@ -546,10 +546,14 @@ pub fn launch_plan_cast<T: Elem, C: Elem>(
 }
 
 /// How many parts [`gemm_split_k`] cuts `k` into for an `m×n` output on
-/// `gpu`: enough 128×128 blocks for two a SM, each part at least 512 deep.
+/// `gpu`: enough 128×128 blocks for two a SM, each part at least 512 deep;
+/// down to half as many where that count divides `k`. The rows a division
+/// leaves over take a launch of their own, which cost 54 µs at 512×512
+/// (bench/RESULTS.md, 2026-11-26, "The TransformerNP's second matrix…").
 pub fn split_k_parts(gpu: &Gpu, m: usize, n: usize, k: usize) -> usize {
     let blocks = (m.div_ceil(128) * n.div_ceil(128)).max(1);
-    (2 * gpu.sm_count() as usize).div_ceil(blocks).clamp(1, (k / 512).max(1))
+    let parts = (2 * gpu.sm_count() as usize).div_ceil(blocks).clamp(1, (k / 512).max(1));
+    (parts.div_ceil(2)..=parts).rev().find(|p| k % p == 0).unwrap_or(parts)
 }
 
 /// The scratch [`gemm_split_k`] needs: `[parts, m, n]` f32.

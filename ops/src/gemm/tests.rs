@@ -333,3 +333,13 @@ fn split_k_matches_float64() {
     let want = reference::matmul_nt(&a, &b, m, n, k);
     assert_close(&gpu.download(&dw).unwrap(), &want, &format!("split-k dyᵀ·x in {parts} parts (seed {seed})"));
 }
+
+/// Where a part count near the target divides k, no rows are left over.
+#[test]
+fn split_k_parts_divide_k_where_they_can() {
+    let gpu = rustile_host::Gpu::interpreter();
+    for k in [1 << 16, 36096, 5000] {
+        let parts = split_k_parts(&gpu, 40, 72, k);
+        assert!(parts > 1 && k % parts == 0, "k = {k}: {parts} parts leave {} rows over", k % parts);
+    }
+}
