@@ -19,8 +19,8 @@
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export RUSTILE_COMMIT=$(cat .device/COMMIT 2>/dev/null || echo unknown)
-# The binaries travel as one xz archive (bench/device_pack.sh; without xz, Python's tarfile reads it).
-[ -f .device/bins.txz ] && { tar -C .device -xJf .device/bins.txz || python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' .device/bins.txz .device; }
+# The binaries travel as one xz archive (bench/device_pack.sh).
+[ -f .device/bins.txz ] && tar -C .device -xJf .device/bins.txz
 # cuBLAS (the GEMM baseline) is loaded at run time: CUDA's own, else PyTorch's wheel.
 for d in /usr/local/cuda/lib64 $(python3 -c 'import nvidia.cublas, os; print(os.path.join(os.path.dirname(nvidia.cublas.__file__), "lib"))' 2>/dev/null); do
     [ -d "$d" ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"

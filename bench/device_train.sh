@@ -12,7 +12,7 @@
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 LOGS="$OUT/logs"; mkdir -p "$LOGS"
-[ -f .device/bins.txz ] && { tar -C .device -xJf .device/bins.txz || python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' .device/bins.txz .device; }
+[ -f .device/bins.txz ] && tar -C .device -xJf .device/bins.txz
 PARTS=${PARTS:-tests,check,ours,torch}
 SHAPES=${SHAPES:-small mid large}
 STEPS=${STEPS:-20}

@@ -197,39 +197,45 @@ def bench(args):
             continue
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-        times = []
         try:
             with sdpa_kernel([chosen[1]]):
-                for _ in range(2):
-                    step(fwd)
-                for _ in range(args.steps):
-                    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    s.record()
-                    step(fwd)
-                    e.record()
-                    e.synchronize()
-                    times.append(s.elapsed_time(e))
+                ms = median_ms(lambda: step(fwd), args.steps)
         except torch.cuda.OutOfMemoryError as e:
             results.append({"variant": variant, "sdpa": chosen[0], "error": f"out of memory: {str(e).splitlines()[0]}"})
             torch.cuda.empty_cache()
             continue
-        times.sort()
-        ms = times[len(times) // 2]
         results.append({"variant": variant, "sdpa": chosen[0], "shape": args.shape, "batch": B, "context": M, "targets": N,
                         "step_ms": ms, "tokens_per_s": B * (M + N) / (ms / 1e3),
                         "peak_gb": torch.cuda.max_memory_allocated() / 1e9, "steps": args.steps})
     if chosen is not None:
-        results.append(attention_only(B, M, N, cfg, chosen, args.steps))
+        results.append(attention_only(args.shape, cfg, chosen, args.steps))
     for r in results:
         print(json.dumps(r))
 
 
-def attention_only(B, M, N, cfg, chosen, steps):
+def median_ms(fn, steps, warmup=2):
+    """The median time of `fn` in ms over `steps` calls (CUDA events), after `warmup` calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(steps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def attention_only(shape, cfg, chosen, steps):
     """The step's attention alone: SDPA forward and backward once per layer
     at the shape (queries all M + N rows, keys and values the M context
     rows), on the backend the step used. The rest of a step is the step time
     less this."""
     from torch.nn.attention import sdpa_kernel
+    B, M, N = SHAPES[shape]
     H, dh = cfg["heads"], cfg["d_model"] // cfg["heads"]
     q = torch.randn(B, H, M + N, dh, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     k, v = (torch.randn(B, H, M, dh, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
@@ -239,18 +245,9 @@ def attention_only(B, M, N, cfg, chosen, steps):
         for _ in range(cfg["layers"]):
             o = F.scaled_dot_product_attention(q, k, v)
             torch.autograd.grad(o, (q, k, v), do)
-    times = []
     with sdpa_kernel([chosen[1]]):
-        for i in range(steps + 2):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            layers()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e))
-    times = sorted(times[2:])
-    return {"variant": "sdpa fwd+bwd only", "sdpa": chosen[0], "shape": next(k for k, v in SHAPES.items() if v == (B, M, N)),
-            "attention_ms": times[len(times) // 2], "layers": cfg["layers"], "steps": steps}
+        ms = median_ms(layers, steps)
+    return {"variant": "sdpa fwd+bwd only", "sdpa": chosen[0], "shape": shape, "attention_ms": ms, "layers": cfg["layers"], "steps": steps}
 
 
 def main():

@@ -297,11 +297,10 @@ impl TriMulCase {
     /// rounding alone moves an output by up to ~0.8 of the bound, and about
     /// one element in 10⁷ (Cauchy x, 128 channels) lands just past it.
     pub fn want_at(&self, at: &[[usize; 3]]) -> Vec<f64> {
-        // left, left_gate, right, right_gate, out_gate, out (the order of `Params`).
-        const LINEAR: [usize; 6] = [2, 3, 4, 5, 6, 9];
+        const LINEAR: [&str; 6] = ["left", "left_gate", "right", "right_gate", "out_gate", "out"];
         let params: [Vec<f64>; 10] = std::array::from_fn(|i| {
             let p = &self.params[i];
-            if LINEAR.contains(&i) { p.iter().map(|&v| half::bf16::from_f32(v).to_f64()).collect() } else { wide(p) }
+            if LINEAR.contains(&crate::trimul::PARAM_NAMES[i]) { wide(&cast::<f32, rustile::bf16>(p)) } else { wide(p) }
         });
         let p = crate::trimul::Params::from_fields(params.each_ref().map(|p| p.as_slice()));
         crate::reference::trimul_at(&wide(&self.x), self.mask.as_ref().map(|m| wide(m)).as_deref(), &p, self.dims, at)
