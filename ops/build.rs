@@ -39,6 +39,8 @@ const HOST_ONLY: &[&str] = &[
     "ops/src/dual_gemm/host.rs",
     "ops/src/gemm_fp8/host.rs",
     "ops/src/gemm/host.rs",
+    "ops/src/mlp/mod.rs",
+    "ops/src/mlp/tests.rs",
     "ops/src/grouped_gemm/tests.rs",
     "ops/src/reference.rs",
     "ops/src/testing.rs",

@@ -387,6 +387,60 @@ fn bench_mlp<T: Elem>(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, check_o
         if let Some(stats) = base_stats {
             rows.push(row("cublas×3+swiglu", stats));
         }
+        rows.extend(bench_plain_mlp(gpu, mcfg, blas, [&dx, &dg, &dw2], &mut y, shape)?);
+    }
+    Ok(rows)
+}
+
+/// The plain MLP `silu(x·w1ᵀ)·w2ᵀ` (the TransformerNP's) at one of
+/// `MLP_SHAPES`: the op; each of its two GEMMs alone on the padded hidden
+/// width (what a kernel streaming the hidden on chip would have to beat:
+/// the two GEMMs' main loops without the hidden's store and reload, so at
+/// best their rate at a compute-bound shape, `--ops gemm --mnk 8192x8192x8192`);
+/// and cuBLAS's two GEMMs around our SiLU kernel on the same padded weights.
+/// `y` holds the gated MLP's output and is overwritten.
+fn bench_plain_mlp<T: Elem>(
+    gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, [x, w1, w2]: [&Tensor<T>; 3], y: &mut Tensor<T>, [n_rows, d_model, d_ff]: [usize; 3],
+) -> Result<Vec<Row>> {
+    let d_ffp = d_ff.next_multiple_of(8);
+    let mut w1p = gpu.alloc::<T>(&[d_ffp, d_model])?;
+    gpu.fill_bytes(&mut w1p, 0)?;
+    gpu.copy_rows(w1, &mut w1p, [1, w1.numel()], [w1.numel(), w1.numel()])?;
+    let mut w2p = gpu.alloc::<T>(&[d_model, d_ffp])?;
+    gpu.fill_bytes(&mut w2p, 0)?;
+    gpu.copy_rows(w2, &mut w2p, [d_model, d_ff], [d_ff, d_ffp])?;
+    let (mut pre, mut hidden) = (gpu.alloc::<T>(&[n_rows, d_ffp])?, gpu.alloc::<T>(&[n_rows, d_ffp])?);
+    let silu = gemm::Epilogue::new().act(gemm::Act::Silu);
+
+    mlp::mlp(gpu, x, w1, gemm::Act::Silu, w2, y)?;
+    let got = gpu.download(y)?;
+    let (xs, w1s, w2s) = (gpu.download(x)?, gpu.download(w1)?, gpu.download(w2)?);
+    for r in sample_rows(n_rows, 4) {
+        let pre_rows = product_rows(&xs, &w1s, r.clone(), d_ff, d_model);
+        let hid: Vec<f64> = pre_rows.iter().map(|&p| T::from_f32((p / (1.0 + (-p).exp())) as f32).to_f32() as f64).collect();
+        let want = reference::matmul_nt(&hid, &wide(&w2s), r.len(), d_model, d_ff);
+        eprintln!("mlp (SiLU) {n_rows}x{d_model}x{d_ff}: {}", close("sampled rows vs float64", &got[r.start * d_model..r.end * d_model], &want)?);
+    }
+    let shape = [n_rows, d_model, d_ff];
+    let gemm_flops = 2.0 * (n_rows * d_model * d_ffp) as f64;
+    let size = std::mem::size_of::<T>() as f64;
+    let named = |op: &str, imp: &str, flops: f64, bytes: usize, stats: Stats| Row::new(op, &shape, T::NAME, imp, stats).flops(flops).bytes(bytes as f64 * size);
+    let mut rows = vec![named("mlp_silu", RUSTILE, 2.0 * gemm_flops, 2 * n_rows * d_model + 2 * d_model * d_ff, measure(gpu, mcfg, || mlp::mlp(gpu, x, w1, gemm::Act::Silu, w2, y))?)];
+    let first = measure(gpu, mcfg, || gemm::gemm_nt_fused(gpu, x, &w1p, &mut hidden, &silu))?;
+    rows.push(named("mlp_silu first GEMM", RUSTILE, gemm_flops, n_rows * (d_model + d_ffp) + d_model * d_ffp, first));
+    let second = measure(gpu, mcfg, || gemm::gemm_nt(gpu, &hidden, &w2p, y))?;
+    rows.push(named("mlp_silu second GEMM", RUSTILE, gemm_flops, n_rows * (d_model + d_ffp) + d_model * d_ffp, second));
+    if let Some(blas) = blas {
+        let mut base = |out: &mut Tensor<T>| -> Result<()> {
+            blas.gemm_nt(x, &w1p, &mut pre)?;
+            vector::silu(gpu, &pre, &mut hidden)?;
+            blas.gemm_nt(&hidden, &w2p, out)
+        };
+        let mut out = gpu.alloc::<T>(&[n_rows, d_model])?;
+        base(&mut out)?;
+        eprintln!("mlp (SiLU) {n_rows}x{d_model}x{d_ff}: {}", close("every element vs cuBLAS + silu + cuBLAS", &got, &wide(&gpu.download(&out)?))?);
+        let stats = measure(gpu, mcfg, || base(&mut out))?;
+        rows.push(named("mlp_silu", "cublas×2+silu", 2.0 * gemm_flops, 2 * n_rows * d_model + 2 * d_model * d_ff, stats));
     }
     Ok(rows)
 }

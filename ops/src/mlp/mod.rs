@@ -3,12 +3,20 @@
 //! W1, Wg, Wu `[d_ff, d_model]`, W2 `[d_model, d_ff]` (linear layers'
 //! weights) and Y `[rows, d_model]`. Any sizes (d_ff = 1365 included).
 //!
-//! Today this is the two-kernel form: the first GEMM applies the activation
-//! (or the SwiGLU gate, as one dual GEMM) in its epilogue and writes the
-//! hidden activations once, `[rows, d_ff]` in `T`; the second GEMM reads
-//! them. The single-kernel form that streams d_ff through on-chip memory
-//! (the hidden activations never written) is the next step, and the tuner
-//! will choose between them.
+//! This is the two-kernel form: the first GEMM applies the activation (or
+//! the SwiGLU gate, as one dual GEMM) in its epilogue and writes the hidden
+//! activations once, `[rows, d_ff]` in `T`; the second GEMM reads them.
+//! Where d_ff is not a multiple of 8 (1365), the hidden rows are padded to
+//! one: the input weights gain zero rows and W2 zero columns (copies made
+//! per call, a few µs), so every row is 16-byte aligned and both GEMMs take
+//! the aligned (TMA) copies; a padded column is `act(0)·0`-free, it stays 0.
+//!
+//! A single kernel that streams d_ff through on-chip memory (the hidden
+//! activations never written) was weighed and not built: both GEMMs here
+//! are compute-bound at these widths, and at d_model 512 such a kernel
+//! holds a `[rows, 512]` f32 accumulator per block beside the hidden chunk,
+//! which is more registers than a warpgroup has unless the hidden chunk is
+//! computed twice. RESULTS, "The MLP as one kernel, weighed" has the figures.
 #[cfg(not(target_arch = "nvptx64"))]
 mod host {
     use crate::check::matrix;
@@ -38,21 +46,60 @@ mod host {
         Ok((rows, d_model, d_ff))
     }
 
+    /// d_ff rounded up to whole 16-byte rows of `T`.
+    fn padded_width<T: Elem>(d_ff: usize) -> usize {
+        d_ff.next_multiple_of(16 / std::mem::size_of::<T>())
+    }
+
+    /// `w` `[d_ff, d_model]` with zero rows below, to `[d_ffp, d_model]`.
+    fn pad_rows<T: Elem>(gpu: &Gpu, w: &Tensor<T>, d_ffp: usize) -> Result<Tensor<T>> {
+        let mut out = gpu.alloc::<T>(&[d_ffp, w.shape()[1]])?;
+        gpu.fill_bytes(&mut out, 0)?;
+        gpu.copy_rows(w, &mut out, [1, w.numel()], [w.numel(), w.numel()])?;
+        Ok(out)
+    }
+
+    /// `w2` `[d_model, d_ff]` with zero columns on the right, to `[d_model, d_ffp]`.
+    fn pad_cols<T: Elem>(gpu: &Gpu, w2: &Tensor<T>, d_ffp: usize) -> Result<Tensor<T>> {
+        let [d_model, d_ff] = [w2.shape()[0], w2.shape()[1]];
+        let mut out = gpu.alloc::<T>(&[d_model, d_ffp])?;
+        gpu.fill_bytes(&mut out, 0)?;
+        gpu.copy_rows(w2, &mut out, [d_model, d_ff], [d_ff, d_ffp])?;
+        Ok(out)
+    }
+
+    /// Runs `first` (which writes the `[rows, d_ffp]` hidden activations from
+    /// the input weights padded to `d_ffp` rows), then `hidden·w2ᵀ` into `y`.
+    fn two_gemms<T: Elem>(
+        gpu: &Gpu, w_in: &[&Tensor<T>], w2: &Tensor<T>, y: &mut Tensor<T>, (rows, d_ff): (usize, usize),
+        first: impl FnOnce(&[&Tensor<T>], &mut Tensor<T>) -> Result<()>,
+    ) -> Result<()> {
+        let d_ffp = padded_width::<T>(d_ff);
+        let mut hidden = gpu.alloc::<T>(&[rows, d_ffp])?;
+        if d_ffp == d_ff {
+            first(w_in, &mut hidden)?;
+            return gemm_nt(gpu, &hidden, w2, y);
+        }
+        let padded: Vec<Tensor<T>> = w_in.iter().map(|w| pad_rows(gpu, w, d_ffp)).collect::<Result<_>>()?;
+        first(&padded.iter().collect::<Vec<_>>(), &mut hidden)?;
+        gemm_nt(gpu, &hidden, &pad_cols(gpu, w2, d_ffp)?, y)
+    }
+
     /// `y = act(x·w1ᵀ)·w2ᵀ` on the GPU: `x` `[rows, d_model]`, `w1` `[d_ff, d_model]`,
-    /// `w2` `[d_model, d_ff]`, `y` `[rows, d_model]`.
+    /// `w2` `[d_model, d_ff]`, `y` `[rows, d_model]`. `act(0)` must be 0 (every
+    /// `Act` but the SiLU's backward).
     pub fn mlp<T: Elem>(gpu: &Gpu, x: &Tensor<T>, w1: &Tensor<T>, act: Act, w2: &Tensor<T>, y: &mut Tensor<T>) -> Result<()> {
         let (rows, _, d_ff) = mlp_shape(x, &[w1], w2, y)?;
-        let mut hidden = gpu.alloc::<T>(&[rows, d_ff])?;
-        gemm_nt_fused(gpu, x, w1, &mut hidden, &Epilogue::new().act(act))?;
-        gemm_nt(gpu, &hidden, w2, y)
+        if act == Act::SiluGrad {
+            return Err(Error::Invalid("mlp: the SiLU's backward is not an activation".into()));
+        }
+        two_gemms(gpu, &[w1], w2, y, (rows, d_ff), |w, hidden| gemm_nt_fused(gpu, x, w[0], hidden, &Epilogue::new().act(act)))
     }
 
     /// `y = (silu(x·w_gateᵀ) ⊙ x·w_upᵀ)·w2ᵀ` on the GPU (a SwiGLU MLP): the gate is one dual GEMM.
     pub fn gated_mlp<T: Elem>(gpu: &Gpu, x: &Tensor<T>, w_gate: &Tensor<T>, w_up: &Tensor<T>, w2: &Tensor<T>, y: &mut Tensor<T>) -> Result<()> {
         let (rows, _, d_ff) = mlp_shape(x, &[w_gate, w_up], w2, y)?;
-        let mut hidden = gpu.alloc::<T>(&[rows, d_ff])?;
-        dual_gemm(gpu, x, w_gate, w_up, &mut hidden)?;
-        gemm_nt(gpu, &hidden, w2, y)
+        two_gemms(gpu, &[w_gate, w_up], w2, y, (rows, d_ff), |w, hidden| dual_gemm(gpu, x, w[0], w[1], hidden))
     }
 
     /// `mlp` in the CPU interpreter (row-major slices; the hidden activations rounded to `T`, as on the GPU).

@@ -34,3 +34,27 @@ fn mlp_matches_float64() {
         assert_close(&got, &want, &format!("gated mlp {rows}×{d_model}→{d_ff} (seed {seed})"));
     }
 }
+
+/// The host API on the interpreter (hidden rows padded where d_ff is not a
+/// multiple of 8, not where it is) gives the same values as the kernels
+/// run without padding, and refuses the SiLU's backward as an activation.
+#[test]
+fn host_api_pads_the_hidden_rows_without_changing_a_value() {
+    let gpu = rustile_host::Gpu::interpreter();
+    for (rows, d_model, d_ff) in [(37, 64, 91), (9, 24, 48)] {
+        let (mut rng, seed) = rng();
+        let x: Vec<bf16> = normal(&mut rng, rows * d_model, 0.0, 1.0);
+        let w: Vec<Vec<bf16>> = (0..2).map(|_| normal(&mut rng, d_ff * d_model, 0.0, 1.0 / (d_model as f32).sqrt())).collect();
+        let w2: Vec<bf16> = normal(&mut rng, d_model * d_ff, 0.0, 1.0 / (d_ff as f32).sqrt());
+        let up = |v: &[bf16], shape: &[usize]| gpu.upload(v, shape).unwrap();
+        let (tx, tw1, tw3, tw2) = (up(&x, &[rows, d_model]), up(&w[0], &[d_ff, d_model]), up(&w[1], &[d_ff, d_model]), up(&w2, &[d_model, d_ff]));
+        let mut y = gpu.alloc::<bf16>(&[rows, d_model]).unwrap();
+        let what = format!("{rows}×{d_model}→{d_ff} (seed {seed})");
+        mlp(&gpu, &tx, &tw1, Act::Silu, &tw2, &mut y).unwrap();
+        assert_eq!(gpu.download(&y).unwrap(), mlp_cpu(&x, &w[0], Act::Silu, &w2, rows, d_model, d_ff), "mlp {what}");
+        gated_mlp(&gpu, &tx, &tw1, &tw3, &tw2, &mut y).unwrap();
+        assert_eq!(gpu.download(&y).unwrap(), gated_mlp_cpu(&x, &w[0], &w[1], &w2, rows, d_model, d_ff), "gated mlp {what}");
+        let err = mlp(&gpu, &tx, &tw1, Act::SiluGrad, &tw2, &mut y).unwrap_err();
+        assert!(err.to_string().contains("not an activation"), "{err}");
+    }
+}
