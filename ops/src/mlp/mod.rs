@@ -8,8 +8,10 @@
 //! activations once, `[rows, d_ff]` in `T`; the second GEMM reads them.
 //! Where d_ff is not a multiple of 8 (1365), the hidden rows are padded to
 //! one: the input weights gain zero rows and W2 zero columns (copies made
-//! per call, a few µs), so every row is 16-byte aligned and both GEMMs take
-//! the aligned (TMA) copies; a padded column is `act(0)·0`-free, it stays 0.
+//! per call, a few µs; [`padded_weights`] makes them once ahead), so every
+//! row is 16-byte aligned and both GEMMs take the aligned (TMA) copies. A
+//! pad column of the hidden activations is `act(0) = 0` and meets zero
+//! weights.
 //!
 //! A single kernel that streams d_ff through on-chip memory (the hidden
 //! activations never written) was weighed and not built: both GEMMs here
@@ -68,6 +70,17 @@ mod host {
         Ok(out)
     }
 
+    /// Copies of an MLP's weights whose hidden width is padded with zeros to
+    /// whole 16-byte rows: the input weights `[d_ff, d_model]` gain rows, `w2`
+    /// `[d_model, d_ff]` columns. The MLP of the copies is the same function;
+    /// pad once ahead and `mlp`/`gated_mlp` copy nothing per call.
+    pub fn padded_weights<T: Elem>(gpu: &Gpu, w_in: &[&Tensor<T>], w2: &Tensor<T>) -> Result<(Vec<Tensor<T>>, Tensor<T>)> {
+        let (d_ff, _) = matrix("w_in[0]", w_in[0])?;
+        let d_ffp = padded_width::<T>(d_ff);
+        let w_in = w_in.iter().map(|w| pad_rows(gpu, w, d_ffp)).collect::<Result<_>>()?;
+        Ok((w_in, pad_cols(gpu, w2, d_ffp)?))
+    }
+
     /// Runs `first` (which writes the `[rows, d_ffp]` hidden activations from
     /// the input weights padded to `d_ffp` rows), then `hidden·w2ᵀ` into `y`.
     fn two_gemms<T: Elem>(
@@ -80,9 +93,9 @@ mod host {
             first(w_in, &mut hidden)?;
             return gemm_nt(gpu, &hidden, w2, y);
         }
-        let padded: Vec<Tensor<T>> = w_in.iter().map(|w| pad_rows(gpu, w, d_ffp)).collect::<Result<_>>()?;
-        first(&padded.iter().collect::<Vec<_>>(), &mut hidden)?;
-        gemm_nt(gpu, &hidden, &pad_cols(gpu, w2, d_ffp)?, y)
+        let (w_in, w2) = padded_weights(gpu, w_in, w2)?;
+        first(&w_in.iter().collect::<Vec<_>>(), &mut hidden)?;
+        gemm_nt(gpu, &hidden, &w2, y)
     }
 
     /// `y = act(x·w1ᵀ)·w2ᵀ` on the GPU: `x` `[rows, d_model]`, `w1` `[d_ff, d_model]`,
