@@ -609,9 +609,11 @@ pub fn store_epilogue<T: Elem, C: Elem, const BM: usize, const BN: usize, const 
     // An activation and nothing to read (an MLP's first GEMM): the same short
     // loop. Through the general one below, a SiLU made the GEMM of 16384×1368×512
     // take 178 µs against 85 plain (bench/RESULTS.md, 2026-11-26, "The MLP as one
-    // kernel, weighed").
+    // kernel, weighed"). Hopper's kernels only (`WG`): the `mma.sync` ones come
+    // here for f32 outputs alone, and the loop's code in their 80 kernels would
+    // cost ptxas minutes in every build.
     let act_only = Epi { alpha: 1.0, act: Act::None, ..epi } == Epi::NONE && epi.act != Act::SiluGrad;
-    if act_only && dq.rows.is_none() && dq.cols.is_none() && out.amax.is_none() {
+    if WG && act_only && dq.rows.is_none() && dq.cols.is_none() && out.amax.is_none() {
         let s = scale.unwrap_or(1.0);
         store_acc_staged(&dst, acc, scratch, |_, _, x: [f32; 8]| epi.apply_chunk(x, [0.0; 8], [0.0; 8], [0.0; 8]).map(|v| v * s));
         return;
