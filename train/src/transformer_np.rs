@@ -29,6 +29,10 @@
 //!   (their gradients are exactly zero), so every row is 16-byte aligned
 //!   (the copy engine's rule; a 1365-wide row took the edge path in every
 //!   chunk) and the first head layer is one GEMM over all heads.
+//! - The heads' second-layer weight gradient is one split-K product over
+//!   every pair of heads (`doutᵀ·hid`), whose diagonal blocks are copied
+//!   out: per head, a product 3 rows wide left each block streaming every
+//!   target row alone.
 //! - A step allocates nothing: every buffer is made in [`TransformerNp::new`].
 //! - With `checkpoint`, a layer keeps only its input; the backward
 //!   recomputes the rest (all but the layer's last GEMM, whose output is
@@ -213,6 +217,8 @@ impl TransformerNp {
     pub fn new(gpu: &Gpu, cfg: Config, shape: Shape, checkpoint: bool, opt: AdamW, seed: u64) -> Result<TransformerNp> {
         let Config { layers, d_model: d, heads, d_ff: ff, components: k } = cfg;
         let ffp = cfg.ff_padded();
+        // The mixture outputs' gradient, K·3 values a target, in 16-byte rows.
+        let outs_padded = (k * 3).next_multiple_of(8);
         if d % heads != 0 {
             return Err(Error::Shape(format!("d_model {d} is not a multiple of the {heads} heads")));
         }
@@ -303,12 +309,12 @@ impl TransformerNp {
             head2t: bf(&[k, ffp, 3])?,
             wgrad_scratch: {
                 // The largest of the split weight gradients' scratch.
-                let sizes = [[d, d, t], [d, d, c], [ffp, d, t], [d, ffp, t], [k * ffp, d, r], [(k * 3).next_multiple_of(8), k * ffp, r], [d, TOKEN_WIDTH, t]];
+                let sizes = [[d, d, t], [d, d, c], [ffp, d, t], [d, ffp, t], [k * ffp, d, r], [outs_padded, k * ffp, r], [d, TOKEN_WIDTH, t]];
                 let most = sizes.iter().map(|&[m, n, kk]| split_k_parts(gpu, m, n, kk) * m * n).max().unwrap();
                 f32s(&[most])?
             },
-            dout_padded: zeroed(&[r, (k * 3).next_multiple_of(8)])?,
-            dhead2_pairs: f32s(&[(k * 3).next_multiple_of(8), k * ffp])?,
+            dout_padded: zeroed(&[r, outs_padded])?,
+            dhead2_pairs: f32s(&[outs_padded, k * ffp])?,
             h_tgt: bf(&[r, d])?,
             meanf: f32s(&[r])?,
             rstdf: f32s(&[r])?,
