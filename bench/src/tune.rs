@@ -21,8 +21,11 @@ pub const OPS: &[(&str, &str)] = &[("gemm_nt", "gemm_nt_kernel"), ("gemm_wgmma",
 
 /// The representative shapes tuned for `op` (one per bucket): the bench's
 /// suites (square, LLM, skinny) plus the two GEMMs of issue 3's MLP (16k
-/// rows, d_model 512 → d_ff 1365 → 512), the grouped heads' last layer
-/// (1365 → 3) and 512³; `quick` keeps the headline
+/// rows, d_model 512 → d_ff 1365 → 512, the hidden padded to 1368 as
+/// `ops::mlp` and the TransformerNP run it), the grouped heads' last layer
+/// (1368 → 3), 512³, and the TransformerNP's products at its small shape
+/// (36 096 tokens: 512 → 512, 512 → 1368 and back; the heads' 32 000
+/// targets, 512 → 13 680 and back); `quick` keeps the headline
 /// ones. Candidates run in bf16; the winners serve f16 too. The FP8 GEMM
 /// runs in e4m3 (the winners serve e5m2) at the shapes whose K it takes
 /// (multiples of 16).
@@ -31,7 +34,8 @@ pub fn shapes(op: &str, quick: bool) -> Vec<[usize; 3]> {
         return if op.starts_with("dual_gemm") { vec![[8192, 11008, 4096], [8192, 4096, 4096]] } else { vec![[4096; 3], [8192; 3]] };
     }
     let mut shapes: Vec<[usize; 3]> = crate::gemm::SUITES.iter().flat_map(|(_, s)| s.iter().copied()).collect();
-    shapes.extend([[512, 512, 512], [16384, 1365, 512], [16384, 512, 1365], [16384, 3, 1365]]);
+    shapes.extend([[512, 512, 512], [16384, 1368, 512], [16384, 512, 1368], [16384, 3, 1368]]);
+    shapes.extend([[36096, 512, 512], [36096, 1368, 512], [36096, 512, 1368], [32000, 13680, 512], [32000, 512, 13680]]);
     if op == "gemm_fp8" {
         shapes.retain(|s| s[2] % 16 == 0);
     }
