@@ -193,9 +193,11 @@ def bench(args):
             # The memory-efficient kernels only where neither fast backend runs.
             if (name == "efficient" and timed) or name not in args.sdpa.split(",") + ["efficient"]:
                 continue
-            # A compiled step keeps the backend it was traced with: compile anew for each.
-            torch._dynamo.reset()
-            fwd = forward if variant == "eager" else torch.compile(forward)
+            fwd = forward
+            if variant != "eager":
+                # A compiled step keeps the backend it was traced with: compile anew for each.
+                torch._dynamo.reset()
+                fwd = torch.compile(forward)
             try:
                 with sdpa_kernel([backend]):
                     step(fwd)

@@ -415,7 +415,8 @@ fn bench_plain_mlp<T: Elem>(
     let (xs, w1s, w2s) = (gpu.download(x)?, gpu.download(w1)?, gpu.download(w2)?);
     for r in sample_rows(n_rows, 4) {
         let pre_rows = product_rows(&xs, &w1s, r.clone(), d_ff, d_model);
-        let hid: Vec<f64> = pre_rows.iter().map(|&p| T::from_f32((p / (1.0 + (-p).exp())) as f32).to_f32() as f64).collect();
+        let act = gemm::Epi { act: gemm::Act::Silu, ..gemm::Epi::NONE };
+        let hid: Vec<f64> = pre_rows.iter().map(|&p| T::from_f32(reference::epilogue(&act, p, 0.0, 0.0, 0.0) as f32).to_f32() as f64).collect();
         let want = reference::matmul_nt(&hid, &wide(&w2s), r.len(), d_model, d_ff);
         eprintln!("mlp (SiLU) {n_rows}x{d_model}x{d_ff}: {}", close("sampled rows vs float64", &got[r.start * d_model..r.end * d_model], &want)?);
     }

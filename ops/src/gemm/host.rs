@@ -239,20 +239,19 @@ fn choose_by(gpu: &Gpu, p: &Plan, rows: usize) -> Config {
         if p.tma_ready() {
             return Config::Tma(crate::tune::config(cc, "gemm_tma", gemm_tma_kernel::CONFIGS, &shape, heuristic));
         }
-        if p.k <= 16 {
-            return Config::Wgmma(shallow_wgmma_config());
-        }
+        let heuristic = || if p.k <= 16 { shallow_wgmma_config() } else { heuristic() };
         return Config::Wgmma(crate::tune::config(cc, "gemm_wgmma", gemm_wgmma_kernel::CONFIGS, &shape, heuristic));
     }
     Config::Mma(mma_config_by(gpu, p, rows))
 }
 
-/// The `wgmma` config of a product one `wgmma` deep (`k ≤ 16`: a rank-3
-/// product such as the mixture heads' input gradient): all its time is
-/// loading and storing, so two programs share an SM (`OCC = 2`) and one's
-/// stores overlap the other's loads. The tables, tuned at depths of 512
-/// and more, chose 128×256 blocks one to an SM for it (2.26 ms of a small
-/// TransformerNP step that moves 1.75 GB).
+/// The `wgmma` heuristic's config for a product one `wgmma` deep (`k ≤ 16`:
+/// a rank-3 product such as the mixture heads' input gradient), a bucket
+/// the tables (tuned at depths of 512 and more) do not have: all its time
+/// is loading and storing, so two programs share an SM (`OCC = 2`) and
+/// one's stores overlap the other's loads. The default's 128×256 blocks,
+/// one to an SM, took 2.26 ms of a small TransformerNP step that moves
+/// 1.75 GB.
 fn shallow_wgmma_config() -> usize {
     gemm_wgmma_kernel::CONFIGS.iter().position(|c| c.get("OCC") == Some(2)).expect("gemm_wgmma_kernel lists a config of two programs an SM")
 }

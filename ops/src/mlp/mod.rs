@@ -53,20 +53,12 @@ mod host {
         d_ff.next_multiple_of(16 / std::mem::size_of::<T>())
     }
 
-    /// `w` `[d_ff, d_model]` with zero rows below, to `[d_ffp, d_model]`.
-    fn pad_rows<T: Elem>(gpu: &Gpu, w: &Tensor<T>, d_ffp: usize) -> Result<Tensor<T>> {
-        let mut out = gpu.alloc::<T>(&[d_ffp, w.shape()[1]])?;
+    /// `w` `[r, c]` in the first rows and columns of a zeroed `[rows, cols]`.
+    fn zero_padded<T: Elem>(gpu: &Gpu, w: &Tensor<T>, [rows, cols]: [usize; 2]) -> Result<Tensor<T>> {
+        let (r, c) = matrix("weight", w)?;
+        let mut out = gpu.alloc::<T>(&[rows, cols])?;
         gpu.fill_bytes(&mut out, 0)?;
-        gpu.copy_rows(w, &mut out, [1, w.numel()], [w.numel(), w.numel()])?;
-        Ok(out)
-    }
-
-    /// `w2` `[d_model, d_ff]` with zero columns on the right, to `[d_model, d_ffp]`.
-    fn pad_cols<T: Elem>(gpu: &Gpu, w2: &Tensor<T>, d_ffp: usize) -> Result<Tensor<T>> {
-        let [d_model, d_ff] = [w2.shape()[0], w2.shape()[1]];
-        let mut out = gpu.alloc::<T>(&[d_model, d_ffp])?;
-        gpu.fill_bytes(&mut out, 0)?;
-        gpu.copy_rows(w2, &mut out, [d_model, d_ff], [d_ff, d_ffp])?;
+        gpu.copy_rows(w, &mut out, [r, c], [c, cols])?;
         Ok(out)
     }
 
@@ -75,10 +67,16 @@ mod host {
     /// `[d_model, d_ff]` columns. The MLP of the copies is the same function;
     /// pad once ahead and `mlp`/`gated_mlp` copy nothing per call.
     pub fn padded_weights<T: Elem>(gpu: &Gpu, w_in: &[&Tensor<T>], w2: &Tensor<T>) -> Result<(Vec<Tensor<T>>, Tensor<T>)> {
-        let (d_ff, _) = matrix("w_in[0]", w_in[0])?;
+        let Some(&first) = w_in.first() else {
+            return Err(Error::Shape("padded_weights: no input weights".into()));
+        };
+        let ((d_ff, d_model), (d_model2, d_ff2)) = (matrix("w_in[0]", first)?, matrix("w2", w2)?);
+        if (d_model2, d_ff2) != (d_model, d_ff) {
+            return Err(Error::Shape(format!("w2 is [{d_model2}, {d_ff2}], expected [d_model, d_ff] = [{d_model}, {d_ff}]")));
+        }
         let d_ffp = padded_width::<T>(d_ff);
-        let w_in = w_in.iter().map(|w| pad_rows(gpu, w, d_ffp)).collect::<Result<_>>()?;
-        Ok((w_in, pad_cols(gpu, w2, d_ffp)?))
+        let w_in = w_in.iter().map(|w| zero_padded(gpu, w, [d_ffp, d_model])).collect::<Result<_>>()?;
+        Ok((w_in, zero_padded(gpu, w2, [d_model, d_ffp])?))
     }
 
     /// Runs `first` (which writes the `[rows, d_ffp]` hidden activations from
@@ -88,14 +86,14 @@ mod host {
         first: impl FnOnce(&[&Tensor<T>], &mut Tensor<T>) -> Result<()>,
     ) -> Result<()> {
         let d_ffp = padded_width::<T>(d_ff);
+        let padded = if d_ffp == d_ff { None } else { Some(padded_weights(gpu, w_in, w2)?) };
+        let (w_in, w2): (Vec<&Tensor<T>>, &Tensor<T>) = match &padded {
+            Some((w_in, w2)) => (w_in.iter().collect(), w2),
+            None => (w_in.to_vec(), w2),
+        };
         let mut hidden = gpu.alloc::<T>(&[rows, d_ffp])?;
-        if d_ffp == d_ff {
-            first(w_in, &mut hidden)?;
-            return gemm_nt(gpu, &hidden, w2, y);
-        }
-        let (w_in, w2) = padded_weights(gpu, w_in, w2)?;
-        first(&w_in.iter().collect::<Vec<_>>(), &mut hidden)?;
-        gemm_nt(gpu, &hidden, &w2, y)
+        first(&w_in, &mut hidden)?;
+        gemm_nt(gpu, &hidden, w2, y)
     }
 
     /// `y = act(x·w1ᵀ)·w2ᵀ` on the GPU: `x` `[rows, d_model]`, `w1` `[d_ff, d_model]`,
