@@ -752,6 +752,7 @@ fn draw_attention(rng: &mut StdRng, work: usize, backward: bool) -> (attention::
                 causal: r.gen_bool(0.5),
                 scale: draw_scale(r, d, backward),
                 keys: r.gen_ratio(1, 4).then(|| r.gen_range(0..=sk)),
+                config: None,
             };
             (attention::Dims { batch, sq, sk, heads, kv_heads, d }, opt)
         },
@@ -775,6 +776,13 @@ fn draw_varlen(rng: &mut StdRng, work: usize) -> (Vec<usize>, Vec<usize>, [usize
 
 fn attention_case<T: Elem>(gpu: &Gpu, rng: &mut StdRng, ctx: &str) {
     let (dims, opt) = draw_attention(rng, WORK / 5, false);
+    // On Hopper, half the time one of the forward's configs for the head dim (the tuned table may pick any).
+    let configs = attention::attention_fwd_wgmma_kernel::CONFIGS;
+    let fits: Vec<usize> = match configs.iter().filter_map(|c| c.get("D")).filter(|&dp| dp >= dims.d).min() {
+        Some(dp) if attention::attention_fwd_wgmma_kernel::supported(gpu) => (0..configs.len()).filter(|&i| configs[i].get("D") == Some(dp)).collect(),
+        _ => vec![],
+    };
+    let opt = if !fits.is_empty() && rng.gen_bool(0.5) { opt.config(fits[rng.gen_range(0..fits.len())]) } else { opt };
     let attention::Dims { batch, sq, sk, heads, kv_heads, d } = dims;
     let ctx = format!("attention<{}> {ctx}: {dims:?} {opt:?}", T::NAME);
     let q: Vec<T> = normal(rng, batch * sq * heads * d, 0.0, 1.0);
@@ -797,7 +805,7 @@ fn attention_case<T: Elem>(gpu: &Gpu, rng: &mut StdRng, ctx: &str) {
 
 fn attention_varlen_case<T: Elem>(gpu: &Gpu, rng: &mut StdRng, ctx: &str) {
     let (q_lens, k_lens, [heads, kv_heads, d]) = draw_varlen(rng, WORK / 5);
-    let opt = attention::Attention { causal: rng.gen_bool(0.5), scale: draw_scale(rng, d, false), keys: None };
+    let opt = attention::Attention { causal: rng.gen_bool(0.5), scale: draw_scale(rng, d, false), keys: None, config: None };
     let ctx = format!("attention_varlen<{}> {ctx}: {q_lens:?} / {k_lens:?} heads {heads}/{kv_heads} d {d} {opt:?}", T::NAME);
     let (tq, tk): (usize, usize) = (q_lens.iter().sum(), k_lens.iter().sum());
     let q: Vec<T> = normal(rng, tq * heads * d, 0.0, 1.0);
@@ -894,7 +902,7 @@ fn attention_backward_case<T: Elem>(gpu: &Gpu, rng: &mut StdRng, ctx: &str) {
 
 fn attention_varlen_backward_case<T: Elem>(gpu: &Gpu, rng: &mut StdRng, ctx: &str) {
     let (q_lens, k_lens, [heads, kv_heads, d]) = draw_varlen(rng, WORK / 10);
-    let opt = attention::Attention { causal: rng.gen_bool(0.5), scale: draw_scale(rng, d, true), keys: None };
+    let opt = attention::Attention { causal: rng.gen_bool(0.5), scale: draw_scale(rng, d, true), keys: None, config: None };
     let ctx = format!("attention_varlen_backward<{}> {ctx}: {q_lens:?} / {k_lens:?} heads {heads}/{kv_heads} d {d} {opt:?}", T::NAME);
     let (tq, tk): (usize, usize) = (q_lens.iter().sum(), k_lens.iter().sum());
     let (qs, ks) = ([tq, heads, d], [tk, kv_heads, d]);

@@ -733,6 +733,37 @@ fn attention_matches_float64() {
 
 #[test]
 #[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
+fn every_hopper_forward_config_matches_float64() {
+    use attention::{Attention, Dims};
+    let Some(gpu) = gpu_or_skip("every_hopper_forward_config_matches_float64") else { return };
+    if !attention::attention_fwd_wgmma_kernel::supported(&gpu) {
+        eprintln!("SKIPPED every_hopper_forward_config_matches_float64: {} is not an sm_90 GPU", gpu.name());
+        return;
+    }
+    let dims = |batch, sq, sk, heads, kv_heads, d| Dims { batch, sq, sk, heads, kv_heads, d };
+    for (cfg, c) in attention::attention_fwd_wgmma_kernel::CONFIGS.iter().enumerate() {
+        // The config's widest head dim, and at 80 the vision encoder's 72.
+        let d = match c.get("D").unwrap() {
+            80 => 72,
+            dp => dp,
+        };
+        eprintln!("{}", c.name);
+        let run = |opt: Attention| opt.config(cfg);
+        for (sq, sk) in [(1, 1), (7, 7), (129, 129), (1000, 1000), (130, 4099), (4099, 333)] {
+            attention_case::<bf16>(&gpu, dims(2, sq, sk, 2, 2, d), run(Attention::default()));
+            attention_case::<bf16>(&gpu, dims(2, sq, sk, 2, 2, d), run(Attention::causal()));
+        }
+        attention_case::<f16>(&gpu, dims(1, 333, 257, 4, 1, d), run(Attention::default()));
+        attention_case::<bf16>(&gpu, dims(2, 1099, 1099, 4, 2, d), run(Attention::default().keys(1000)));
+        attention_case::<bf16>(&gpu, dims(1, 1099, 1099, 2, 2, d), run(Attention::causal().keys(7)));
+        let (q_lens, k_lens) = ([17, 1, 0, 1000, 130, 5], [20, 1, 3, 999, 4099, 0]);
+        attention_varlen_case(&gpu, &q_lens, &k_lens, [4, 2, d], run(Attention::default()));
+        attention_varlen_case(&gpu, &q_lens, &k_lens, [4, 2, d], run(Attention::causal()));
+    }
+}
+
+#[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
 fn host_apis_check_their_arguments() {
     let Some(gpu) = gpu_or_skip("host_apis_check_their_arguments") else { return };
     let x = gpu.alloc::<f32>(&[4, 8]).unwrap();

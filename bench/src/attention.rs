@@ -93,8 +93,8 @@ pub fn spec(shapes: &[Shape]) -> String {
 /// Float64 outputs of sampled queries (the first and last four of the first
 /// and last head of the first and last sequence) against ours: the errors
 /// of `o` and, with `(d_o, dq)`, of `dq` (a query's gradient needs only its
-/// own row of scores).
-fn check_sampled<T: Elem>(s: &Shape, q: &[T], k: &[T], v: &[T], o: &[T], (d_o, dq): (&[T], &[T])) -> (f64, f64) {
+/// own row of scores; 0 without).
+fn check_sampled<T: Elem>(s: &Shape, q: &[T], k: &[T], v: &[T], o: &[T], grad: Option<(&[T], &[T])>) -> (f64, f64) {
     let (Dims { batch, sq, sk, heads, kv_heads, d }, causal) = (s.dims, s.causal);
     let scale = 1.0 / (d as f64).sqrt();
     let (mut got, mut want, mut got_dq, mut want_dq) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -118,9 +118,11 @@ fn check_sampled<T: Elem>(s: &Shape, q: &[T], k: &[T], v: &[T], o: &[T], (d_o, d
                 let qi = wide(&q[at..][..d]);
                 want.extend(reference::attention_head(&qi, &kz, &vz, 1, seen, d, scale, false).0);
                 got.extend_from_slice(&o[at..][..d]);
-                let [gq, _, _] = reference::attention_head_grad(&qi, &kz, &vz, &wide(&d_o[at..][..d]), 1, seen, d, scale, false);
-                want_dq.extend(gq);
-                got_dq.extend_from_slice(&dq[at..][..d]);
+                if let Some((d_o, dq)) = grad {
+                    let [gq, _, _] = reference::attention_head_grad(&qi, &kz, &vz, &wide(&d_o[at..][..d]), 1, seen, d, scale, false);
+                    want_dq.extend(gq);
+                    got_dq.extend_from_slice(&dq[at..][..d]);
+                }
             }
         }
     }
@@ -155,7 +157,7 @@ pub fn bench_attention(gpu: &Gpu, cfg: &MeasureCfg, shapes: &[Shape]) -> Result<
         let d_o = gpu.upload(&d_o_host, &qs)?;
         let (mut dq, mut dk, mut dv) = (gpu.alloc::<bf16>(&qs)?, gpu.alloc::<bf16>(&ks)?, gpu.alloc::<bf16>(&ks)?);
         attention::attention_backward(gpu, [&dq_in, &dk_in, &dv_in, &o, &d_o], &lse, [&mut dq, &mut dk, &mut dv], opt)?;
-        let (err, dq_err) = check_sampled(s, &q, &k, &v, &gpu.download(&o)?, (&d_o_host, &gpu.download(&dq)?));
+        let (err, dq_err) = check_sampled(s, &q, &k, &v, &gpu.download(&o)?, Some((&d_o_host, &gpu.download(&dq)?)));
         eprintln!("{} {}: sampled rel err {err:.2e}, dq {dq_err:.2e} (seed {seed})", s.op(), spec(&[*s]));
         if err > tolerance::<bf16>() {
             return Err(Error::Launch { kernel: "attention".into(), msg: format!("wrong result at {s:?}: rel err {err:.2e} (seed {seed})") });
@@ -179,4 +181,99 @@ pub fn bench_attention(gpu: &Gpu, cfg: &MeasureCfg, shapes: &[Shape]) -> Result<
         rows.push(Row::new(&format!("{}_bwd", s.op()), &s.sizes(), bf16::NAME, RUSTILE, bwd).flops(2.5 * s.flops()));
     }
     Ok(rows)
+}
+
+// ---- the tuner's side: `cargo xtask autotune --arch sm90 --op attention` ------------------
+
+/// The buckets tuned for Hopper's forward: head dims 64 and 128 at 16k
+/// tokens of hidden 2048 (as [`issue_shapes`]) for S = 512 to 16k, causal
+/// and not; 72 (the vision encoder's 256 tokens, and 1024) and 96 at 1024,
+/// whose one config each is measured for the record. `quick`: S = 4096 at
+/// 64 and 128.
+pub fn tune_shapes(quick: bool) -> Vec<Shape> {
+    let lengths: &[usize] = if quick { &[4096] } else { &[512, 1024, 2048, 4096, 8192, 16384] };
+    let mut v = Vec::new();
+    for d in [64, 128] {
+        for &s in lengths {
+            for causal in [false, true] {
+                let heads = 2048 / d;
+                v.push(shape([16384 / s, s, s, heads, heads, d], causal));
+            }
+        }
+    }
+    if !quick {
+        v.push(shape([64, 256, 256, 16, 16, 72], false));
+        v.push(shape([16, 1024, 1024, 16, 16, 72], false));
+        v.push(shape([16, 1024, 1024, 16, 16, 96], false));
+    }
+    v
+}
+
+/// One tuning problem: fresh bf16 inputs on the GPU and on the host (for
+/// the float64 check of sampled queries).
+struct Problem<'a> {
+    gpu: &'a Gpu,
+    shape: Shape,
+    host: [Vec<bf16>; 3],
+    qkv: [Tensor<bf16>; 3],
+    o: Tensor<bf16>,
+    lse: Tensor<f32>,
+}
+
+impl<'a> Problem<'a> {
+    fn new(gpu: &'a Gpu, shape: Shape) -> Result<Self> {
+        let (mut rng, _) = rng();
+        let Dims { batch, sq, sk, heads, kv_heads, d } = shape.dims;
+        let (qs, ks) = ([batch, sq, heads, d], [batch, sk, kv_heads, d]);
+        let host = [qs, ks, ks].map(|s| normal::<bf16>(&mut rng, s.iter().product(), 0.0, 1.0));
+        let qkv = [(&host[0], &qs), (&host[1], &ks), (&host[2], &ks)].map(|(x, s)| gpu.upload(x, s));
+        let [q, k, v] = qkv;
+        Ok(Problem { gpu, shape, qkv: [q?, k?, v?], host, o: gpu.alloc(&qs)?, lse: gpu.alloc(&[batch, heads, sq])? })
+    }
+
+    fn run(&mut self, cfg: usize) -> Result<()> {
+        let [q, k, v] = &self.qkv;
+        let opt = Attention { causal: self.shape.causal, config: Some(cfg), ..Attention::default() };
+        attention::attention(self.gpu, q, k, v, &mut self.o, &mut self.lse, opt)
+    }
+
+    /// Runs config `cfg` on a poisoned output and checks sampled queries against float64.
+    fn check(&mut self, cfg: usize) -> Result<()> {
+        self.gpu.fill_bytes(&mut self.o, 0xFF)?;
+        self.run(cfg)?;
+        let [q, k, v] = &self.host;
+        let (err, _) = check_sampled(&self.shape, q, k, v, &self.gpu.download(&self.o)?, None);
+        if err > tolerance::<bf16>() {
+            return Err(Error::Launch { kernel: "attention".into(), msg: format!("sampled rel err {err:.2e}") });
+        }
+        Ok(())
+    }
+}
+
+/// Tunes Hopper's forward (`kernel`, op `attention`): per bucket of
+/// [`tune_shapes`] (`attention::forward_bucket`: head dim, mask, lengths),
+/// the configs of that head dim.
+pub fn tune(gpu: &Gpu, kernel: &str, quick: bool) -> Result<rustile_ops::tune::OpTable> {
+    use crate::tune::{measure_cfg, op_table, pruned, report, tune_bucket};
+    let configs = attention::attention_fwd_wgmma_kernel::CONFIGS;
+    let report = report(&rustile_host::native_arch(gpu.compute_capability()));
+    let (mcfg, shapes) = (measure_cfg(quick), tune_shapes(quick));
+    let mut buckets = vec![];
+    for (si, s) in shapes.iter().enumerate() {
+        let d = s.dims.d;
+        let dp = configs.iter().filter_map(|c| c.get("D")).filter(|&dp| dp >= d).min().expect("a config holds every head dim up to 128");
+        let candidates: Vec<usize> = (0..configs.len()).filter(|&i| configs[i].get("D") == Some(dp)).collect();
+        let tag = format!("[{}/{}] attention {}", si + 1, shapes.len(), spec(&[*s]));
+        let mut p = Problem::new(gpu, *s)?;
+        let verdict = |p: &mut Problem, i: usize| pruned(gpu, report.as_ref(), kernel, &configs[i], "bf16").or_else(|| p.check(i).err().map(|e| e.to_string()));
+        let bucket = attention::forward_bucket(dp, s.causal, s.dims.sq, s.dims.sk);
+        match tune_bucket(gpu, &mcfg, &tag, configs, &candidates, &mut p, verdict, |p, i| p.run(i))? {
+            Some(b) => {
+                eprintln!("    attention {}: bucket {bucket} → {}", spec(&[*s]), b.best);
+                buckets.push(rustile_ops::tune::Bucket { bucket, shape: spec(&[*s]), ..b });
+            }
+            None => eprintln!("    attention {}: no valid candidate; the bucket stays untuned", spec(&[*s])),
+        }
+    }
+    Ok(op_table(gpu, "attention", kernel, report, buckets))
 }

@@ -16,8 +16,17 @@ use crate::cublas::Blas;
 use crate::gemm::{close, cublas_swiglu};
 use crate::harness::{measure_each, shape_str, utc_now, MeasureCfg};
 
-/// The ops the tuner knows, and the kernel each one dispatches to.
-pub const OPS: &[(&str, &str)] = &[("gemm_nt", "gemm_nt_kernel"), ("gemm_wgmma", "gemm_wgmma_kernel"), ("gemm_tma", "gemm_tma_kernel"), ("dual_gemm", "dual_gemm_kernel"), ("dual_gemm_tma", "dual_gemm_tma_kernel"), ("gemm_fp8", "gemm_fp8_kernel")];
+/// The ops the tuner knows, and the kernel each one dispatches to
+/// (`attention`: Hopper's forward, tuned in `crate::attention::tune`).
+pub const OPS: &[(&str, &str)] = &[
+    ("gemm_nt", "gemm_nt_kernel"),
+    ("gemm_wgmma", "gemm_wgmma_kernel"),
+    ("gemm_tma", "gemm_tma_kernel"),
+    ("dual_gemm", "dual_gemm_kernel"),
+    ("dual_gemm_tma", "dual_gemm_tma_kernel"),
+    ("gemm_fp8", "gemm_fp8_kernel"),
+    ("attention", "attention_fwd_wgmma_kernel"),
+];
 
 /// The representative shapes tuned for `op` (one per bucket): the bench's
 /// suites (square, LLM, skinny) plus the two GEMMs of issue 3's MLP (16k
@@ -50,20 +59,20 @@ struct KernelResources {
     spill_store_bytes: u32,
 }
 #[derive(Deserialize)]
-struct Report {
+pub(crate) struct Report {
     ptxas: String,
     kernels: Vec<KernelResources>,
 }
 
 /// The embedded ptxas report of `arch` (`sm_90a`), if the build had one.
-fn report(arch: &str) -> Option<Report> {
+pub(crate) fn report(arch: &str) -> Option<Report> {
     let (_, text) = rustile_ops::RESOURCE_REPORTS.iter().find(|(a, _)| *a == arch)?;
     serde_json::from_str(text).ok()
 }
 
 /// Why config `c` of `kernel` cannot run well on this GPU (from the ptxas
 /// report and the GPU's limits), or `None`.
-fn pruned(gpu: &Gpu, report: Option<&Report>, kernel: &str, c: &KernelConfig, dtype: &str) -> Option<String> {
+pub(crate) fn pruned(gpu: &Gpu, report: Option<&Report>, kernel: &str, c: &KernelConfig, dtype: &str) -> Option<String> {
     if c.smem_bytes > gpu.smem_per_block() {
         return Some(format!("needs {} bytes of shared memory, the GPU allows {}", c.smem_bytes, gpu.smem_per_block()));
     }
@@ -143,6 +152,9 @@ impl<'a> Problem<'a> {
 /// Tunes `op` on this GPU: every bucket of `shapes(op, quick)`.
 pub fn tune_op(gpu: &Gpu, blas: &Blas, op: &str, quick: bool) -> Result<OpTable> {
     let (_, kernel) = *OPS.iter().find(|(o, _)| *o == op).expect("ops are checked by the caller");
+    if op == "attention" {
+        return crate::attention::tune(gpu, kernel, quick);
+    }
     let configs = match op {
         "dual_gemm" => dual_gemm::dual_gemm_kernel::CONFIGS,
         "dual_gemm_tma" => dual_gemm::dual_gemm_tma_kernel::CONFIGS,
@@ -157,50 +169,35 @@ pub fn tune_op(gpu: &Gpu, blas: &Blas, op: &str, quick: bool) -> Result<OpTable>
     if report.is_none() {
         eprintln!("tune: no ptxas report for {image} embedded; pruning by shared memory only");
     }
-    let mcfg = MeasureCfg { reps: if quick { 10 } else { 30 }, warmup: 3, warmup_ms: 10.0, flush_l2: true };
+    let mcfg = measure_cfg(quick);
     let shapes = shapes(op, quick);
     let mut buckets = vec![];
     for (si, &shape) in shapes.iter().enumerate() {
         let mut p = Problem::new(gpu, blas, op, shape)?;
-        // Prune and check every config first; then time the valid ones together.
-        let verdicts: Vec<Option<String>> = configs
-            .iter()
-            .enumerate()
-            .map(|(i, c)| pruned(gpu, report.as_ref(), kernel, c, dtype).or_else(|| p.check(i).err().map(|e| e.to_string())))
-            .collect();
-        let valid: Vec<usize> = (0..configs.len()).filter(|&i| verdicts[i].is_none()).collect();
-        let stats = measure_each(gpu, &mcfg, valid.len(), |j| p.run(valid[j]))?;
-        let mut candidates = vec![];
-        for (i, c) in configs.iter().enumerate() {
-            let tag = format!("[{}/{}] {op} {} {}", si + 1, shapes.len(), shape_str(&shape), c.name);
-            let cand = match (&verdicts[i], valid.iter().position(|&v| v == i)) {
-                (Some(why), _) => {
-                    eprintln!("{tag}: invalid ({why})");
-                    Candidate { config: c.name.into(), median_ms: None, invalid: Some(why.clone()) }
-                }
-                (None, Some(j)) => {
-                    eprintln!("{tag}: {:.1} us", stats[j].median_ms * 1e3);
-                    Candidate { config: c.name.into(), median_ms: Some(stats[j].median_ms), invalid: None }
-                }
-                (None, None) => unreachable!("a config with no verdict is valid"),
-            };
-            candidates.push(cand);
-        }
-        let best = candidates
-            .iter()
-            .filter(|c| c.invalid.is_none())
-            .min_by(|a, b| a.median_ms.partial_cmp(&b.median_ms).unwrap())
-            .map(|c| c.config.clone());
-        match best {
-            Some(best) => {
-                eprintln!("    {op} {}: bucket {} → {best}", shape_str(&shape), bucket_name(&shape));
-                buckets.push(Bucket { bucket: bucket_name(&shape), shape: shape_str(&shape), best, candidates });
+        let tag = format!("[{}/{}] {op} {}", si + 1, shapes.len(), shape_str(&shape));
+        let verdict = |p: &mut Problem, i: usize| pruned(gpu, report.as_ref(), kernel, &configs[i], dtype).or_else(|| p.check(i).err().map(|e| e.to_string()));
+        let all: Vec<usize> = (0..configs.len()).collect();
+        let bucket = tune_bucket(gpu, &mcfg, &tag, configs, &all, &mut p, verdict, |p, i| p.run(i))?;
+        match bucket {
+            Some(b) => {
+                eprintln!("    {op} {}: bucket {} → {}", shape_str(&shape), bucket_name(&shape), b.best);
+                buckets.push(Bucket { bucket: bucket_name(&shape), shape: shape_str(&shape), ..b });
             }
             None => eprintln!("    {op} {}: no valid candidate; the bucket stays untuned", shape_str(&shape)),
         }
     }
+    Ok(op_table(gpu, op, kernel, report, buckets))
+}
+
+/// The repetitions of a tuning run: 30 (10 `quick`), L2 flushed before each.
+pub fn measure_cfg(quick: bool) -> MeasureCfg {
+    MeasureCfg { reps: if quick { 10 } else { 30 }, warmup: 3, warmup_ms: 10.0, flush_l2: true }
+}
+
+/// One op's tuned buckets with their provenance.
+pub(crate) fn op_table(gpu: &Gpu, op: &str, kernel: &str, report: Option<Report>, buckets: Vec<Bucket>) -> OpTable {
     let ptxas = report.map(|r| r.ptxas).unwrap_or_else(|| "ptxas unknown".into());
-    Ok(OpTable {
+    OpTable {
         name: op.into(),
         kernel: kernel.into(),
         source_hash: source_hash(op).unwrap_or("?").into(),
@@ -209,7 +206,45 @@ pub fn tune_op(gpu: &Gpu, blas: &Blas, op: &str, quick: bool) -> Result<OpTable>
         date: utc_now(),
         buckets,
         ..OpTable::default()
-    })
+    }
+}
+
+/// One bucket: every candidate in `candidates` (indices into `configs`)
+/// pruned and checked first (`verdict`: why it cannot serve, or `None`),
+/// then the valid ones timed together (`run` launches one once); the
+/// winner and every candidate's result, or `None` when none was valid. The
+/// bucket's names are the caller's to fill in.
+#[allow(clippy::too_many_arguments)]
+pub fn tune_bucket<P>(
+    gpu: &Gpu,
+    mcfg: &MeasureCfg,
+    tag: &str,
+    configs: &[KernelConfig],
+    candidates: &[usize],
+    problem: &mut P,
+    mut verdict: impl FnMut(&mut P, usize) -> Option<String>,
+    mut run: impl FnMut(&mut P, usize) -> Result<()>,
+) -> Result<Option<Bucket>> {
+    let verdicts: Vec<Option<String>> = candidates.iter().map(|&i| verdict(problem, i)).collect();
+    let valid: Vec<usize> = (0..candidates.len()).filter(|&j| verdicts[j].is_none()).collect();
+    let stats = measure_each(gpu, mcfg, valid.len(), |v| run(problem, candidates[valid[v]]))?;
+    let mut out = vec![];
+    for (j, &i) in candidates.iter().enumerate() {
+        let name = configs[i].name;
+        out.push(match (&verdicts[j], valid.iter().position(|&v| v == j)) {
+            (Some(why), _) => {
+                eprintln!("{tag} {name}: invalid ({why})");
+                Candidate { config: name.into(), median_ms: None, invalid: Some(why.clone()) }
+            }
+            (None, Some(v)) => {
+                eprintln!("{tag} {name}: {:.1} us", stats[v].median_ms * 1e3);
+                Candidate { config: name.into(), median_ms: Some(stats[v].median_ms), invalid: None }
+            }
+            (None, None) => unreachable!("a config with no verdict is valid"),
+        });
+    }
+    let best = out.iter().filter(|c| c.invalid.is_none()).min_by(|a, b| a.median_ms.partial_cmp(&b.median_ms).unwrap()).map(|c| c.config.clone());
+    Ok(best.map(|best| Bucket { best, candidates: out, ..Bucket::default() }))
 }
 
 /// Replaces `tuned`'s entries for the ops in `fresh` and writes the table to `path`.

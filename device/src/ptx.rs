@@ -50,6 +50,29 @@ pub fn sync_threads() {
     unsafe { nvptx::_syncthreads() }
 }
 
+/// `bar.sync id, threads`: the calling warps wait at named barrier `id`
+/// (1..=15; 0 is [`sync_threads`]'s) until `threads` threads (whole warps)
+/// have arrived at it, counting those that [`bar_arrive`]d; orders shared
+/// memory among them. An LLVM intrinsic, so that it stays convergent.
+#[inline(always)]
+pub fn bar_sync(id: u32, threads: u32) {
+    unsafe { barrier_cta_sync_count(id, threads) }
+}
+
+/// `bar.arrive id, threads`: the calling warps count towards named barrier
+/// `id`'s next `threads` arrivals and go on without waiting.
+#[inline(always)]
+pub fn bar_arrive(id: u32, threads: u32) {
+    unsafe { barrier_cta_arrive_count(id, threads) }
+}
+
+unsafe extern "C" {
+    #[link_name = "llvm.nvvm.barrier.cta.sync.aligned.count"]
+    fn barrier_cta_sync_count(id: u32, threads: u32);
+    #[link_name = "llvm.nvvm.barrier.cta.arrive.aligned.count"]
+    fn barrier_cta_arrive_count(id: u32, threads: u32);
+}
+
 // ---- shared memory ----------------------------------------------------------------
 
 /// The block's dynamic shared memory (sized by the launch's `smem_bytes`).

@@ -391,6 +391,20 @@ pub fn sync() {
     rustile_device::sync_threads();
 }
 
+/// The first `threads` threads of the program (whole warps, the same set at
+/// every call with this `id`) wait here for each other: named barrier `id`,
+/// 1 to 15 (0 is [`sync()`]'s). For a warp-specialized program, whose copy
+/// warpgroup is not at the barrier: its other warpgroups meet without it.
+/// Shared memory written before is visible to them after.
+#[inline(always)]
+pub fn sync_named(id: u32, threads: usize) {
+    debug_assert!((1..16).contains(&id) && threads % 32 == 0, "sync_named: ids 1..=15, whole warps");
+    #[cfg(target_arch = "nvptx64")]
+    rustile_device::bar_sync(id, threads as u32);
+    #[cfg(not(target_arch = "nvptx64"))]
+    let _ = (id, threads);
+}
+
 // ---- the accumulator ---------------------------------------------------------------------
 
 /// An `M×N` block of f32 partial products (see the module docs for its

@@ -98,6 +98,68 @@ pub fn copier_done() -> ! {
     unreachable!("the interpreter runs no copy warpgroup");
 }
 
+/// Which warpgroup of the program this thread is in (0 in the interpreter).
+#[inline(always)]
+pub fn warpgroup() -> usize {
+    #[cfg(target_arch = "nvptx64")]
+    return rustile_device::thread_idx() as usize / 128;
+    #[cfg(not(target_arch = "nvptx64"))]
+    return 0;
+}
+
+/// `GROUPS` warpgroups that take turns at issuing their tensor-core work
+/// (FlashAttention-3's ping-pong): warpgroup `g` [`Turns::wait`]s for its
+/// turn, issues its `wgmma`s, and [`Turns::pass`]es the turn to `g + 1`
+/// (the last to the first), so one warpgroup's products run while the
+/// others do their softmax. A turn is named barrier `first + g` of two
+/// warpgroups: the waiting one and the one that passes.
+///
+/// Every warpgroup takes the same number of turns. The interpreter's one
+/// thread a program takes every turn: there the calls do nothing.
+#[derive(Clone, Copy)]
+pub struct Turns<const GROUPS: usize> {
+    first: u32,
+}
+
+impl<const GROUPS: usize> Turns<GROUPS> {
+    /// Turns on named barriers `first..first + GROUPS`; warpgroup 0 has
+    /// the first (the last warpgroup passes it, so every warpgroup calls
+    /// this before its first `wait`).
+    #[inline(always)]
+    pub fn new(first: u32) -> Self {
+        let turns = Turns { first };
+        if warpgroup() == GROUPS - 1 {
+            turns.arrive(0);
+        }
+        turns
+    }
+
+    /// Waits until it is this warpgroup's turn.
+    #[inline(always)]
+    pub fn wait(&self) {
+        crate::mma::sync_named(self.first + warpgroup() as u32, 256);
+    }
+
+    /// Gives the turn to the next warpgroup. `last`: this was the
+    /// warpgroup's last turn; the last warpgroup's last turn is passed to
+    /// no one (warpgroup 0 has no turn left to take it).
+    #[inline(always)]
+    pub fn pass(&self, last: bool) {
+        let g = warpgroup();
+        if !(last && g == GROUPS - 1) {
+            self.arrive((g + 1) % GROUPS);
+        }
+    }
+
+    #[inline(always)]
+    fn arrive(&self, g: usize) {
+        #[cfg(target_arch = "nvptx64")]
+        rustile_device::bar_arrive(self.first + g as u32, 256);
+        #[cfg(not(target_arch = "nvptx64"))]
+        let _ = g;
+    }
+}
+
 /// This warpgroup may use up to `N` registers a thread, taken from one that
 /// called [`lower_registers`]: a program's launch bound shares the register
 /// file evenly, and a warpgroup that only issues copies needs few

@@ -141,18 +141,19 @@ impl fmt::Display for Miss {
     }
 }
 
-/// What the table for `arch` says `op` should run at `shape`: the index of
-/// its winner in `configs`, or why there is none.
-pub fn lookup(arch: &str, op: &str, configs: &[KernelConfig], shape: &[usize]) -> Result<usize, Miss> {
+/// What the table for `arch` says `op` should run in `bucket` (a GEMM's is
+/// [`bucket_name`] of its shape): the index of its winner in `configs`, or
+/// why there is none.
+pub fn lookup(arch: &str, op: &str, configs: &[KernelConfig], bucket: &str) -> Result<usize, Miss> {
     let Some((_, table)) = tables().iter().find(|(a, _)| *a == arch) else {
         return Err(Miss::Unusable(format!("no tuned table for {arch}")));
     };
     let table = table.as_ref().map_err(|e| Miss::Unusable(format!("tuned/{arch}.toml does not parse ({e})")))?;
-    pick(table, op, source_hash(op).unwrap_or("?"), configs, shape)
+    pick(table, op, source_hash(op).unwrap_or("?"), configs, bucket)
 }
 
 /// `lookup` in one table, for sources that hash to `want`.
-fn pick(table: &Table, op: &str, want: &str, configs: &[KernelConfig], shape: &[usize]) -> Result<usize, Miss> {
+fn pick(table: &Table, op: &str, want: &str, configs: &[KernelConfig], bucket: &str) -> Result<usize, Miss> {
     let arch = &table.arch;
     let entry = table.op(op).ok_or_else(|| Miss::Unusable(format!("tuned/{arch}.toml has no entry for {op}")))?;
     if entry.source_hash != want {
@@ -162,7 +163,6 @@ fn pick(table: &Table, op: &str, want: &str, configs: &[KernelConfig], shape: &[
             entry.source_hash
         )));
     }
-    let bucket = bucket_name(shape);
     let b = entry.buckets.iter().find(|b| b.bucket == bucket).ok_or_else(|| Miss::NoBucket(format!("tuned/{arch}.toml has no {op} bucket {bucket}")))?;
     configs.iter().position(|c| c.name == b.best).ok_or_else(|| {
         Miss::Unusable(format!("tuned/{arch}.toml picks {} for {op} bucket {bucket}, which the kernel no longer has", b.best))
@@ -178,12 +178,18 @@ fn pick(table: &Table, op: &str, want: &str, configs: &[KernelConfig], shape: &[
 /// kernel sources needs the user to re-tune, so that is said on stderr, once
 /// per GPU and op.
 pub fn config(cc: (u32, u32), op: &'static str, configs: &[KernelConfig], shape: &[usize], heuristic: impl FnOnce() -> usize) -> usize {
-    type Key = ((u32, u32), &'static str, Vec<usize>);
+    config_in_bucket(cc, op, configs, bucket_name(shape), heuristic)
+}
+
+/// [`config`] for an op whose buckets are not its shape rounded up (the
+/// attention forward's: head dim, mask and lengths, named by the op).
+pub fn config_in_bucket(cc: (u32, u32), op: &'static str, configs: &[KernelConfig], bucket: String, heuristic: impl FnOnce() -> usize) -> usize {
+    type Key = ((u32, u32), &'static str, String);
     static CHOSEN: OnceLock<Mutex<HashMap<Key, Option<usize>>>> = OnceLock::new();
     static REFUSED: OnceLock<Mutex<HashSet<((u32, u32), &'static str)>>> = OnceLock::new();
-    let tuned = *CHOSEN.get_or_init(Default::default).lock().unwrap().entry((cc, op, bucket(shape))).or_insert_with(|| {
+    let tuned = *CHOSEN.get_or_init(Default::default).lock().unwrap().entry((cc, op, bucket.clone())).or_insert_with(|| {
         let arch = arch_of(cc).unwrap_or("this GPU");
-        lookup(arch, op, configs, shape)
+        lookup(arch, op, configs, &bucket)
             .map_err(|why| match why {
                 Miss::NoBucket(why) => log::info!("{why}; {op} runs its heuristic (default_config)"),
                 Miss::Unusable(why) => {
@@ -210,13 +216,14 @@ mod tests {
 
     #[test]
     fn the_committed_tables_parse_and_name_real_configs() {
-        let kernels: [(&str, &[KernelConfig]); 6] = [
+        let kernels: [(&str, &[KernelConfig]); 7] = [
             ("gemm_nt", crate::gemm::gemm_nt_kernel::CONFIGS),
             ("gemm_wgmma", crate::gemm::gemm_wgmma_kernel::CONFIGS),
             ("gemm_tma", crate::gemm::gemm_tma_kernel::CONFIGS),
             ("dual_gemm", crate::dual_gemm::dual_gemm_kernel::CONFIGS),
             ("dual_gemm_tma", crate::dual_gemm::dual_gemm_tma_kernel::CONFIGS),
             ("gemm_fp8", crate::gemm_fp8::gemm_fp8_kernel::CONFIGS),
+            ("attention", crate::attention::attention_fwd_wgmma_kernel::CONFIGS),
         ];
         for (arch, table) in tables() {
             let table = table.as_ref().unwrap_or_else(|e| panic!("tuned/{arch}.toml: {e}"));
@@ -262,8 +269,8 @@ mod tests {
     fn a_stale_entry_is_refused() {
         let configs = crate::gemm::gemm_nt_kernel::CONFIGS;
         // No table for this arch, and an op nobody tuned: both fall back with a reason.
-        assert!(lookup("sm70", "gemm_nt", configs, &[64, 64, 64]).unwrap_err().to_string().contains("no tuned table"));
-        assert!(lookup("sm90", "no_such_op", configs, &[64, 64, 64]).unwrap_err().to_string().contains("no entry"));
+        assert!(lookup("sm70", "gemm_nt", configs, "64x64x64").unwrap_err().to_string().contains("no tuned table"));
+        assert!(lookup("sm90", "no_such_op", configs, "64x64x64").unwrap_err().to_string().contains("no entry"));
         let best = configs[2].name;
         let table = Table {
             arch: "sm90".into(),
@@ -274,9 +281,9 @@ mod tests {
                 ..OpTable::default()
             }],
         };
-        assert_eq!(pick(&table, "gemm_nt", "old", configs, &[4000, 4096, 3000]), Ok(2));
-        assert!(matches!(pick(&table, "gemm_nt", "old", configs, &[64, 64, 64]), Err(Miss::NoBucket(why)) if why.contains("no gemm_nt bucket 64x64x64")));
-        let stale = pick(&table, "gemm_nt", "new", configs, &[4096, 4096, 4096]).unwrap_err();
+        assert_eq!(pick(&table, "gemm_nt", "old", configs, &bucket_name(&[4000, 4096, 3000])), Ok(2));
+        assert!(matches!(pick(&table, "gemm_nt", "old", configs, &bucket_name(&[64, 64, 64])), Err(Miss::NoBucket(why)) if why.contains("no gemm_nt bucket 64x64x64")));
+        let stale = pick(&table, "gemm_nt", "new", configs, &bucket_name(&[4096, 4096, 4096])).unwrap_err();
         assert!(matches!(&stale, Miss::Unusable(why) if why.contains("refused") && why.contains("cargo xtask autotune")), "{stale}");
     }
 }

@@ -264,8 +264,8 @@ pub fn attention_bwd_q_wgmma_kernel<T: Elem>(
         if TMA == 1 {
             let tokens = [s.k0 + s.lk, s.ldk, hk, d];
             landed(stage).expect(2 * kv(stage, 0).bytes());
-            kv(stage, 0).load_tma([map_k, map_k1], k, tokens, s.k0 + j * BN, &landed(stage));
-            kv(stage, 1).load_tma([map_v, map_v1], v, tokens, s.k0 + j * BN, &landed(stage));
+            kv(stage, 0).load_tma([map_k, map_k1], k, tokens, s.k0 + j * BN, &landed(stage), false);
+            kv(stage, 1).load_tma([map_v, map_v1], v, tokens, s.k0 + j * BN, &landed(stage), false);
         } else {
             kv(stage, 0).copy_from(kp, [s.lk, s.ldk, hk * d, d], j * BN);
             kv(stage, 1).copy_from(vp, [s.lk, s.ldk, hk * d, d], j * BN);

@@ -17,6 +17,11 @@ pub struct Attention {
     /// all of them. Fixed-length batches only (variable ones give each
     /// sequence's key count in [`SeqLens`]).
     pub keys: Option<usize>,
+    /// Run config `config` of Hopper's forward ([`attention_fwd_wgmma_kernel`]`::CONFIGS`,
+    /// one whose `D` holds the head dim) instead of the tuned one: for the
+    /// tuner, the tests and sweeps. On other GPUs an error; the backward
+    /// ignores it.
+    pub config: Option<usize>,
 }
 
 impl Attention {
@@ -28,6 +33,9 @@ impl Attention {
     }
     pub fn keys(self, keys: usize) -> Self {
         Attention { keys: Some(keys), ..self }
+    }
+    pub fn config(self, config: usize) -> Self {
+        Attention { config: Some(config), ..self }
     }
 }
 
@@ -61,14 +69,26 @@ pub fn check_head_dim(d: usize) -> Result<()> {
 /// forward and one for the backward) the first that also has one of them in
 /// its name, where one does.
 fn config_in(configs: &[rustile::KernelConfig], d: usize) -> usize {
-    static FORCED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    let forced = FORCED.get_or_init(|| std::env::var("RUSTILE_ATTENTION_CONFIG").ok());
     let holds = |c: &rustile::KernelConfig| c.get("D").unwrap() >= d;
-    forced
+    forced_config()
         .iter()
         .flat_map(|parts| parts.split(','))
         .find_map(|part| configs.iter().position(|c| holds(c) && c.name.contains(part)))
         .unwrap_or_else(|| crate::pick_config(configs, holds))
+}
+
+/// `RUSTILE_ATTENTION_CONFIG`, read once.
+fn forced_config() -> Option<&'static str> {
+    static FORCED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    FORCED.get_or_init(|| std::env::var("RUSTILE_ATTENTION_CONFIG").ok()).as_deref()
+}
+
+/// The tuned table's bucket of a Hopper forward (`tuned/sm90.toml`, op
+/// `attention`): the config's head dim `dp` (64, 80, 96 or 128), the mask,
+/// and the query and key lengths rounded up to powers of two (at least 128).
+pub fn forward_bucket(dp: usize, causal: bool, sq: usize, sk: usize) -> String {
+    let up = |n: usize| n.max(128).next_power_of_two();
+    format!("d{dp}_{}_{}x{}", if causal { "causal" } else { "full" }, up(sq), up(sk))
 }
 
 /// What a launch takes once the arguments passed [`check_opts`].
@@ -76,6 +96,8 @@ pub(super) struct Checked {
     keys: usize,
     scale: f32,
     flags: u32,
+    /// [`Attention::config`], checked against the head dim.
+    config: Option<usize>,
 }
 
 /// The checks shared by the GPU and CPU entries.
@@ -96,7 +118,8 @@ pub(super) fn check_opts(dims: &Dims, opt: &Attention, varlen: bool) -> Result<C
         return Err(Error::Invalid(format!("attention: the softmax scale must be positive and finite, not {scale}")));
     }
     let flags = if opt.causal { CAUSAL } else { 0 } | if varlen { VARLEN } else { 0 };
-    Ok(Checked { keys, scale, flags })
+    let config = opt.config.map(|c| checked_config(c, d)).transpose().map_err(Error::Invalid)?;
+    Ok(Checked { keys, scale, flags, config })
 }
 
 /// A tensor of exactly `shape` (contiguous), named in the error.
@@ -156,12 +179,12 @@ pub fn attention<T: Elem>(gpu: &Gpu, q: &Tensor<T>, k: &Tensor<T>, v: &Tensor<T>
     if !o.is_contiguous() || !lse.is_contiguous() {
         return Err(Error::Shape("attention: o and lse must be contiguous".into()));
     }
-    let Checked { keys, scale, flags } = check_opts(&dims, &opt, false)?;
+    let Checked { keys, scale, flags, config } = check_opts(&dims, &opt, false)?;
     if batch * sq * heads == 0 {
         return Ok(());
     }
     let none = gpu.alloc::<u32>(&[0])?;
-    forward_on_gpu(gpu, [q, k, v], o, lse, [&none, &none], [batch, sq, keys, heads, kv_heads, d, sq, sk, sq], scale, flags)
+    forward_on_gpu(gpu, config, [q, k, v], o, lse, [&none, &none], [batch, sq, keys, heads, kv_heads, d, sq, sk, sq], scale, flags)
 }
 
 /// Which programs run, forward and backward.
@@ -214,12 +237,26 @@ impl Program {
         self == Program::Mma || d <= 80 || d % 64 == 0
     }
 
-    /// The forward's config for head dim `d` (checked by [`check_head_dim`]).
-    fn forward_config(self, d: usize) -> usize {
-        match self {
-            Program::Mma => config_in(attention_fwd_kernel::CONFIGS, d),
-            Program::Wgmma => config_in(attention_fwd_wgmma_kernel::CONFIGS, d),
-        }
+    /// The forward's config for head dim `d` (checked by [`check_head_dim`])
+    /// with `flags` at `sq` queries over `sk` keys (the longest sequences of
+    /// a variable-length batch). Hopper's (`cc`: the GPU's; `None`, the
+    /// interpreter) is the tuned table's winner for the bucket
+    /// ([`forward_bucket`]), else the first config that holds `d` (the
+    /// hand-picked one); `RUSTILE_ATTENTION_CONFIG` overrides both.
+    pub(super) fn forward_config(self, cc: Option<(u32, u32)>, d: usize, flags: u32, sq: usize, sk: usize) -> usize {
+        let configs = match self {
+            Program::Mma => return config_in(attention_fwd_kernel::CONFIGS, d),
+            Program::Wgmma => attention_fwd_wgmma_kernel::CONFIGS,
+        };
+        let first = config_in(configs, d);
+        let (Some(cc), None) = (cc, forced_config()) else { return first };
+        // A variable-length batch passes no key length: its longest query sequence stands for both.
+        let sk = if sk == 0 { sq } else { sk };
+        let dp = configs[first].get("D").expect("every forward config names D");
+        let bucket = forward_bucket(dp, flags & CAUSAL != 0, sq, sk);
+        let tuned = crate::tune::config_in_bucket(cc, "attention", configs, bucket, || first);
+        // A table names only configs of its bucket's head dim; anything else is ignored.
+        if configs[tuned].get("D") == Some(dp) { tuned } else { first }
     }
 
     /// The backward's configs for head dim `d`: `(dK/dV kernel, dQ kernel)`.
@@ -236,6 +273,7 @@ impl Program {
 #[allow(clippy::too_many_arguments)]
 fn forward_on_gpu<T: Elem>(
     gpu: &Gpu,
+    config: Option<usize>,
     [q, k, v]: [&Tensor<T>; 3],
     o: &mut Tensor<T>,
     lse: &mut Tensor<f32>,
@@ -245,8 +283,14 @@ fn forward_on_gpu<T: Elem>(
     flags: u32,
 ) -> Result<()> {
     let [batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h] = sizes;
-    let kernel = Program::on(gpu, d);
-    let cfg = kernel.forward_config(d);
+    let (kernel, cfg) = match config {
+        Some(cfg) if attention_fwd_wgmma_kernel::supported(gpu) => (Program::Wgmma, cfg),
+        Some(_) => return Err(Error::Invalid("attention: Attention::config names a config of Hopper's forward, which needs an sm_90 GPU".into())),
+        None => {
+            let kernel = Program::on(gpu, d);
+            (kernel, kernel.forward_config(Some(gpu.compute_capability()), d, flags, sq, sk))
+        }
+    };
     match kernel {
         Program::Mma => attention_fwd_kernel::launch(
             gpu, cfg, q, k, v, o, lse, cu_q, cu_k,
@@ -294,7 +338,7 @@ fn head_maps<T: Elem>(gpu: &Gpu, t: &Tensor<T>, heads: usize, d: usize, rows: us
 /// `(o, lse)` of `o_len` and `lse_len` values, NaN where nothing was written.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn forward_on_cpu<T: Elem>(
-    kernel: Program,
+    (kernel, config): (Program, Option<usize>),
     [q, k, v]: [&[T]; 3],
     [cu_q, cu_k]: [&[u32]; 2],
     sizes: [usize; 9],
@@ -307,7 +351,11 @@ pub(crate) fn forward_on_cpu<T: Elem>(
     if batch * sq * heads == 0 {
         return (o, lse);
     }
-    let cfg = kernel.forward_config(d);
+    // A config named is one of Hopper's forward.
+    let (kernel, cfg) = match config {
+        Some(cfg) => (Program::Wgmma, cfg),
+        None => (kernel, kernel.forward_config(None, d, flags, sq, sk)),
+    };
     match kernel {
         Program::Mma => attention_fwd_kernel::cpu(
             cfg, q, k, v, &mut o, &mut lse, cu_q, cu_k,
@@ -332,11 +380,21 @@ pub fn attention_cpu<T: Elem>(q: &[T], k: &[T], v: &[T], dims: Dims, opt: Attent
 /// [`attention_cpu`] running the program `kernel`.
 pub fn attention_cpu_on<T: Elem>(kernel: Program, q: &[T], k: &[T], v: &[T], dims: Dims, opt: Attention) -> (Vec<T>, Vec<f32>) {
     let Dims { batch, sq, sk, heads, kv_heads, d } = dims;
-    let Checked { keys, scale, flags } = check_opts(&dims, &opt, false).unwrap_or_else(|e| panic!("{e}"));
+    let Checked { keys, scale, flags, config } = check_opts(&dims, &opt, false).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(q.len(), batch * sq * heads * d, "attention_cpu: q holds {} elements, not {dims:?}'s", q.len());
     assert_eq!([k.len(), v.len()], [batch * sk * kv_heads * d; 2], "attention_cpu: k and v do not match {dims:?}");
     let sizes = [batch, sq, keys, heads, kv_heads, d, sq, sk, sq];
-    forward_on_cpu(kernel, [q, k, v], [&[], &[]], sizes, scale, flags, [q.len(), batch * heads * sq])
+    forward_on_cpu((kernel, config), [q, k, v], [&[], &[]], sizes, scale, flags, [q.len(), batch * heads * sq])
+}
+
+/// Config `cfg` of Hopper's forward, if it exists and its `D` holds head dim `d`.
+fn checked_config(cfg: usize, d: usize) -> std::result::Result<usize, String> {
+    let configs = attention_fwd_wgmma_kernel::CONFIGS;
+    match configs.get(cfg) {
+        Some(c) if c.get("D").unwrap() >= d => Ok(cfg),
+        Some(c) => Err(format!("attention: config {} holds head dims up to {}, not {d}", c.name, c.get("D").unwrap())),
+        None => Err(format!("attention: no forward config {cfg}; the kernel has {}", configs.len())),
+    }
 }
 
 /// The sequences of a variable-length batch: their query and key counts,
@@ -441,12 +499,12 @@ pub fn attention_varlen<T: Elem>(
         return Err(Error::Shape("attention_varlen: o and lse must be contiguous".into()));
     }
     let dims = seqs.batch.dims(heads, kv_heads, d);
-    let Checked { scale, flags, .. } = check_opts(&dims, &opt, true)?;
+    let Checked { scale, flags, config, .. } = check_opts(&dims, &opt, true)?;
     if dims.batch * dims.sq * heads == 0 {
         return Ok(());
     }
     let sizes = [dims.batch, dims.sq, 0, heads, kv_heads, d, 0, 0, tq];
-    forward_on_gpu(gpu, [q, k, v], o, lse, [&seqs.cu_q, &seqs.cu_k], sizes, scale, flags)
+    forward_on_gpu(gpu, config, [q, k, v], o, lse, [&seqs.cu_q, &seqs.cu_k], sizes, scale, flags)
 }
 
 /// [`attention_varlen`] in the CPU interpreter. Returns `(o, lse)`.
@@ -478,12 +536,12 @@ pub fn attention_varlen_cpu_on<T: Elem>(
     assert_eq!(q_lens.len(), k_lens.len(), "attention_varlen_cpu: one key length per query length");
     let b = Batch::of(q_lens, k_lens);
     let (dims, (tq, tk)) = (b.dims(heads, kv_heads, d), (b.tq, b.tk));
-    let Checked { scale, flags, .. } = check_opts(&dims, &opt, true).unwrap_or_else(|e| panic!("{e}"));
+    let Checked { scale, flags, config, .. } = check_opts(&dims, &opt, true).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(q.len(), tq * heads * d, "attention_varlen_cpu: q holds {} elements, not [{tq}, {heads}, {d}]", q.len());
     assert_eq!([k.len(), v.len()], [tk * kv_heads * d; 2], "attention_varlen_cpu: k and v must be [{tk}, {kv_heads}, {d}]");
     let (cu_q, cu_k) = (cumulative(q_lens, "query").unwrap(), cumulative(k_lens, "key").unwrap());
     let sizes = [dims.batch, dims.sq, 0, heads, kv_heads, d, 0, 0, tq];
-    forward_on_cpu(kernel, [q, k, v], [&cu_q, &cu_k], sizes, scale, flags, [q.len(), heads * tq])
+    forward_on_cpu((kernel, config), [q, k, v], [&cu_q, &cu_k], sizes, scale, flags, [q.len(), heads * tq])
 }
 
 /// The gradients of [`attention`]: `dq` (q's shape), `dk`, `dv` (k's shape)

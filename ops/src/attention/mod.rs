@@ -64,19 +64,25 @@ impl<T: Elem, const R: usize, const D0: usize, const D1: usize, const TH: usize>
     /// `bar`, which expects [`Head::bytes`]. Columns past `d` are zero; rows
     /// past `rows` are zero on the CPU, but on the GPU the copy engine goes on
     /// into the next tokens (zero only past the tensor's end), so the
-    /// caller masks or zeroes them.
+    /// caller masks or zeroes them. The program's copy leader
+    /// ([`rustile::tma::leader`]) issues, or, `by_this_thread`, the caller
+    /// (a copy warpgroup's issuing thread).
     // Only the Hopper kernels (sm_90a and the interpreter) use this and the two below.
     #[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(dead_code))]
     #[inline(always)]
-    fn load_tma(&self, maps: [u64; 2], src: Ptr<T>, [rows, ld, head, d]: [usize; 4], r0: usize, bar: &rustile::tma::Barrier) {
+    #[allow(clippy::too_many_arguments)]
+    fn load_tma(&self, maps: [u64; 2], src: Ptr<T>, [rows, ld, head, d]: [usize; 4], r0: usize, bar: &rustile::tma::Barrier, by_this_thread: bool) {
         // The window the map describes (the interpreter copies it): the head's columns, from c0.
         fn window<T: Elem, const R: usize, const C: usize, const TH: usize>(src: Ptr<T>, [rows, ld, head, d]: [usize; 4], r0: usize, c0: usize) -> BlockPtr<T, R, C, TH> {
             BlockPtr::new(src.offset(head * d), [rows, d], [ld, 1], [r0, c0])
         }
+        if !(by_this_thread || rustile::tma::leader()) {
+            return;
+        }
         let at = [rows, ld, head, d];
-        self.main.load_tma(maps[0], &window(src, at, r0, 0), head, bar);
+        self.main.load_tma_by_this_thread(maps[0], &window(src, at, r0, 0), head, bar);
         if self.tail {
-            self.rest.load_tma(maps[1], &window(src, at, r0, D0), head, bar);
+            self.rest.load_tma_by_this_thread(maps[1], &window(src, at, r0, D0), head, bar);
         }
     }
 

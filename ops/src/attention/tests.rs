@@ -1,7 +1,8 @@
 //! CPU-interpreter checks of attention against float64: every head dim,
 //! odd lengths (1, 17, 130, 1000, 4099: none a multiple of a tile), causal,
 //! rectangular, GQA/MQA and variable lengths; the forward's two programs
-//! (`mma.sync` and Hopper's `wgmma`) and the backward's two.
+//! (`mma.sync` and Hopper's `wgmma`, each of the latter's configs: the
+//! warp-specialized ones too) and the backward's two.
 use super::*;
 use crate::reference;
 use crate::testing::*;
@@ -18,6 +19,32 @@ fn check<T: Elem>(dims: Dims, opt: Attention, spread: f32) {
         let ctx = format!("attention<{}> {kernel:?} {dims:?} {opt:?} (seed {seed})", T::NAME);
         assert_attention_close(&o, &lse, |z, h, i| (z * heads + h) * sq + i, want.clone(), &ctx);
     }
+    for cfg in other_forward_configs(d) {
+        let (o, lse) = attention_cpu_on(Program::Wgmma, &q, &k, &v, dims, opt.config(cfg));
+        let ctx = format!("attention<{}> {} {dims:?} {opt:?} (seed {seed})", T::NAME, attention_fwd_wgmma_kernel::CONFIGS[cfg].name);
+        assert_attention_close(&o, &lse, |z, h, i| (z * heads + h) * sq + i, want.clone(), &ctx);
+    }
+}
+
+/// Hopper's forward configs for head dim `d` besides the default one (which
+/// the tuned table may pick).
+fn other_forward_configs(d: usize) -> Vec<usize> {
+    let configs = attention_fwd_wgmma_kernel::CONFIGS;
+    let dp = configs.iter().map(|c| c.get("D").unwrap()).filter(|&dp| dp >= d).min().unwrap();
+    let first = configs.iter().position(|c| c.get("D") == Some(dp)).unwrap();
+    (first + 1..configs.len()).filter(|&i| configs[i].get("D") == Some(dp)).collect()
+}
+
+#[test]
+fn the_forward_defaults_to_the_warp_specialized_program_at_64_and_128() {
+    let configs = attention_fwd_wgmma_kernel::CONFIGS;
+    for d in [64, 128] {
+        let first = Program::Wgmma.forward_config(None, d, 0, 4096, 4096);
+        assert_eq!((configs[first].get("COPIER"), configs[first].get("PING")), (Some(1), Some(1)), "head dim {d}");
+        // The program without a copy warpgroup stays a candidate, and the loops above run it too.
+        assert!(other_forward_configs(d).iter().any(|&i| configs[i].get("COPIER") == Some(0)), "head dim {d}");
+    }
+    assert_eq!(forward_bucket(64, true, 1000, 70), "d64_causal_1024x128");
 }
 
 fn dims(batch: usize, sq: usize, sk: usize, heads: usize, kv_heads: usize, d: usize) -> Dims {
@@ -88,7 +115,8 @@ fn variable_lengths() {
         let [q, k, v] = varlen_qkv(&mut rng, &q_lens, &k_lens, [heads, kv_heads, d]);
         let seqs = packed_seqs(&q_lens, &k_lens);
         let want = reference::attention(&wide(&q), &wide(&k), &wide(&v), &seqs, [heads, kv_heads, d], 1.0 / (d as f64).sqrt(), opt.causal);
-        for kernel in [Program::Mma, Program::Wgmma] {
+        let runs = [(Program::Mma, opt), (Program::Wgmma, opt)].into_iter().chain(other_forward_configs(d).into_iter().map(|c| (Program::Wgmma, opt.config(c))));
+        for (kernel, opt) in runs {
             let (o, lse) = attention_varlen_cpu_on(kernel, &q, &k, &v, &q_lens, &k_lens, [heads, kv_heads, d], opt);
             let ctx = format!("attention_varlen {kernel:?} d {d} {opt:?} (seed {seed})");
             assert_attention_close(&o, &lse, |z, h, i| h * tq + seqs[z].0 + i, want.clone(), &ctx);
@@ -107,6 +135,11 @@ fn bad_arguments_are_errors() {
     assert!(bad(dims(1, 8, 8, 2, 2, 64), Attention::default().keys(9)), "more keys than k holds");
     assert!(bad(dims(1, 8, 8, 2, 2, 64), Attention::default().scale(-1.0)), "negative scale");
     assert!(check_opts(&dims(1, 8, 8, 2, 2, 64), &Attention::default().keys(4), true).is_err(), "keys with varlen");
+    let configs = attention_fwd_wgmma_kernel::CONFIGS;
+    let d128 = configs.iter().position(|c| c.get("D") == Some(128)).unwrap();
+    assert!(!bad(dims(1, 8, 8, 2, 2, 64), Attention::default().config(d128)), "a wider config holds head dim 64");
+    assert!(bad(dims(1, 8, 8, 2, 2, 128), Attention::default().config(0)), "a D = 64 config for head dim 128");
+    assert!(bad(dims(1, 8, 8, 2, 2, 64), Attention::default().config(configs.len())), "no such config");
 }
 
 fn check_grad<T: Elem>(dims: Dims, opt: Attention) {
