@@ -42,9 +42,43 @@ pub struct Report {
     pub notes: Vec<String>,
 }
 
+/// Whether two PTX texts are the same code: equal once comments are
+/// dropped and each basic-block label `$L__BB<function>_<block>` loses its
+/// function number (labels are local to their function in PTX, so the
+/// number only keeps LLVM's names unique across the module).
+fn same_code(a: &[u8], b: &[u8]) -> bool {
+    fn code(text: &[u8]) -> impl Iterator<Item = String> + '_ {
+        String::from_utf8_lossy(text)
+            .lines()
+            .map(|line| line.split("//").next().unwrap_or("").trim_end().to_string())
+            .filter(|line| !line.trim().is_empty())
+            .map(|line| {
+                let mut out = String::with_capacity(line.len());
+                let mut rest = line.as_str();
+                while let Some(at) = rest.find("$L__BB") {
+                    let (head, tail) = rest.split_at(at + "$L__BB".len());
+                    out.push_str(head);
+                    // Drop `<function>_` when the label has both numbers.
+                    let digits = tail.bytes().take_while(u8::is_ascii_digit).count();
+                    rest = if digits > 0 && tail.as_bytes().get(digits) == Some(&b'_') { &tail[digits + 1..] } else { tail };
+                }
+                out.push_str(rest);
+                out
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+    }
+    a == b || code(a).eq(code(b))
+}
+
 /// Assembles `ptx` into `cubin` and reads the resource report. ptxas takes
 /// seconds on a module of many kernels, so when the PTX and the command are
-/// those of the last run, that run's cubin and report are reused.
+/// those of the last run, that run's cubin and report are reused. The PTX
+/// is compared without its comments and with its block labels renumbered
+/// from 0 in every function ([`same_code`]): LLVM numbers them across the
+/// whole module, so a kernel added to one family changed every other
+/// family's text, and ptxas ran them all again (the four `mma.sync` GEMM
+/// families alone for about 8 minutes of this machine's two cores).
 pub fn assemble(ptxas: &Path, ptx: &Path, cubin: &Path, arch: Arch) -> Result<(Report, bool)> {
     let mut cmd = Command::new(ptxas);
     cmd.arg(format!("-arch={}", arch.name())).args(["-O3", "-v"]).arg(ptx).arg("-o").arg(cubin);
@@ -55,7 +89,7 @@ pub fn assemble(ptxas: &Path, ptx: &Path, cubin: &Path, arch: Arch) -> Result<(R
     let last_log = cubin.with_extension("ptxas-log.txt");
 
     let cached = cubin.is_file()
-        && std::fs::read(&last_input).is_ok_and(|b| b == ptx_bytes)
+        && std::fs::read(&last_input).is_ok_and(|b| same_code(&b, &ptx_bytes))
         && std::fs::read_to_string(&last_log).is_ok_and(|log| log.starts_with(&key));
     let text = if cached {
         std::fs::read_to_string(&last_log).unwrap_or_default()[key.len()..].to_string()
@@ -449,6 +483,17 @@ fn function_listing(listing: &str, name: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ptx_that_differs_in_comments_and_label_numbers_is_the_same_code() {
+        let a = b"// .globl k1\n\t@%p1 bra \t$L__BB12_3; // callseq 4\n$L__BB12_3:\n\tret;\n";
+        let b = b"// .globl k1\n// .globl k2\n\t@%p1 bra \t$L__BB13_3; // callseq 9\n$L__BB13_3:\n\tret;\n";
+        assert!(same_code(a, b));
+        let c = b"\t@%p1 bra \t$L__BB13_4;\n$L__BB13_4:\n\tret;\n";
+        assert!(!same_code(a, c), "another block is another program");
+        let d = b"\t@%p2 bra \t$L__BB12_3;\n$L__BB12_3:\n\tret;\n";
+        assert!(!same_code(a, d));
+    }
 
     const VERBOSE: &str = "\
 ptxas info    : 0 bytes gmem
