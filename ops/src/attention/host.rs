@@ -66,15 +66,17 @@ pub fn check_head_dim(d: usize) -> Result<()> {
 /// The first of a kernel's `configs` (all list D = 64, 80, 96, 128) whose
 /// padded head dim holds `d`; with `RUSTILE_ATTENTION_CONFIG` set to
 /// comma-separated name parts (say `BM128_BN128`, or one part for the
-/// forward and one for the backward) the first that also has one of them in
-/// its name, where one does.
+/// forward and one for the backward) the first of that same padded head dim
+/// that also has one of them in its name, where one does (so that a part
+/// that names a knob, `COPIER1`, never sends head dim 72 to D = 128's config).
 fn config_in(configs: &[rustile::KernelConfig], d: usize) -> usize {
-    let holds = |c: &rustile::KernelConfig| c.get("D").unwrap() >= d;
+    let first = crate::pick_config(configs, |c| c.get("D").unwrap() >= d);
+    let dp = configs[first].get("D");
     forced_config()
         .iter()
         .flat_map(|parts| parts.split(','))
-        .find_map(|part| configs.iter().position(|c| holds(c) && c.name.contains(part)))
-        .unwrap_or_else(|| crate::pick_config(configs, holds))
+        .find_map(|part| configs.iter().position(|c| c.get("D") == dp && c.name.contains(part)))
+        .unwrap_or(first)
 }
 
 /// `RUSTILE_ATTENTION_CONFIG`, read once.
