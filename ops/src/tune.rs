@@ -187,19 +187,28 @@ pub fn config_in_bucket(cc: (u32, u32), op: &'static str, configs: &[KernelConfi
     type Key = ((u32, u32), &'static str, String);
     static CHOSEN: OnceLock<Mutex<HashMap<Key, Option<usize>>>> = OnceLock::new();
     static REFUSED: OnceLock<Mutex<HashSet<((u32, u32), &'static str)>>> = OnceLock::new();
-    let tuned = *CHOSEN.get_or_init(Default::default).lock().unwrap().entry((cc, op, bucket.clone())).or_insert_with(|| {
-        let arch = arch_of(cc).unwrap_or("this GPU");
-        lookup(arch, op, configs, &bucket)
-            .map_err(|why| match why {
-                Miss::NoBucket(why) => log::info!("{why}; {op} runs its heuristic (default_config)"),
-                Miss::Unusable(why) => {
-                    if REFUSED.get_or_init(Default::default).lock().unwrap().insert((cc, op)) {
-                        eprintln!("rustile: {why}; {op} runs its heuristic (default_config)");
+    let mut chosen = CHOSEN.get_or_init(Default::default).lock().unwrap();
+    // Every launch asks: the key is built once, and copied only the first time.
+    let key = (cc, op, bucket);
+    let tuned = match chosen.get(&key) {
+        Some(&tuned) => tuned,
+        None => {
+            let arch = arch_of(cc).unwrap_or("this GPU");
+            let tuned = lookup(arch, op, configs, &key.2)
+                .map_err(|why| match why {
+                    Miss::NoBucket(why) => log::info!("{why}; {op} runs its heuristic (default_config)"),
+                    Miss::Unusable(why) => {
+                        if REFUSED.get_or_init(Default::default).lock().unwrap().insert((cc, op)) {
+                            eprintln!("rustile: {why}; {op} runs its heuristic (default_config)");
+                        }
                     }
-                }
-            })
-            .ok()
-    });
+                })
+                .ok();
+            chosen.insert(key, tuned);
+            tuned
+        }
+    };
+    drop(chosen);
     tuned.unwrap_or_else(heuristic)
 }
 

@@ -47,7 +47,7 @@ pub struct Report {
 /// function number (labels are local to their function in PTX, so the
 /// number only keeps LLVM's names unique across the module).
 fn same_code(a: &[u8], b: &[u8]) -> bool {
-    fn code(text: &[u8]) -> impl Iterator<Item = String> + '_ {
+    fn code(text: &[u8]) -> Vec<String> {
         String::from_utf8_lossy(text)
             .lines()
             .map(|line| line.split("//").next().unwrap_or("").trim_end().to_string())
@@ -65,10 +65,9 @@ fn same_code(a: &[u8], b: &[u8]) -> bool {
                 out.push_str(rest);
                 out
             })
-            .collect::<Vec<_>>()
-            .into_iter()
+            .collect()
     }
-    a == b || code(a).eq(code(b))
+    a == b || code(a) == code(b)
 }
 
 /// Assembles `ptx` into `cubin` and reads the resource report. ptxas takes
