@@ -762,6 +762,33 @@ fn every_hopper_forward_config_matches_float64() {
     }
 }
 
+/// The FP8 forward (quantized by our kernel) against float64 on the
+/// dequantized inputs, every config, odd lengths, causal, GQA; its error
+/// against float64 on the bf16 inputs is printed (what FP8 costs).
+#[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
+fn fp8_attention_matches_float64() {
+    use attention::{Attention, Dims};
+    let Some(gpu) = gpu_or_skip("fp8_attention_matches_float64") else { return };
+    if !attention::attention_fwd_fp8_kernel::supported(&gpu) {
+        eprintln!("SKIPPED fp8_attention_matches_float64: {} is not an sm_90 GPU", gpu.name());
+        return;
+    }
+    let dims = |batch, sq, sk, heads, kv_heads, d| Dims { batch, sq, sk, heads, kv_heads, d };
+    for (cfg, c) in attention::attention_fwd_fp8_kernel::CONFIGS.iter().enumerate() {
+        let d = c.get("D").unwrap();
+        let run = |opt: Attention| opt.config(cfg);
+        for (sq, sk) in [(1, 1), (7, 7), (129, 129), (1000, 1000), (130, 4099), (4099, 333)] {
+            for opt in [Attention::default(), Attention::causal()] {
+                let err = testing::check_attention_fp8(&gpu, dims(2, sq, sk, 2, 2, d), run(opt), 1.0);
+                eprintln!("{} {sq}x{sk} {opt:?}: {err:?}", c.name);
+            }
+        }
+        testing::check_attention_fp8(&gpu, dims(1, 333, 1257, 4, 1, d), run(Attention::causal()), 2.0);
+        testing::check_attention_fp8(&gpu, dims(3, 257, 1000, 6, 2, d), run(Attention::default().scale(0.05)), 1.0);
+    }
+}
+
 #[test]
 #[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
 fn host_apis_check_their_arguments() {

@@ -183,6 +183,70 @@ pub fn bench_attention(gpu: &Gpu, cfg: &MeasureCfg, shapes: &[Shape]) -> Result<
     Ok(rows)
 }
 
+/// The FP8 forward at each shape of head dim 64 or 128 beside our bf16
+/// forward on the same inputs (the target is a ratio to it; SDPA
+/// has no FP8 attention to compare): `attn_fp8` rows, ours (`rustile`) and
+/// the bf16 program (`bf16 forward (ours)`, the baseline); `sweep` times
+/// every FP8 config of the head dim too. Each shape is checked
+/// first: sampled queries against float64 on the dequantized inputs (what
+/// `P` in e4m3 costs) and the whole `o` against the bf16 forward's (what
+/// FP8 costs); the quantizer's time is printed beside.
+pub fn bench_attention_fp8(gpu: &Gpu, cfg: &MeasureCfg, shapes: &[Shape], sweep: bool) -> Result<Vec<Row>> {
+    use attention::{attention_fp8, dequantize_heads, quantize_heads, Fp8Layout};
+    let mut rows = Vec::new();
+    for s in shapes.iter().filter(|s| s.dims.d == 64 || s.dims.d == 128) {
+        let (mut rng, seed) = rng();
+        let (Dims { batch, sq, sk, heads, kv_heads, d }, causal) = (s.dims, s.causal);
+        let (qs, ks) = ([batch, sq, heads, d], [batch, sk, kv_heads, d]);
+        let [q, k, v] = [qs, ks, ks].map(|shape| normal::<bf16>(&mut rng, shape.iter().product(), 0.0, 1.0));
+        let (tq, tk, tv) = (gpu.upload(&q, &qs)?, gpu.upload(&k, &ks)?, gpu.upload(&v, &ks)?);
+        let opt = Attention { causal, ..Attention::default() };
+        let mut o: Tensor<bf16> = gpu.alloc(&qs)?;
+        let mut lse: Tensor<f32> = gpu.alloc(&[batch, heads, sq])?;
+        attention::attention(gpu, &tq, &tk, &tv, &mut o, &mut lse, opt)?;
+        let o_bf16 = gpu.download(&o)?;
+        let quantize = || -> Result<_> {
+            Ok((quantize_heads(gpu, &tq, None, Fp8Layout::Tokens)?, quantize_heads(gpu, &tk, None, Fp8Layout::Tokens)?, quantize_heads(gpu, &tv, None, Fp8Layout::ValuesT)?))
+        };
+        let (q8, k8, v8) = quantize()?;
+        let mut o8: Tensor<bf16> = gpu.alloc(&qs)?;
+        gpu.fill_bytes(&mut o8, 0xFF)?;
+        attention_fp8(gpu, &q8, &k8, &v8, &mut o8, &mut lse, opt)?;
+        let got = gpu.download(&o8)?;
+        let deq = [&q8, &k8, &v8].map(|x| dequantize_heads(gpu, x).map(|y| y.iter().map(|&f| bf16::from_f32(f)).collect::<Vec<bf16>>()));
+        let [dq, dk, dv] = deq;
+        // bf16 holds an e4m3 value times a power-of-two-free scale only approximately: the check's own error, far below P's.
+        let (err, _) = check_sampled(s, &dq?, &dk?, &dv?, &got, None);
+        let vs_bf16 = rel_err(&got, &wide(&o_bf16));
+        eprintln!("{}_fp8 {}: sampled rel err against its own inputs {err:.2e}, o against the bf16 forward's {vs_bf16:.2e} (seed {seed})", s.op(), spec(&[*s]));
+        if err > rustile_ops::testing::FP8_P_TOL || vs_bf16 > 0.1 {
+            return Err(Error::Launch { kernel: "attention_fp8".into(), msg: format!("wrong result at {s:?}: rel err {err:.2e}, {vs_bf16:.2e} against bf16 (seed {seed})") });
+        }
+        let quant = measure(gpu, cfg, || quantize().map(|_| ()))?;
+        let ours = measure(gpu, cfg, || attention_fp8(gpu, &q8, &k8, &v8, &mut o8, &mut lse, opt))?;
+        let bf16_ = measure(gpu, cfg, || attention::attention(gpu, &tq, &tk, &tv, &mut o, &mut lse, opt))?;
+        eprintln!(
+            "  FP8 {:.1} µs ({:.0} TFLOP/s), bf16 {:.1} µs ({:.0}): {:.2}×; quantizing q, k, v {:.1} µs",
+            ours.median_ms * 1e3,
+            s.flops() / ours.median_ms / 1e9,
+            bf16_.median_ms * 1e3,
+            s.flops() / bf16_.median_ms / 1e9,
+            bf16_.median_ms / ours.median_ms,
+            quant.median_ms * 1e3
+        );
+        let op = format!("{}_fp8", s.op());
+        rows.push(Row::new(&op, &s.sizes(), "e4m3", RUSTILE, ours).flops(s.flops()));
+        rows.push(Row::new(&op, &s.sizes(), "e4m3", "bf16 forward (ours)", bf16_).flops(s.flops()));
+        if sweep {
+            for (i, c) in attention::attention_fwd_fp8_kernel::CONFIGS.iter().enumerate().filter(|(_, c)| c.get("D") == Some(d)) {
+                let t = measure(gpu, cfg, || attention_fp8(gpu, &q8, &k8, &v8, &mut o8, &mut lse, opt.config(i)))?;
+                eprintln!("  config {}: {:.1} µs ({:.0} TFLOP/s)", c.name, t.median_ms * 1e3, s.flops() / t.median_ms / 1e9);
+            }
+        }
+    }
+    Ok(rows)
+}
+
 // ---- the tuner's side: `cargo xtask autotune --arch sm90 --op attention` ------------------
 
 /// The buckets tuned for Hopper's forward: head dims 64 and 128 at 16k

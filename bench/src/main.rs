@@ -13,7 +13,7 @@ use rustile_bench::harness::{self, MeasureCfg, Report};
 use rustile_bench::{attention, fp8, gemm, ops, torch, trimul, Sizes};
 
 /// The ops this bench knows, in table order.
-const OPS: &[&str] = &["add", "swiglu", "softmax", "layernorm", "rmsnorm", "gemm", "dual_gemm", "mlp", "grouped", "gemm_fp8", "attention", "trimul"];
+const OPS: &[&str] = &["add", "swiglu", "softmax", "layernorm", "rmsnorm", "gemm", "dual_gemm", "mlp", "grouped", "gemm_fp8", "attention", "attention_fp8", "trimul"];
 /// The ops measured against cuBLAS / cuBLASLt (in this process) rather than PyTorch.
 const GEMM_OPS: &[&str] = &["gemm", "dual_gemm", "mlp", "grouped", "gemm_fp8"];
 
@@ -21,7 +21,7 @@ const GEMM_OPS: &[&str] = &["gemm", "dual_gemm", "mlp", "grouped", "gemm_fp8"];
 #[command(about = "Rustile ops against PyTorch (eager and torch.compile) on this GPU")]
 struct Args {
     /// Comma-separated ops to run.
-    #[arg(long, value_delimiter = ',', default_value = "add,swiglu,softmax,layernorm,rmsnorm,gemm,dual_gemm,mlp,grouped,gemm_fp8,attention,trimul")]
+    #[arg(long, value_delimiter = ',', default_value = "add,swiglu,softmax,layernorm,rmsnorm,gemm,dual_gemm,mlp,grouped,gemm_fp8,attention,attention_fp8,trimul")]
     ops: Vec<String>,
     /// Rows of the row-wise ops (softmax, layernorm, rmsnorm).
     #[arg(long, default_value_t = 8192)]
@@ -173,13 +173,16 @@ fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes, shapes: &[[usize; 3]], attn_
             report.rows.extend(run_gemm(op, false)?);
         } else if op == "attention" {
             report.rows.extend(attention::bench_attention(gpu, &cfg, attn_shapes)?);
+        } else if op == "attention_fp8" {
+            report.rows.extend(attention::bench_attention_fp8(gpu, &cfg, attn_shapes, args.sweep)?);
         } else if op == "trimul" {
             report.rows.extend(trimul::bench_trimul(gpu, &cfg, copy, args.sweep)?);
         } else {
             report.rows.extend(ops::bench_op(gpu, &cfg, op, sizes, args.sweep)?);
         }
     }
-    let torch_ops: Vec<String> = args.ops.iter().filter(|o| !GEMM_OPS.contains(&o.as_str())).cloned().collect();
+    // (SDPA has no FP8 attention: that op's baseline is our bf16 forward, timed beside it.)
+    let torch_ops: Vec<String> = args.ops.iter().filter(|o| !GEMM_OPS.contains(&o.as_str()) && *o != "attention_fp8").cloned().collect();
 
     let want_torch = !torch_ops.is_empty() && if args.no_torch { false } else { args.torch || torch::available(&args.python) };
     if want_torch {

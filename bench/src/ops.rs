@@ -185,6 +185,13 @@ pub fn cpu_fallback(ops: &[String]) -> bool {
                 let grad_err = [dq, dk, dv].iter().zip(&grads).map(|(got, want)| rel_err(got, want)).fold(0.0, f64::max);
                 ("2x77x150x4x2x72 fwd+bwd".into(), rel_err(&o, &want).max(grad_err / 2.0))
             }
+            "attention_fp8" => {
+                // Quantized by our kernel; o against float64 on the dequantized inputs (and panics on a wrong lse or a NaN).
+                let dims = rustile_ops::attention::Dims { batch: 1, sq: 77, sk: 150, heads: 4, kv_heads: 2, d: 64 };
+                let gpu = rustile_host::Gpu::interpreter();
+                let err = rustile_ops::testing::check_attention_fp8(&gpu, dims, rustile_ops::attention::Attention::causal(), 1.0);
+                ("1x77x150x4x2x64".into(), err.vs_dequantized)
+            }
             "trimul" => {
                 // N = 24, dim 128, hidden 128, x from Cauchy(0, 2), masked.
                 let dims = rustile_ops::trimul::Dims { batch: 1, n: 24, dim: 128, hidden: 128 };
@@ -214,9 +221,9 @@ pub fn cpu_fallback(ops: &[String]) -> bool {
                 (format!("{rows}x{cols}"), err)
             }
         };
-        let pass = err <= tolerance::<bf16>();
+        let pass = err <= if op == "attention_fp8" { rustile_ops::testing::FP8_P_TOL } else { tolerance::<bf16>() };
         ok &= pass;
-        println!("{op:<10} {shape:>12} {:>6} {err:>12.2e} {:>8.1}ms {}", match op.as_str() { "gemm_fp8" => "e4m3", "trimul" => "f32", _ => "bf16" }, t0.elapsed().as_secs_f64() * 1e3, if pass { "ok" } else { "WRONG" });
+        println!("{op:<10} {shape:>12} {:>6} {err:>12.2e} {:>8.1}ms {}", match op.as_str() { "gemm_fp8" | "attention_fp8" => "e4m3", "trimul" => "f32", _ => "bf16" }, t0.elapsed().as_secs_f64() * 1e3, if pass { "ok" } else { "WRONG" });
     }
     println!("(CPU interpreter results are checks, not speed; seed {seed})");
     ok

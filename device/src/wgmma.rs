@@ -139,14 +139,14 @@ wgmma_widths!(/// `d += A·Bᵀ`, A e5m2 and B e4m3, 32 deep.
     [wgmma_m64n64k32_e5m2_e4m3, wgmma_m64n128k32_e5m2_e4m3, wgmma_m64n256k32_e5m2_e4m3], 32, "e5m2", "e4m3", "");
 
 macro_rules! wgmma_m64_rs {
-    ($(#[$doc:meta])* $name:ident, $n:literal, $ty:literal, $d0:tt $($d:tt)*) => {
+    ($(#[$doc:meta])* $name:ident, $n:literal, $k:literal, $ty:literal, $tail:literal, $d0:tt $($d:tt)*) => {
         $(#[$doc])*
         #[inline(always)]
         pub unsafe fn $name(d: &mut [f32; $n / 2], a: [u32; 4], b: u64) {
             unsafe {
                 asm!(
-                    concat!("wgmma.mma_async.sync.aligned.m64n", $n, "k16.f32.", $ty, ".", $ty, " {{",
-                            "{", $d0, "}" $(, ", {", $d, "}")*, "}}, {{{a0}, {a1}, {a2}, {a3}}}, {b}, 1, 1, 1, 1;"),
+                    concat!("wgmma.mma_async.sync.aligned.m64n", $n, "k", $k, ".f32.", $ty, ".", $ty, " {{",
+                            "{", $d0, "}" $(, ", {", $d, "}")*, "}}, {{{a0}, {a1}, {a2}, {a3}}}, {b}, 1, 1, 1", $tail, ";"),
                     inout(reg32) d[$d0], $(inout(reg32) d[$d],)*
                     a0 = in(reg32) a[0], a1 = in(reg32) a[1], a2 = in(reg32) a[2], a3 = in(reg32) a[3],
                     b = in(reg64) b, options(nostack));
@@ -159,9 +159,9 @@ macro_rules! wgmma_m64_rs {
 /// or 128 bytes).
 macro_rules! wgmma_rs_widths {
     ($(#[$doc:meta])* [$n16:ident, $n32:ident, $n64:ident], $ty:literal) => {
-        wgmma_m64_rs!($(#[$doc])* $n16, 16, $ty, 0 1 2 3 4 5 6 7);
-        wgmma_m64_rs!($(#[$doc])* $n32, 32, $ty, 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
-        wgmma_m64_rs!($(#[$doc])* $n64, 64, $ty, 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31);
+        wgmma_m64_rs!($(#[$doc])* $n16, 16, 16, $ty, ", 1", 0 1 2 3 4 5 6 7);
+        wgmma_m64_rs!($(#[$doc])* $n32, 32, 16, $ty, ", 1", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+        wgmma_m64_rs!($(#[$doc])* $n64, 64, 16, $ty, ", 1", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31);
     };
 }
 
@@ -175,3 +175,12 @@ wgmma_rs_widths!(/// `d += A·B`, bf16, A from registers, B N-major.
     [wgmma_m64n16k16_bf16_rs, wgmma_m64n32k16_bf16_rs, wgmma_m64n64k16_bf16_rs], "bf16");
 wgmma_rs_widths!(/// `d += A·B`, f16, A from registers, B N-major.
     [wgmma_m64n16k16_f16_rs, wgmma_m64n32k16_f16_rs, wgmma_m64n64k16_f16_rs], "f16");
+
+// `d += A·Bᵀ` for a warpgroup with 8-bit A in registers (64×32: thread `t`
+// holds rows `16·(t/32) + (t%32)/4 (+8)`, four registers of four values:
+// columns `4·(t%4)..+4` of both rows, then columns `16 + 4·(t%4)..+4`) and
+// B `[N, 32]` K-major in shared memory (8-bit `wgmma` has no transpose).
+wgmma_m64_rs!(/// `d += A·Bᵀ`, e4m3, A from registers, N = 64.
+    wgmma_m64n64k32_e4m3_rs, 64, 32, "e4m3", "", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31);
+wgmma_m64_rs!(/// `d += A·Bᵀ`, e4m3, A from registers, N = 128.
+    wgmma_m64n128k32_e4m3_rs, 128, 32, "e4m3", "", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63);

@@ -306,6 +306,12 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
     pub(crate) fn get(&self, row: usize, col: usize) -> T {
         unsafe { *self.base.add(row * C + col) }
     }
+
+    /// Sets element `[row, col]` (the interpreter's tests).
+    #[cfg(all(test, not(target_arch = "nvptx64")))]
+    pub(crate) fn set(&self, row: usize, col: usize, x: T) {
+        unsafe { *self.base.add(row * C + col) = x }
+    }
 }
 
 /// `N` f32 values in the program's shared memory: a statistic per row of a

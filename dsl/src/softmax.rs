@@ -69,7 +69,8 @@ where
 /// come in unscaled; `scale` (attention's `1/sqrt(d)`, positive) is folded
 /// into the base-2 exponent, so each score costs one multiply-add and one
 /// `ex2`: `p = 2^(s·c − m·c)` with `c = scale·log2(e)`, which is
-/// `exp(scale·(s − m))`. `m` is the running maximum of the unscaled scores,
+/// `exp(scale·(s − m))`. `m` is the running maximum of the unscaled scores
+/// (of the scores times each block's `k`, with [`AccSoftmax::step_scaled`]),
 /// `l` the running sum of `p`.
 #[derive(Clone, Copy)]
 pub struct AccSoftmax<const M: usize, const TH: usize>
@@ -79,6 +80,8 @@ where
     pub m: AccRows<M, TH>,
     pub l: AccRows<M, TH>,
     c: f32,
+    /// `p`'s gain, as a power of two ([`AccSoftmax::with_gain`]).
+    g: f32,
 }
 
 impl<const M: usize, const TH: usize> AccSoftmax<M, TH>
@@ -87,7 +90,15 @@ where
 {
     #[inline(always)]
     pub fn new(scale: f32) -> Self {
-        AccSoftmax { m: AccRows::splat(f32::NEG_INFINITY), l: AccRows::splat(0.0), c: scale * core::f32::consts::LOG2_E }
+        Self::with_gain(scale, 0.0)
+    }
+
+    /// [`AccSoftmax::new`] whose `p` come out `2^gain` times larger (and `l`
+    /// with them, so that `O/l` and the log-sum-exp are unchanged): room
+    /// below for the small probabilities of a `p` rounded to 8 bits.
+    #[inline(always)]
+    pub fn with_gain(scale: f32, gain: f32) -> Self {
+        AccSoftmax { m: AccRows::splat(f32::NEG_INFINITY), l: AccRows::splat(0.0), c: scale * core::f32::consts::LOG2_E, g: gain }
     }
 
     /// Folds in a block of scores (masked entries −∞). Returns `p` with the
@@ -99,12 +110,23 @@ where
     where
         [(); acc_len(M, N, TH)]:,
     {
-        let c = self.c;
-        let m_new = self.m.zip(s.row_max(), math::max);
+        self.step_scaled(s, 1.0)
+    }
+
+    /// [`AccSoftmax::step`] for a block whose scores are to be multiplied by
+    /// `k` (positive) first: an FP8 block's dequantization scale, folded into
+    /// the exponent's multiply.
+    #[inline(always)]
+    pub fn step_scaled<const N: usize>(&mut self, s: Acc<M, N, TH, true>, k: f32) -> (Acc<M, N, TH, true>, AccRows<M, TH>)
+    where
+        [(); acc_len(M, N, TH)]:,
+    {
+        let (c, kc, g) = (self.c, self.c * k, self.g);
+        let m_new = self.m.zip(s.row_max(), |m, x| math::max(m, x * k));
         // exp(−∞ − (−∞)) would be NaN: a row with no finite score yet uses 0 as its shift.
         let shift = m_new.map(|m| if m == f32::NEG_INFINITY { 0.0 } else { m * c });
         let alpha = self.m.zip(shift, |m, sh| math::exp2(m * c - sh));
-        let p = s.map_rows(&shift, |x, sh| math::exp2(x * c - sh));
+        let p = s.map_rows(&shift, |x, sh| math::exp2(x * kc - (sh - g)));
         self.l = self.l.zip(alpha, |l, a| l * a).zip(p.row_sum(), |l, ps| l + ps);
         self.m = m_new;
         (p, alpha)
@@ -121,6 +143,7 @@ where
     #[inline(always)]
     pub fn lse(&self) -> AccRows<M, TH> {
         let c = self.c;
-        self.m.zip(self.l, |m, l| if l == 0.0 { f32::NEG_INFINITY } else { (m * c + math::log2(l)) * core::f32::consts::LN_2 })
+        let g = self.g;
+        self.m.zip(self.l, |m, l| if l == 0.0 { f32::NEG_INFINITY } else { (m * c + math::log2(l) - g) * core::f32::consts::LN_2 })
     }
 }

@@ -591,3 +591,23 @@ where
         self.map(|a| -a)
     }
 }
+
+impl<T: Elem, const R: usize, const C: usize, const TH: usize> Tile<T, R, C, TH>
+where
+    [(); len(R, C, TH)]:,
+{
+    /// Writes each element `(row, col)` to `dst[at(row, col)]`, or nowhere
+    /// where `at` gives `None`: one scalar store an element, for a layout no
+    /// block pointer describes (an FP8 Vᵀ with its keys permuted). The tile
+    /// must have at least `8·TH` elements, so that each is held by one thread.
+    #[inline(always)]
+    pub fn scatter(self, dst: PtrMut<T>, at: impl Fn(usize, usize) -> Option<usize>) {
+        for (e, x) in self.v.iter().enumerate() {
+            let (row, col) = (be::tile_row::<C, TH>(e / Self::W), be::tile_col::<C, TH>(e % Self::W));
+            if let Some(to) = at(row, col) {
+                dst.0.check("Tile::scatter", to, 1, 1, true);
+                unsafe { *dst.0.at(to) = *x };
+            }
+        }
+    }
+}

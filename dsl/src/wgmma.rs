@@ -34,11 +34,19 @@
 use crate::mma::{acc_len, Acc, Packed, Shared};
 use crate::{Elem, Kind};
 
+/// Why `M` rows cannot be a `wgmma` product on `TH` threads (64 a warpgroup), or `None`.
+const fn check_rows(m: usize, th: usize) -> Option<&'static str> {
+    if th % 128 != 0 || m != 64 * (th / 128) {
+        return Some("wgmma: the program is TH/128 warpgroups, 64 rows each: M must be 64·WARPS/4");
+    }
+    None
+}
+
 /// Why an `M×N` accumulator over `K`-deep operands of kinds `a` and `b`
 /// cannot be a `wgmma` product on `TH` threads, or `None`.
 pub const fn check(m: usize, n: usize, k: usize, a: Kind, b: Kind, th: usize) -> Option<&'static str> {
-    if th % 128 != 0 || m != 64 * (th / 128) {
-        return Some("wgmma: the program is TH/128 warpgroups, 64 rows each: M must be 64·WARPS/4");
+    if let Some(why) = check_rows(m, th) {
+        return Some(why);
     }
     if !(n == 64 || n == 128 || n == 256) {
         return Some("wgmma: N (the block's columns) must be 64, 128 or 256");
@@ -325,8 +333,8 @@ where
 /// Why `p·v` with `p` packed `M×K` and `v` a `[K, N]` tile cannot be a
 /// register-operand `wgmma` on `TH` threads, or `None`.
 pub const fn check_acc(m: usize, k: usize, n: usize, th: usize) -> Option<&'static str> {
-    if th % 128 != 0 || m != 64 * (th / 128) {
-        return Some("wgmma: the program is TH/128 warpgroups, 64 rows each: M must be 64·WARPS/4");
+    if let Some(why) = check_rows(m, th) {
+        return Some(why);
     }
     if !(n == 16 || n == 32 || n == 64) {
         return Some("wgmma: the right tile of dot_acc_async is one swizzle row wide: N of 16, 32 or 64 (bf16/f16)");
@@ -411,6 +419,154 @@ pub fn dot_acc_async<T: Elem, const M: usize, const K: usize, const N: usize, co
     }
 }
 
+// ---- FP8 products with the left operand in registers -------------------------------------
+
+/// The accumulator column that position `p` of an FP8 `wgmma` A fragment
+/// holds after [`Acc::pack_e4m3`]: within each 32 columns, position
+/// `4c + j` is column `[2c, 2c+1, 8+2c, 9+2c][j]` and `16 + 4c + j` that
+/// plus 16. A thread's f32 accumulator holds columns `2c, 2c+1` of each
+/// 8-column piece, while an 8-bit A fragment wants four consecutive ones:
+/// so the packing moves no value between threads, and the right operand
+/// is stored with its K rows in this order instead (attention's Vᵀ, as
+/// `ops::attention::quantize_heads` writes it).
+pub const fn fp8_column(p: usize) -> usize {
+    let (group, q) = (p - p % 16, p % 16);
+    let (c, j) = (q / 4, q % 4);
+    group + 2 * c + (j % 2) + 8 * (j / 2)
+}
+
+/// The position that holds accumulator column `col`: [`fp8_column`]'s inverse.
+pub const fn fp8_position(col: usize) -> usize {
+    let (group, q) = (col - col % 16, col % 16);
+    let (h, c, b) = (q / 8, (q % 8) / 2, q % 2);
+    group + 4 * c + 2 * h + b
+}
+
+/// An `M×K` accumulator of this program rounded to e4m3 (saturating at
+/// ±448) in the register order of the FP8 `wgmma` A fragment, four values a
+/// word, its columns permuted as [`fp8_column`] says.
+#[derive(Clone, Copy)]
+pub struct PackedFp8<const M: usize, const K: usize, const TH: usize>
+where
+    [(); acc_len(M, K, TH) / 4]:,
+{
+    v: [u32; acc_len(M, K, TH) / 4],
+}
+
+impl<const M: usize, const N: usize, const TH: usize> Acc<M, N, TH, true>
+where
+    [(); acc_len(M, N, TH)]:,
+{
+    /// The accumulator as the left operand of [`dot_fp8_acc_async`].
+    #[inline(always)]
+    pub fn pack_e4m3(&self) -> PackedFp8<M, N, TH>
+    where
+        [(); acc_len(M, N, TH) / 4]:,
+    {
+        let mut v = [0u32; acc_len(M, N, TH) / 4];
+        // Four values into one word, the first in the lowest byte.
+        let word = |a: usize, b: usize, c: usize, d: usize| {
+            let lo = crate::F8E4M3::from_f32_pair(self.v[a], self.v[b]);
+            let hi = crate::F8E4M3::from_f32_pair(self.v[c], self.v[d]);
+            u32::from_le_bytes([lo[0].0, lo[1].0, hi[0].0, hi[1].0])
+        };
+        #[cfg(target_arch = "nvptx64")]
+        for ks in 0..N / 32 {
+            // Word r of 32 columns: rows g (r even) or g+8 (odd) of pieces
+            // 4ks, 4ks+1 (r < 2) or 4ks+2, 4ks+3; a piece is 4 values a thread.
+            for r in 0..4 {
+                let at = 16 * ks + 8 * (r / 2) + 2 * (r % 2);
+                v[4 * ks + r] = word(at, at + 1, at + 4, at + 5);
+            }
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        for m in 0..M {
+            for w in 0..N / 4 {
+                let at = |j: usize| m * N + fp8_column(4 * w + j);
+                v[m * N / 4 + w] = word(at(0), at(1), at(2), at(3));
+            }
+        }
+        PackedFp8 { v }
+    }
+}
+
+/// Why `p·vtᵀ` with `p` packed `M×K` and `vt` an 8-bit `[N, K]` tile cannot
+/// be a register-operand FP8 `wgmma` on `TH` threads, or `None`.
+pub const fn check_fp8_acc(m: usize, k: usize, n: usize, th: usize) -> Option<&'static str> {
+    if let Some(why) = check_rows(m, th) {
+        return Some(why);
+    }
+    if !(n == 64 || n == 128) {
+        return Some("wgmma: dot_fp8_acc_async's right tile has 64 or 128 rows (N)");
+    }
+    if !(k == 32 || k == 64 || k == 128) {
+        return Some("wgmma: dot_fp8_acc_async's K (the packed accumulator's columns, the right tile's row bytes) must be 32, 64 or 128");
+    }
+    None
+}
+
+/// Compile-time form of [`check_fp8_acc`].
+pub struct WgFp8AccShape<const M: usize, const K: usize, const N: usize, const TH: usize>;
+impl<const M: usize, const K: usize, const N: usize, const TH: usize> WgFp8AccShape<M, K, N, TH> {
+    pub const OK: () = match check_fp8_acc(M, K, N, TH) {
+        None => (),
+        Some(msg) => panic!("{}", msg),
+    };
+}
+
+/// Starts `acc + p·vtᵀ` on the tensor cores, `p` an accumulator packed by
+/// [`Acc::pack_e4m3`] and `vt` stored `[N, K]` K-major in shared memory
+/// with its K columns in [`fp8_position`] order (8-bit `wgmma` reads
+/// K-major operands only). As [`dot_async`], `acc` must not be touched
+/// until [`wait`].
+#[inline(always)]
+pub fn dot_fp8_acc_async<const M: usize, const K: usize, const N: usize, const TH: usize>(
+    p: &PackedFp8<M, K, TH>,
+    vt: &Shared<crate::F8E4M3, N, K, TH>,
+    acc: &mut Acc<M, N, TH, true>,
+) where
+    [(); acc_len(M, K, TH) / 4]:,
+    [(); acc_len(M, N, TH)]:,
+{
+    let () = WgFp8AccShape::<M, K, N, TH>::OK;
+    on_period(vt, K);
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+    {
+        use rustile_device as d;
+        let db = d::wgmma_desc(vt.base, K as u32);
+        d::wgmma_fence();
+        for ks in 0..K / 32 {
+            // 32 bytes further along vt's rows: the descriptor + 2.
+            let db = db + 2 * ks as u64;
+            let a = [p.v[4 * ks], p.v[4 * ks + 1], p.v[4 * ks + 2], p.v[4 * ks + 3]];
+            let acc_v = acc.v.as_mut_ptr();
+            unsafe {
+                match N {
+                    64 => d::wgmma_m64n64k32_e4m3_rs(&mut *(acc_v as *mut [f32; 32]), a, db),
+                    _ => d::wgmma_m64n128k32_e4m3_rs(&mut *(acc_v as *mut [f32; 64]), a, db),
+                }
+            }
+        }
+        d::wgmma_commit();
+    }
+    #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_90a")))]
+    {
+        let _ = (p, vt, acc);
+        panic!("wgmma needs sm_90a: give the kernel `arch = sm_90a`");
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    for m in 0..M {
+        for n in 0..N {
+            let mut s = acc.v[m * N + n];
+            for k in 0..K {
+                let byte = p.v[(m * K + k) / 4].to_le_bytes()[k % 4];
+                s += crate::F8E4M3(byte).to_f32() * vt.get(n, k).to_f32();
+            }
+            acc.v[m * N + n] = s;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::mma::{Acc, Shared};
@@ -455,5 +611,35 @@ mod tests {
         let off = std::panic::catch_unwind(|| product_at(0)).expect_err("a tile 512 bytes off its period ran");
         let msg = off.downcast_ref::<String>().map(String::as_str).or(off.downcast_ref::<&str>().copied()).unwrap_or("");
         assert!(msg.contains("swizzle period"), "{msg}");
+    }
+    /// [`super::fp8_position`] undoes [`super::fp8_column`], and a packed
+    /// accumulator times a right tile stored in that order is the plain
+    /// product (small integers: exact in e4m3 and f32).
+    #[test]
+    fn an_fp8_product_from_registers_is_the_plain_product() {
+        use crate::{Elem, F8E4M3};
+        for col in 0..64 {
+            assert_eq!(super::fp8_column(super::fp8_position(col)), col);
+        }
+        assert_eq!((0..4).map(super::fp8_column).collect::<Vec<_>>(), [0, 1, 8, 9]);
+        let at = super::pad(128);
+        run_grid([1, 1, 1], 128 * 4 + at + 64 * 32, || {
+            let vt = Shared::<F8E4M3, 64, 32, 128>::at(at);
+            let v = |k: usize, n: usize| ((k * 5 + n) % 7) as f32 - 3.0;
+            for n in 0..64 {
+                for pos in 0..32 {
+                    vt.set(n, pos, F8E4M3::from_f32(v(super::fp8_column(pos), n)));
+                }
+            }
+            let p = Acc::<64, 32, 128, true>::zeros().map(|r, c, _| ((r + 2 * c) % 5) as f32 - 2.0);
+            let mut acc = Acc::<64, 64, 128, true>::zeros();
+            super::dot_fp8_acc_async(&p.pack_e4m3(), &vt, &mut acc);
+            for r in 0..64 {
+                for n in 0..64 {
+                    let want: f32 = (0..32).map(|k| (((r + 2 * k) % 5) as f32 - 2.0) * v(k, n)).sum();
+                    assert_eq!(acc.v[r * 64 + n], want, "({r}, {n})");
+                }
+            }
+        });
     }
 }

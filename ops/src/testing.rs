@@ -306,3 +306,62 @@ impl TriMulCase {
         crate::reference::trimul_at(&wide(&self.x), self.mask.as_ref().map(|m| wide(m)).as_deref(), &p, self.dims, at)
     }
 }
+
+/// How far [`crate::attention::attention_fp8`] is from exact attention:
+/// the relative error of `o` against float64 on the values it was given
+/// (the dequantized e4m3 inputs: what rounding `P` to e4m3 costs) and
+/// against float64 on the bf16 inputs (everything FP8 costs).
+#[derive(Clone, Copy, Debug)]
+pub struct Fp8AttentionErr {
+    pub vs_dequantized: f64,
+    pub vs_bf16_inputs: f64,
+}
+
+/// Runs [`crate::attention::attention_fp8`] on `gpu` (or the interpreter) on
+/// fresh normal q, k, v of `dims` (q and k `spread` wide, so that the
+/// scores' softmax is that peaked), checks it and returns its error. The
+/// log-sum-exp must match float64 on the dequantized inputs to 1e-3 (it
+/// does not see `P`'s rounding), `o` to [`FP8_P_TOL`], and nothing may be
+/// NaN.
+pub fn check_attention_fp8(gpu: &rustile_host::Gpu, dims: crate::attention::Dims, opt: crate::attention::Attention, spread: f32) -> Fp8AttentionErr {
+    use crate::attention::{attention_fp8, dequantize_heads, quantize_heads, Fp8Layout};
+    use rustile::bf16;
+    let crate::attention::Dims { batch, sq, sk, heads, kv_heads, d } = dims;
+    let (mut rng, seed) = rng();
+    let q: Vec<bf16> = normal(&mut rng, batch * sq * heads * d, 0.0, spread);
+    let k: Vec<bf16> = normal(&mut rng, batch * sk * kv_heads * d, 0.0, spread);
+    let v: Vec<bf16> = normal(&mut rng, batch * sk * kv_heads * d, 0.0, 1.0);
+    let ctx = format!("attention_fp8 {dims:?} {opt:?} spread {spread} (seed {seed})");
+    let up = |x: &[bf16], h: usize, n: usize| gpu.upload(x, &[batch, n, h, d]).unwrap();
+    let (tq, tk, tv) = (up(&q, heads, sq), up(&k, kv_heads, sk), up(&v, kv_heads, sk));
+    let q8 = quantize_heads(gpu, &tq, None, Fp8Layout::Tokens).unwrap();
+    let k8 = quantize_heads(gpu, &tk, None, Fp8Layout::Tokens).unwrap();
+    let v8 = quantize_heads(gpu, &tv, None, Fp8Layout::ValuesT).unwrap();
+    let mut o = gpu.alloc::<bf16>(&[batch, sq, heads, d]).unwrap();
+    let mut lse = gpu.alloc::<f32>(&[batch, heads, sq]).unwrap();
+    attention_fp8(gpu, &q8, &k8, &v8, &mut o, &mut lse, opt).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+    let (o, lse) = (gpu.download(&o).unwrap(), gpu.download(&lse).unwrap());
+    let deq = [&q8, &k8, &v8].map(|x| dequantize_heads(gpu, x).unwrap().iter().map(|&y| y as f64).collect::<Vec<f64>>());
+    let seqs: Vec<_> = (0..batch).map(|z| (z * sq, sq, z * sk, sk)).collect();
+    let scale = opt.scale.unwrap_or(1.0 / (d as f32).sqrt()) as f64;
+    let (want_o, want_lse) = crate::reference::attention(&deq[0], &deq[1], &deq[2], &seqs, [heads, kv_heads, d], scale, opt.causal);
+    for (z, per_head) in want_lse.iter().enumerate() {
+        for (h, rows) in per_head.iter().enumerate() {
+            for (i, &w) in rows.iter().enumerate() {
+                let got = lse[(z * heads + h) * sq + i] as f64;
+                assert!((got - w).abs() <= 1e-3 * (1.0 + w.abs()), "{ctx}: lse of sequence {z}, head {h}, query {i} is {got}, expected {w}");
+            }
+        }
+    }
+    assert!(o.iter().all(|x| x.to_f32().is_finite()), "{ctx}: o has a NaN or infinity");
+    let vs_dequantized = rel_err(&o, &want_o);
+    assert!(vs_dequantized <= FP8_P_TOL, "{ctx}: o's rel err against the dequantized inputs is {vs_dequantized:.2e}");
+    let want = crate::reference::attention(&wide(&q), &wide(&k), &wide(&v), &seqs, [heads, kv_heads, d], scale, opt.causal).0;
+    Fp8AttentionErr { vs_dequantized, vs_bf16_inputs: rel_err(&o, &want) }
+}
+
+/// The relative error of FP8 attention's `o` against its own (dequantized)
+/// inputs: `P` rounded to e4m3 is off by up to 2^-4 of each value, a
+/// random sign each, so `o` by about that over the root of the keys that
+/// count, and the bf16 output rounding adds 2^-9.
+pub const FP8_P_TOL: f64 = 0.04;

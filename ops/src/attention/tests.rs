@@ -200,3 +200,121 @@ fn backward_of_variable_lengths() {
         }
     }
 }
+
+// ---- FP8 ---------------------------------------------------------------------------------
+
+/// Quantized values are the inputs over their block's scale rounded to
+/// e4m3, the scale is the block's largest magnitude over 448 (1 for a block
+/// of zeros), and Vᵀ holds each token where `fp8_position` says, zeros past
+/// the last.
+#[test]
+fn fp8_quantize_rounds_each_block_to_its_own_scale() {
+    let gpu = rustile_host::Gpu::interpreter();
+    let (mut rng, seed) = rng();
+    let [batch, n, heads, d] = [2, 300, 3, 64];
+    let mut x: Vec<bf16> = normal(&mut rng, batch * n * heads * d, 0.0, 2.0);
+    // Tokens 128..256 of head 1 of sequence 0: zeros.
+    for t in 128..256 {
+        x[((t * heads) + 1) * d..][..d].fill(bf16::from_f32(0.0));
+    }
+    let tx = gpu.upload(&x, &[batch, n, heads, d]).unwrap();
+    for layout in [Fp8Layout::Tokens, Fp8Layout::ValuesT] {
+        let tokens = 250; // fewer than x holds
+        let q = quantize_heads(&gpu, &tx, Some(tokens), layout).unwrap();
+        let scales = gpu.download(&q.scales).unwrap();
+        let back = dequantize_heads(&gpu, &q).unwrap();
+        let blocks = tokens.div_ceil(FP8_BLOCK);
+        for z in 0..batch {
+            for h in 0..heads {
+                for b in 0..blocks {
+                    let rows = b * FP8_BLOCK..((b + 1) * FP8_BLOCK).min(tokens);
+                    let at = |t: usize, c: usize| ((z * n + t) * heads + h) * d + c;
+                    let amax = rows.clone().flat_map(|t| (0..d).map(move |c| (t, c))).map(|(t, c)| x[at(t, c)].to_f32().abs()).fold(0.0, f32::max);
+                    let s = scales[(z * heads + h) * blocks + b];
+                    let want_s = if amax > 0.0 { amax / 448.0 } else { 1.0 };
+                    assert_eq!(s, want_s, "{layout:?} scale of sequence {z}, head {h}, block {b} (seed {seed})");
+                    for t in rows {
+                        for c in 0..d {
+                            let (w, got) = (x[at(t, c)].to_f32(), back[((z * tokens + t) * heads + h) * d + c]);
+                            // The kernel multiplies by the scale's reciprocal, as here.
+                            assert_eq!(got, F8E4M3::from_f32(w * (1.0 / s)).to_f32() * s, "{layout:?} ({z}, {t}, {h}, {c}) (seed {seed})");
+                        }
+                    }
+                }
+            }
+        }
+        if layout == Fp8Layout::ValuesT {
+            let data = gpu.download(&q.data).unwrap();
+            let tp = blocks * FP8_BLOCK;
+            assert_eq!(q.data.shape(), [batch, heads, d, tp]);
+            assert!(data.chunks(tp).all(|row| row.iter().enumerate().all(|(p, x)| p - p % 32 + rustile::wgmma::fp8_column(p % 32) < tokens || x.to_f32() == 0.0)), "Vᵀ past the tokens is not zero");
+        }
+    }
+}
+
+#[test]
+fn fp8_forward_matches_float64_at_odd_lengths() {
+    let gpu = rustile_host::Gpu::interpreter();
+    for d in [64, 128] {
+        for (sq, sk) in [(1, 1), (7, 7), (129, 129), (70, 300)] {
+            let err = check_attention_fp8(&gpu, dims(2, sq, sk, 2, 2, d), Attention::default(), 1.0);
+            assert!(err.vs_bf16_inputs < 0.1, "d {d} ({sq}, {sk}): {err:?}");
+        }
+    }
+    // Causal (top-left, also with more keys than queries), GQA, a peaked softmax.
+    check_attention_fp8(&gpu, dims(1, 200, 200, 4, 2, 128), Attention::causal(), 1.0);
+    check_attention_fp8(&gpu, dims(1, 100, 260, 2, 1, 64), Attention::causal(), 2.0);
+    check_attention_fp8(&gpu, dims(1, 1000, 1000, 1, 1, 64), Attention::causal().scale(0.3), 1.0);
+}
+
+/// Every forward config (the tuner's candidates), and a block of keys all
+/// zero (every score of the block equal: no NaN, `o` the mean of V there).
+#[test]
+fn fp8_forward_every_config_and_equal_scores() {
+    let gpu = rustile_host::Gpu::interpreter();
+    for (cfg, c) in attention_fwd_fp8_kernel::CONFIGS.iter().enumerate() {
+        let d = c.get("D").unwrap();
+        check_attention_fp8(&gpu, dims(1, 130, 390, 2, 2, d), Attention::default().config(cfg), 1.0);
+    }
+    let [sq, sk, d] = [3, 200, 64];
+    let k = gpu.upload(&vec![bf16::from_f32(0.0); sk * d], &[1, sk, 1, d]).unwrap();
+    let (mut rng, _) = rng();
+    let q: Vec<bf16> = normal(&mut rng, sq * d, 0.0, 1.0);
+    let v: Vec<bf16> = normal(&mut rng, sk * d, 0.0, 1.0);
+    let (q, v) = (gpu.upload(&q, &[1, sq, 1, d]).unwrap(), gpu.upload(&v, &[1, sk, 1, d]).unwrap());
+    let [q8, k8] = [&q, &k].map(|x| quantize_heads(&gpu, x, None, Fp8Layout::Tokens).unwrap());
+    let v8 = quantize_heads(&gpu, &v, None, Fp8Layout::ValuesT).unwrap();
+    let (mut o, mut lse) = (gpu.alloc::<bf16>(&[1, sq, 1, d]).unwrap(), gpu.alloc::<f32>(&[1, 1, sq]).unwrap());
+    attention_fp8(&gpu, &q8, &k8, &v8, &mut o, &mut lse, Attention::default()).unwrap();
+    let (o, lse) = (gpu.download(&o).unwrap(), gpu.download(&lse).unwrap());
+    let vd = dequantize_heads(&gpu, &v8).unwrap();
+    for c in 0..d {
+        let mean = (0..sk).map(|t| vd[t * d + c] as f64).sum::<f64>() / sk as f64;
+        for i in 0..sq {
+            let got = o[i * d + c].to_f32() as f64;
+            assert!((got - mean).abs() <= 0.02 * (1.0 + mean.abs()), "o[{i}, {c}] = {got}, the mean of V is {mean}");
+        }
+    }
+    assert!(lse.iter().all(|&l| (l as f64 - (sk as f64).ln()).abs() < 1e-4), "{lse:?}");
+}
+
+#[test]
+fn fp8_refuses_what_it_cannot_do() {
+    let gpu = rustile_host::Gpu::interpreter();
+    let x = gpu.upload(&vec![bf16::from_f32(0.0); 2 * 72], &[1, 2, 1, 72]).unwrap();
+    let err = quantize_heads(&gpu, &x, None, Fp8Layout::Tokens).err().unwrap().to_string();
+    assert!(err.contains("head dims 64 and 128"), "{err}");
+    let x = gpu.upload(&vec![bf16::from_f32(0.0); 2 * 64], &[1, 2, 1, 64]).unwrap();
+    let err = quantize_heads(&gpu, &x, Some(3), Fp8Layout::Tokens).err().unwrap().to_string();
+    assert!(err.contains("tokens = 3"), "{err}");
+    let q8 = quantize_heads(&gpu, &x, None, Fp8Layout::Tokens).unwrap();
+    let k8 = quantize_heads(&gpu, &x, None, Fp8Layout::Tokens).unwrap();
+    let v8 = quantize_heads(&gpu, &x, None, Fp8Layout::ValuesT).unwrap();
+    let (mut o, mut lse) = (gpu.alloc::<bf16>(&[1, 2, 1, 64]).unwrap(), gpu.alloc::<f32>(&[1, 1, 2]).unwrap());
+    let err = attention_fp8(&gpu, &q8, &k8, &k8, &mut o, &mut lse, Attention::default()).err().unwrap().to_string();
+    assert!(err.contains("Tokens, Tokens and ValuesT"), "{err}");
+    let err = attention_fp8(&gpu, &q8, &k8, &v8, &mut o, &mut lse, Attention::default().keys(1)).err().unwrap().to_string();
+    assert!(err.contains("Attention::keys"), "{err}");
+    let err = attention_fp8(&gpu, &q8, &k8, &v8, &mut o, &mut lse, Attention::default().config(0)).err().unwrap().to_string();
+    assert!(err.contains("not one of head dim 64"), "{err}");
+}
