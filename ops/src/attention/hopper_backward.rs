@@ -38,15 +38,26 @@
 //! backward slower (354 µs against 344): dK/dV runs beside dQ, and at
 //! 105 KB a program leaves no room for a dQ program on its SM
 //! (bench/RESULTS.md, 2026-11-23, “Head dim 72: four K/V stages…”).
+//!
+//! `COPIER = 1` (D = 64) is the dK/dV program warp-specialized as the
+//! forward's: a copy warpgroup whose first thread issues K and V, then each
+//! step's Q and dO by TMA into `STAGES` stages on mbarriers, and two
+//! multiplying warpgroups that never meet at a barrier of the program
+//! (each 64 keys), reading the queries' statistics from global memory.
+//! 2-5 % faster than the program without it (bench/RESULTS.md, 2026-11-26,
+//! “FP8 attention forward…”). It spills 120 bytes a thread (`ptxas -v`
+//! counts 168 registers, a 384-thread launch's share); at D = 128, where
+//! dK and dV alone take 128 registers a thread, it is not built.
 use rustile::prelude::*;
 
 /// [`super::attention_bwd_kv_kernel`] on `wgmma` (the same arguments): one
 /// block of `BN` keys of one key/value head, walking `BM` queries a step.
 #[kernel(
     configs = [
-        (D = 64, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 0, SMEM = 66560),
-        (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 2, LATE = 0, SMEM = 62976),
-        (D = 128, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 1, SMEM = 131072),
+        (D = 64, BM = 64, BN = 128, WARPS = 12, OCC = 1, LATE = 0, COPIER = 1, SMEM = 65608),
+        (D = 64, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 0, COPIER = 0, SMEM = 66560),
+        (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 2, LATE = 0, COPIER = 0, SMEM = 62976),
+        (D = 128, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 1, COPIER = 0, SMEM = 131072),
     ],
     grid = [cdiv(sk.max(kv_bs), BN), kv_heads, batch],
     dtypes = [bf16, f16],
@@ -57,17 +68,20 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
     cu_q: Ptr<u32>, cu_k: Ptr<u32>,
     batch: usize, sq: usize, sk: usize, heads: usize, kv_heads: usize, d: usize,
     q_bs: usize, kv_bs: usize, lse_h: usize, scale: f32, flags: u32,
+    map_q: u64, map_q1: u64, map_do: u64, map_do1: u64, map_k: u64, map_k1: u64, map_v: u64, map_v1: u64,
 ) {
     // Here, not at the top: on other arches the macro leaves the body out.
     use crate::attention::{query_tokens, store_head, Head, Seq, Walk, CAUSAL, VARLEN};
     use core::f32::consts::LOG2_E;
-    use rustile::wgmma;
+    use rustile::{tma, wgmma};
     const TAIL: bool = D > 64;
     const D1: usize = if TAIL { D - 64 } else { 64 };
     // `wgmma` groups a product over the head takes: one per tile.
     const GROUPS: u32 = if TAIL { 2 } else { 1 };
-    type AccW<const N: usize> = rustile::Acc<BN, N, THREADS, true>;
-    type Rows<const R: usize> = Head<T, R, 64, D1, THREADS>;
+    // The threads that multiply: all, or all but the copy warpgroup.
+    const TH: usize = THREADS - 128 * COPIER;
+    type AccW<const N: usize> = rustile::Acc<BN, N, TH, true>;
+    type Rows<const R: usize> = Head<T, R, 64, D1, TH>;
     // The queries' lse and delta come with each step's Q and dO through
     // shared memory, except at D = 128: there the two ran equal within the
     // runs' spread (dK/dV 3.00-3.02 ms staged, 3.05-3.09 read from global
@@ -95,14 +109,121 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
     // Shared memory: K, V, then `STAGES` stages of Q and dO (every tile on
     // a multiple of 1024 bytes, the swizzle period), then as many of the
     // queries' log-sum-exp and delta.
-    let at = wgmma::pad(THREADS);
+    let at = wgmma::pad(TH);
     let (sk_, sv_) = (Rows::<BN>::at(at, TAIL), Rows::<BN>::at(at + BN * D * 2, TAIL));
     let qd = |stage: usize, which: usize| Rows::<BM>::at(at + 2 * BN * D * 2 + (2 * stage + which) * BM * D * 2, TAIL);
-    let stats = |stage: usize, which: usize| SharedVec::<BM, THREADS>::at(at + 2 * (BN + STAGES * BM) * D * 2 + (2 * stage + which) * BM * 4);
+    let stats = |stage: usize, which: usize| SharedVec::<BM, TH>::at(at + 2 * (BN + STAGES * BM) * D * 2 + (2 * stage + which) * BM * 4);
+    if COPIER == 1 {
+        let out = [rows, s.ldk, hk * d, d];
+        // Warp-specialized (as the forward's `COPIER = 1`): the copy
+        // warpgroup's first thread issues K and V, then each step's Q and
+        // dO by TMA as soon as their stage is free; each multiplying
+        // warpgroup runs the steps on its own 64 keys, never meeting the
+        // other at a barrier of the program, and releases a step's Q
+        // (`qd_read`, which 0) and dO (1) once its products are done with
+        // them. The queries' statistics are read from global memory.
+        // Barriers after the stages: K and V's, then each stage's Q and dO
+        // landing, then read.
+        let walk = Walk::of(&s, c0, BM, hk, heads / kv_heads, causal);
+        let bar = |i: usize| tma::Barrier::at::<TH>(at + 2 * (BN + STAGES * BM) * D * 2 + 8 * i);
+        let qd_landed = |t: usize, which: usize| bar(1 + 2 * (t % STAGES) + which);
+        let qd_read = |t: usize, which: usize| bar(1 + 2 * STAGES + 2 * (t % STAGES) + which);
+        for i in 0..1 + 2 * STAGES {
+            bar(i).init(1);
+        }
+        for i in 0..2 * STAGES {
+            bar(1 + 2 * STAGES + i).init(TH as u32);
+        }
+        tma::fence_init();
+        sync();
+        let load_kv = || {
+            bar(0).expect_by_this_thread(2 * sk_.bytes());
+            let tokens = [s.k0 + s.lk, s.ldk, hk, d];
+            sk_.load_tma([map_k, map_k1], k, tokens, s.k0 + c0, &bar(0), true);
+            sv_.load_tma([map_v, map_v1], v, tokens, s.k0 + c0, &bar(0), true);
+        };
+        let load_qd = |t: usize, which: usize| {
+            if t >= walk.steps {
+                return;
+            }
+            let (h, r0) = walk.at(t);
+            let tile = qd(t % STAGES, which);
+            qd_landed(t, which).expect_by_this_thread(tile.bytes());
+            let (maps, src) = if which == 0 { ([map_q, map_q1], q) } else { ([map_do, map_do1], d_o) };
+            tile.load_tma(maps, src, [s.q0 + s.lq, s.ldq, h, d], s.q0 + r0, &qd_landed(t, which), true);
+        };
+        crate::attention::copy_warpgroup::<TH>(walk.steps, STAGES, load_kv, load_qd, qd_read);
+        wgmma::raise_registers::<240>();
+        // The interpreter's one thread copies each step's tiles right before it.
+        let on_cpu = cfg!(not(target_arch = "nvptx64"));
+        if on_cpu {
+            load_kv();
+        }
+        bar(0).wait(0);
+        // Keys past the end: the copy engine read the next tokens (or
+        // anything); zeros, as `cp.async` leaves there, since P's zeros meet V's rows.
+        if c0 + BN > s.lk {
+            sk_.zero_rows_from(s.lk.saturating_sub(c0));
+            sv_.zero_rows_from(s.lk.saturating_sub(c0));
+            wgmma::fence_shared();
+            sync_named(8, TH);
+        }
+        let (mut dk0, mut dk1) = (AccW::<64>::zeros(), AccW::<D1>::zeros());
+        let (mut dv0, mut dv1) = (AccW::<64>::zeros(), AccW::<D1>::zeros());
+        for t in 0..walk.steps {
+            if on_cpu {
+                load_qd(t, 0);
+                load_qd(t, 1);
+            }
+            let (h, r0) = walk.at(t);
+            let [lse_at, delta_at] = stat_at(h, r0);
+            let (sq_, sd_) = (qd(t % STAGES, 0), qd(t % STAGES, 1));
+            let (mut st, mut dpt) = (AccW::<BM>::zeros(), AccW::<BM>::zeros());
+            qd_landed(t, 0).wait((t / STAGES) % 2);
+            wgmma::dot_new_async(&sk_.main, &sq_.main, &mut st);
+            if TAIL {
+                wgmma::dot_async(&sk_.rest, &sq_.rest, &mut st);
+            }
+            qd_landed(t, 1).wait((t / STAGES) % 2);
+            wgmma::dot_new_async(&sv_.main, &sd_.main, &mut dpt);
+            if TAIL {
+                wgmma::dot_async(&sv_.rest, &sd_.rest, &mut dpt);
+            }
+            let lse2 = AccCols::<BM>::from_fn(|col| if r0 + col < s.lq { lse.read(lse_at + col) * LOG2_E } else { f32::INFINITY });
+            wgmma::wait::<GROUPS, BN, BM, TH>(&mut st);
+            let mut pt = st.map_cols(&lse2, |x, l| math::exp2(x * c - l));
+            if c0 + BN > s.lk || (causal && c0 + BN > r0 + 1) {
+                pt = pt.map(|r, col, x| if c0 + r >= s.lk || (causal && c0 + r > r0 + col) { 0.0 } else { x });
+            }
+            let ppk = pt.pack::<T>();
+            wgmma::dot_acc_async(&ppk, &sd_.main, &mut dv0);
+            if TAIL {
+                wgmma::dot_acc_async(&ppk, &sd_.rest, &mut dv1);
+            }
+            let dlt = AccCols::<BM>::from_fn(|col| if r0 + col < s.lq { delta.read(delta_at + col) } else { 0.0 });
+            // dPᵀ and dV's product done: dO is free.
+            wgmma::wait::<0, BN, BM, TH>(&mut dpt);
+            qd_read(t, 1).arrive();
+            let dspk = pt.zip(dpt.map_cols(&dlt, |x, dl| x - dl), |p, dp| p * dp).pack::<T>();
+            wgmma::dot_acc_async(&dspk, &sq_.main, &mut dk0);
+            if TAIL {
+                wgmma::dot_acc_async(&dspk, &sq_.rest, &mut dk1);
+            }
+            wgmma::wait::<0, BN, 64, TH>(&mut dk0);
+            qd_read(t, 0).arrive();
+        }
+        wgmma::wait::<0, BN, 64, TH>(&mut dv0);
+        wgmma::wait::<0, BN, D1, TH>(&mut dv1);
+        wgmma::wait::<0, BN, D1, TH>(&mut dk1);
+        store_head(dk.offset(s.k_at()), out, c0, &dk0, &dk1, TAIL, scale);
+        store_head(dv.offset(s.k_at()), out, c0, &dv0, &dv1, TAIL, 1.0);
+        return;
+    }
     sk_.copy_from(k.offset(s.k_at()), [s.lk, s.ldk, hk * d, d], c0);
     sv_.copy_from(v.offset(s.k_at()), [s.lk, s.ldk, hk * d, d], c0);
 
     let walk = Walk::of(&s, c0, BM, hk, heads / kv_heads, causal);
+
     // Step t's Q, dO (and their stats) into stage t % STAGES, one commit
     // group a step (empty past the last), so that step t waits for group t.
     let copy_qd = |t: usize| {
@@ -157,7 +278,7 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
         let lse2 = AccCols::<BM>::from_fn(|col| if r0 + col < s.lq { stat(0, lse, lse_at, col) * LOG2_E } else { f32::INFINITY });
         // Sᵀ is done (dPᵀ may still run). A query past the end has lse = ∞,
         // so P = 0 there; only keys past the end and the diagonal need a mask.
-        wgmma::wait::<GROUPS, BN, BM, THREADS>(&mut st);
+        wgmma::wait::<GROUPS, BN, BM, TH>(&mut st);
         let mut pt = st.map_cols(&lse2, |x, l| math::exp2(x * c - l));
         if c0 + BN > s.lk || (causal && c0 + BN > r0 + 1) {
             pt = pt.map(|r, col, x| if c0 + r >= s.lk || (causal && c0 + r > r0 + col) { 0.0 } else { x });
@@ -171,17 +292,17 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
         // dSᵀ = Pᵀ ⊙ (dPᵀ − delta) waits for dV's product too, so that the
         // registers of Pᵀ's copy are free again (with them live, D = 128
         // spilled).
-        wgmma::wait::<0, BN, BM, THREADS>(&mut dpt);
+        wgmma::wait::<0, BN, BM, TH>(&mut dpt);
         let dspk = pt.zip(dpt.map_cols(&dlt, |x, dl| x - dl), |p, dp| p * dp).pack::<T>();
         wgmma::dot_acc_async(&dspk, &sq_.main, &mut dk0);
         if TAIL {
             wgmma::dot_acc_async(&dspk, &sq_.rest, &mut dk1);
         }
-        wgmma::wait::<0, BN, 64, THREADS>(&mut dk0);
+        wgmma::wait::<0, BN, 64, TH>(&mut dk0);
     }
-    wgmma::wait::<0, BN, 64, THREADS>(&mut dv0);
-    wgmma::wait::<0, BN, D1, THREADS>(&mut dv1);
-    wgmma::wait::<0, BN, D1, THREADS>(&mut dk1);
+    wgmma::wait::<0, BN, 64, TH>(&mut dv0);
+    wgmma::wait::<0, BN, D1, TH>(&mut dv1);
+    wgmma::wait::<0, BN, D1, TH>(&mut dk1);
     let out = [rows, s.ldk, hk * d, d];
     store_head(dk.offset(s.k_at()), out, c0, &dk0, &dk1, TAIL, scale);
     store_head(dv.offset(s.k_at()), out, c0, &dv0, &dv1, TAIL, 1.0);

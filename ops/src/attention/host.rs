@@ -648,10 +648,19 @@ fn backward_on_gpu<T: Elem>(
                 gpu, kv_cfg, q, k, v, d_o, lse, &delta, dk, dv, cu_q, cu_k,
                 batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
             ),
-            Program::Wgmma => attention_bwd_kv_wgmma_kernel::launch(
-                gpu, kv_cfg, q, k, v, d_o, lse, &delta, dk, dv, cu_q, cu_k,
-                batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
-            ),
+            Program::Wgmma => {
+                // Maps only for a config that copies by TMA (its copy warpgroup); the others never read them.
+                let c = &attention_bwd_kv_wgmma_kernel::CONFIGS[kv_cfg];
+                let [dp, bm, bn, copier] = ["D", "BM", "BN", "COPIER"].map(|p| c.get(p).expect("every Hopper dK/dV config names D, BM, BN and COPIER"));
+                let maps = |t: &Tensor<T>, heads: usize, rows: usize| if copier == 1 { head_maps(gpu, t, heads, d, rows, dp) } else { Ok([0, 0]) };
+                let ([mq, mq1], [mdo, mdo1]) = (maps(q, heads, bm)?, maps(d_o, heads, bm)?);
+                let ([mk, mk1], [mv, mv1]) = (maps(k, kv_heads, bn)?, maps(v, kv_heads, bn)?);
+                attention_bwd_kv_wgmma_kernel::launch(
+                    gpu, kv_cfg, q, k, v, d_o, lse, &delta, dk, dv, cu_q, cu_k,
+                    batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
+                    mq, mq1, mdo, mdo1, mk, mk1, mv, mv1,
+                )
+            }
         };
         let dq_ = || match program {
             _ if batch * sq * heads == 0 => Ok(()),
@@ -740,6 +749,8 @@ fn backward_on_cpu<T: Elem>(
             Program::Wgmma => attention_bwd_kv_wgmma_kernel::cpu(
                 kv_cfg, q, k, v, d_o, lse, &delta, &mut dk, &mut dv, cu_q, cu_k,
                 batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
+                // The interpreter copies the window a map would describe.
+                0, 0, 0, 0, 0, 0, 0, 0,
             ),
         }
     }

@@ -152,28 +152,30 @@ fn store_head<T: Elem, const R: usize, const D0: usize, const D1: usize, const T
     }
 }
 
-/// The copy warpgroup of a warp-specialized forward (Hopper's, bf16 and
-/// FP8): it gives its registers to the multiplying ones, its first thread
-/// issues Q's copy (`load_q`), then block j's K (`which` 0) and V (1)
-/// (`load_kv(j, which)`) as soon as every multiplying thread has released
-/// the stage's previous block (`kv_read(j, which)`, which completes once
-/// a use of stage `j % stages`), and it leaves. Other threads return at once.
+/// The copy warpgroup of a warp-specialized program (Hopper's forwards,
+/// bf16 and FP8, and the dK/dV backward): it gives its registers to the
+/// multiplying ones, its first thread issues the program's fixed tiles
+/// (`first`: the forward's Q, the backward's K and V), then step j's two
+/// tiles (`step(j, which)`: K and V of key block j, or Q and dO of query
+/// block j) as soon as every multiplying thread has released the stage's
+/// previous ones (`released(j, which)`, which completes once a use of
+/// stage `j % stages`), and it leaves. Other threads return at once.
 #[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(dead_code))]
 #[inline(always)]
-fn copy_warpgroup<const TH: usize>(blocks: usize, stages: usize, load_q: impl Fn(), load_kv: impl Fn(usize, usize), kv_read: impl Fn(usize, usize) -> rustile::tma::Barrier) {
+fn copy_warpgroup<const TH: usize>(steps: usize, stages: usize, first: impl Fn(), step: impl Fn(usize, usize), released: impl Fn(usize, usize) -> rustile::tma::Barrier) {
     use rustile::wgmma;
     if !wgmma::is_copier::<TH>() {
         return;
     }
     wgmma::lower_registers::<24>();
     if wgmma::is_copy_issuer::<TH>() {
-        load_q();
-        for j in 0..blocks {
+        first();
+        for j in 0..steps {
             for which in 0..2 {
                 if j >= stages {
-                    kv_read(j, which).wait((j / stages - 1) % 2);
+                    released(j, which).wait((j / stages - 1) % 2);
                 }
-                load_kv(j, which);
+                step(j, which);
             }
         }
     }
