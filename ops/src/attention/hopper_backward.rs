@@ -45,9 +45,11 @@
 //! multiplying warpgroups that never meet at a barrier of the program
 //! (each 64 keys), reading the queries' statistics from global memory.
 //! 2-5 % faster than the program without it (bench/RESULTS.md, 2026-11-26,
-//! “FP8 attention forward…”). It spills 120 bytes a thread (`ptxas -v`
-//! counts 168 registers, a 384-thread launch's share); at D = 128, where
-//! dK and dV alone take 128 registers a thread, it is not built.
+//! “FP8 attention forward…”). It spills 120 bytes a thread: unlike the
+//! forward's, its multiplying code stays within the 168 registers of the
+//! entry (R0-R165) after `setmaxnreg` (the same RESULTS section); at
+//! D = 128, where dK and dV alone take 128 registers a thread, it is not
+//! built until that is understood.
 use rustile::prelude::*;
 
 /// [`super::attention_bwd_kv_kernel`] on `wgmma` (the same arguments): one
