@@ -123,20 +123,22 @@ pub fn warpgroup() -> usize {
 /// warpgroups: the waiting one and the one that passes.
 ///
 /// Every warpgroup takes the same number of turns. The interpreter's one
-/// thread a program takes every turn: there the calls do nothing.
+/// thread a program takes every turn: there the calls do nothing. Turns
+/// made with `on = false` do nothing either (a config without ping-pong).
 #[derive(Clone, Copy)]
 pub struct Turns<const GROUPS: usize> {
     first: u32,
+    on: bool,
 }
 
 impl<const GROUPS: usize> Turns<GROUPS> {
-    /// Turns on named barriers `first..first + GROUPS`; warpgroup 0 has
-    /// the first (the last warpgroup passes it, so every warpgroup calls
-    /// this before its first `wait`).
+    /// Turns on named barriers `first..first + GROUPS`, if `on`; warpgroup
+    /// 0 has the first (the last warpgroup passes it, so every warpgroup
+    /// calls this before its first `wait`).
     #[inline(always)]
-    pub fn new(first: u32) -> Self {
-        let turns = Turns { first };
-        if warpgroup() == GROUPS - 1 {
+    pub fn new(on: bool, first: u32) -> Self {
+        let turns = Turns { first, on };
+        if on && warpgroup() == GROUPS - 1 {
             turns.arrive(0);
         }
         turns
@@ -145,7 +147,9 @@ impl<const GROUPS: usize> Turns<GROUPS> {
     /// Waits until it is this warpgroup's turn.
     #[inline(always)]
     pub fn wait(&self) {
-        crate::mma::sync_named(self.first + warpgroup() as u32, 256);
+        if self.on {
+            crate::mma::sync_named(self.first + warpgroup() as u32, 256);
+        }
     }
 
     /// Gives the turn to the next warpgroup. `last`: this was the
@@ -154,7 +158,7 @@ impl<const GROUPS: usize> Turns<GROUPS> {
     #[inline(always)]
     pub fn pass(&self, last: bool) {
         let g = warpgroup();
-        if !(last && g == GROUPS - 1) {
+        if self.on && !(last && g == GROUPS - 1) {
             self.arrive((g + 1) % GROUPS);
         }
     }
@@ -422,9 +426,9 @@ pub fn dot_acc_async<T: Elem, const M: usize, const K: usize, const N: usize, co
 // ---- FP8 products with the left operand in registers -------------------------------------
 
 /// The accumulator column that position `p` of an FP8 `wgmma` A fragment
-/// holds after [`Acc::pack_e4m3`]: within each 32 columns, position
-/// `4c + j` is column `[2c, 2c+1, 8+2c, 9+2c][j]` and `16 + 4c + j` that
-/// plus 16. A thread's f32 accumulator holds columns `2c, 2c+1` of each
+/// holds after [`Acc::pack_e4m3`]: within each 16 columns, position
+/// `4c + j` is column `[2c, 2c+1, 8+2c, 9+2c][j]` (any column: the
+/// permutation repeats every 16). A thread's f32 accumulator holds columns `2c, 2c+1` of each
 /// 8-column piece, while an 8-bit A fragment wants four consecutive ones:
 /// so the packing moves no value between threads, and the right operand
 /// is stored with its K rows in this order instead (attention's Vᵀ, as

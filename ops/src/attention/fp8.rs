@@ -6,7 +6,7 @@
 //! - **Our own layout, made by our own quantizer.** [`quantize_heads`]
 //!   writes Q and K as they were (`[batch, tokens, heads, d]`) and V
 //!   transposed, `[batch, heads, d, tokens]`, because FP8 `wgmma` reads
-//!   K-major operands only and `P·V`'s K is the keys. Within each 32 keys
+//!   K-major operands only and `P·V`'s K is the keys. Within each 16 keys
 //!   the columns of Vᵀ are permuted ([`rustile::wgmma::fp8_column`]): then
 //!   the f32 probabilities a thread holds, rounded pairwise to e4m3, are
 //!   already the register A operand of the FP8 `P·V`, with no shuffle
@@ -49,7 +49,7 @@ const E4M3_MAX: f32 = 448.0;
 /// their scale `amax / 448` to `scales[(z·heads + h)·cdiv(tokens, 128) + b]`,
 /// and the e4m3 values `x · (1/scale)` to `out`, as `[batch, tokens, heads, d]`
 /// or, with [`TRANSPOSED`], `[batch, heads, d, tp]` (`tp` is `tokens`
-/// rounded up to 128, zeros past `tokens`) with each 32 tokens in
+/// rounded up to 128, zeros past `tokens`) with each 16 tokens in
 /// [`rustile::wgmma::fp8_position`] order.
 pub fn attention_quantize_kernel<T: Elem>(
     x: Ptr<T>, out: PtrMut<F8E4M3>, scales: PtrMut<f32>,
@@ -214,23 +214,13 @@ pub fn attention_fwd_fp8_kernel<T: Elem>(
     landed(0).wait(0);
     if blocks > 0 {
         // `PING`: the warpgroups take turns at issuing their products.
-        let turns = if PING == 1 { Some(wgmma::Turns::<CONSUMERS>::new(1)) } else { None };
-        let take_turn = || {
-            if let Some(t) = turns {
-                t.wait();
-            }
-        };
-        let pass_turn = |last: bool| {
-            if let Some(t) = turns {
-                t.pass(last);
-            }
-        };
+        let turns = wgmma::Turns::<CONSUMERS>::new(PING == 1, 1);
         let add_pv = |p: &wgmma::PackedFp8<BM, BN, TH>, j: usize, o_: &mut AccW<D>| wgmma::dot_fp8_acc_async(p, &vt_tile(j), o_);
         cpu_loads(0);
         kv_wait(0, 0);
-        take_turn();
+        turns.wait();
         let mut sc = scores(0);
-        pass_turn(false);
+        turns.pass(false);
         wgmma::wait::<0, BM, BN, TH>(&mut sc);
         kv_read(0, 0).arrive();
         let mut p = stats.step_scaled(masked(0, sc), k_s(0)).0.pack_e4m3();
@@ -240,10 +230,10 @@ pub fn attention_fwd_fp8_kernel<T: Elem>(
             cpu_loads(j);
             kv_wait(j, 0);
             kv_wait(j - 1, 1);
-            take_turn();
+            turns.wait();
             let mut sc = scores(j);
             add_pv(&p, j - 1, &mut o_);
-            pass_turn(false);
+            turns.pass(false);
             wgmma::wait::<1, BM, BN, TH>(&mut sc);
             kv_read(j, 0).arrive();
             let (pj, alpha) = stats.step_scaled(masked(j, sc), k_sj);
@@ -256,9 +246,9 @@ pub fn attention_fwd_fp8_kernel<T: Elem>(
             p = pj.pack_e4m3();
         }
         kv_wait(blocks - 1, 1);
-        take_turn();
+        turns.wait();
         add_pv(&p, blocks - 1, &mut o_);
-        pass_turn(true);
+        turns.pass(true);
         wgmma::wait::<0, BM, D, TH>(&mut o_);
     }
     let inv_l = stats.inv_l().map(|i| i * v_units);
@@ -282,7 +272,7 @@ mod host {
         /// `[batch, tokens, heads, d]`, as the input: attention's Q and K.
         Tokens,
         /// `[batch, heads, d, tokens]` (tokens rounded up to 128, zeros
-        /// past the end), each 32 tokens permuted: attention's V.
+        /// past the end), each 16 tokens permuted: attention's V.
         ValuesT,
     }
 
@@ -349,7 +339,7 @@ mod host {
                     for c in 0..d {
                         let at = match x.layout {
                             Fp8Layout::Tokens => ((z * tokens + t) * heads + h) * d + c,
-                            Fp8Layout::ValuesT => ((z * heads + h) * d + c) * blocks * FP8_BLOCK + t - t % 32 + rustile::wgmma::fp8_position(t % 32),
+                            Fp8Layout::ValuesT => ((z * heads + h) * d + c) * blocks * FP8_BLOCK + rustile::wgmma::fp8_position(t),
                         };
                         out[((z * tokens + t) * heads + h) * d + c] = data[at].to_f32() * s;
                     }
@@ -411,7 +401,7 @@ mod host {
             gpu.tensor_map(&TileMap {
                 base: t.device_ptr(),
                 dims: dims.map(|x| x as u64),
-                strides: [dims[0] as u64 * dims[2] as u64, dims[0] as u64].map(|s| s.max(1)),
+                strides: [(dims[0] * dims[2]) as u64, dims[0] as u64],
                 boxes: [boxes[0] as u32, boxes[1] as u32, 1],
                 elem_bytes: 1,
             })

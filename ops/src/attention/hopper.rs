@@ -226,22 +226,12 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
             // `PING`: the warpgroups take turns at issuing their products
             // (turn j: block j's scores and block j−1's `P·V`), so that one's
             // softmax runs beside the other's tensor-core work.
-            let turns = if PING == 1 { Some(wgmma::Turns::<CONSUMERS>::new(1)) } else { None };
-            let take_turn = || {
-                if let Some(t) = turns {
-                    t.wait();
-                }
-            };
-            let pass_turn = |j: usize| {
-                if let Some(t) = turns {
-                    t.pass(j == blocks);
-                }
-            };
+            let turns = wgmma::Turns::<CONSUMERS>::new(PING == 1, 1);
             cpu_loads(0);
             kv_wait(0, 0);
-            take_turn();
+            turns.wait();
             let mut sc = scores(0);
-            pass_turn(0);
+            turns.pass(false);
             wgmma::wait::<0, BM, BN, TH>(&mut sc);
             kv_read(0, 0).arrive();
             let mut p = stats.step(masked(0, sc)).0.pack::<T>();
@@ -250,10 +240,10 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
                 kv_wait(j, 0);
                 // Block j−1 is not the last: no rows past the keys.
                 kv_wait(j - 1, 1);
-                take_turn();
+                turns.wait();
                 let mut sc = scores(j);
                 add_pv(&p, j - 1, &mut o0, &mut o1);
-                pass_turn(j);
+                turns.pass(false);
                 wgmma::wait::<GROUPS, BM, BN, TH>(&mut sc);
                 kv_read(j, 0).arrive();
                 let (pj, alpha) = stats.step(masked(j, sc));
@@ -268,9 +258,9 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
             if v_zeroed(blocks - 1) {
                 sync_named(8, TH);
             }
-            take_turn();
+            turns.wait();
             add_pv(&p, blocks - 1, &mut o0, &mut o1);
-            pass_turn(blocks);
+            turns.pass(true);
             pv_done(&mut o0, &mut o1);
         }
     } else {
