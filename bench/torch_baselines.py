@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from triton.testing import do_bench
 
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
-OPS = ["add", "swiglu", "softmax", "layernorm", "rmsnorm", "gemm", "attention", "trimul"]
+OPS = ["add", "swiglu", "softmax", "layernorm", "rmsnorm", "gemm", "attention", "trimul", "delta_rule"]
 
 
 def problem(op, args, dtype):
@@ -180,6 +180,62 @@ def trimul_rows(specs):
     return rows
 
 
+def delta_rescaled(q, k, v, beta):
+    """The delta rule of rustile's op (a per-head beta, the step
+    (1 - exp(-beta * |k|^2)) / (|k|^2 + 1e-8)) as the standard one FLA runs:
+    k/|k|, v/|k| and a per-token beta of 1 - exp(-beta * |k|^2) give the same
+    states and outputs (with scale 1)."""
+    lam = k.float().pow(2).sum(-1, keepdim=True)
+    norm = lam.sqrt().clamp_min(1e-30)
+    b = -torch.expm1(-beta.view(1, 1, -1) * lam.squeeze(-1))
+    return q, (k.float() / norm).to(k.dtype), (v.float() / norm).to(v.dtype), b.to(k.dtype)
+
+
+def delta_rule_rows(lengths, check_dir):
+    """FLA's chunk_delta_rule and fused_recurrent_delta_rule (bf16, 8 heads of
+    64, one sequence of T tokens) on rescaled inputs; first, on the inputs
+    rustile-bench left in `check_dir`, FLA's output against ours."""
+    import os
+    try:
+        from fla.ops.delta_rule import chunk_delta_rule, fused_recurrent_delta_rule
+    except ImportError as e:
+        print(f"delta_rule: FLA not installed ({e}); no baseline", file=sys.stderr)
+        return []
+    rows, heads, d = [], 8, 64
+    if check_dir and os.path.isdir(check_dir):
+        load = lambda name, dt: torch.from_numpy(__import__("numpy").fromfile(os.path.join(check_dir, name), dtype="<i2" if dt == torch.bfloat16 else "<f4").copy())
+        bf = lambda name: load(name, torch.bfloat16).view(torch.bfloat16).view(1, -1, heads, d).cuda()
+        q, k, v, ours = bf("q.bf16"), bf("k.bf16"), bf("v.bf16"), bf("o.bf16")
+        beta = load("beta.f32", torch.float32).cuda()
+        for name, fn in [("fla chunk", chunk_delta_rule), ("fla recurrent", fused_recurrent_delta_rule)]:
+            o, _ = fn(*delta_rescaled(q, k, v, beta), scale=1.0)
+            err = ((o.float() - ours.float()).norm() / ours.float().norm()).item()
+            print(f"delta_rule check: {name} against rustile at T = {q.shape[1]}: rel err {err:.2e}"
+                  + ("" if err < 2e-2 else "  MISMATCH"), file=sys.stderr)
+    for t in [int(x) for x in lengths.split(",") if x]:
+        shape_s = f"1x{t}x{heads}x{d}"
+        q, k, v = (torch.randn(1, t, heads, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        k = k / d**0.5
+        args = delta_rescaled(q, k, v, torch.rand(heads, device="cuda") * 1.8 + 0.2)
+        del q, k, v
+        for name, fn, longest in [("fla chunk", chunk_delta_rule, None), ("fla recurrent", fused_recurrent_delta_rule, 65536)]:
+            if longest is not None and t > longest:
+                continue
+            f = lambda: fn(*args, scale=1.0, output_final_state=True)
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            f()
+            peak = (torch.cuda.max_memory_allocated() - base) / 1e9
+            ms = do_bench(f, warmup=5, rep=50, return_mode="median")
+            print(f"delta_rule {shape_s:>16} bf16  {name:14} {ms:9.3f} ms {t / ms / 1e3:8.2f} M tokens/s  "
+                  f"peak {peak:.2f} GB beyond the inputs", file=sys.stderr)
+            rows.append({"op": "delta_rule", "shape": shape_s, "dtype": "bf16", "impl": name, "median_ms": ms,
+                         "bytes": 4.0 * t * heads * d * 2})
+        del args
+        torch.cuda.empty_cache()
+    return rows
+
+
 def time_ms(fn, inputs):
     # do_bench warms up, clears L2 before every repetition and times each
     # with CUDA events; the median is what the Rust side reports too.
@@ -196,6 +252,8 @@ def main():
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     p.add_argument("--attn", default="", help="attention shapes BxSqxSkxHxHkvxD, c appended for causal, comma-separated")
     p.add_argument("--trimul", default="", help="trimul shapes NxBxD, m appended if masked and c if x is Cauchy, comma-separated")
+    p.add_argument("--delta", default="", help="delta-rule lengths (tokens), comma-separated")
+    p.add_argument("--delta-check", default="", help="where rustile-bench left inputs and outputs for FLA's check")
     p.add_argument("--json", required=True)
     args = p.parse_args()
     if not torch.cuda.is_available():
@@ -212,6 +270,9 @@ def main():
         if op == "trimul":
             # fp32 in and out, whatever --dtype says.
             rows += trimul_rows(args.trimul)
+            continue
+        if op == "delta_rule":
+            rows += delta_rule_rows(args.delta, args.delta_check)
             continue
         fn, inputs, shape, nbytes = problem(op, args, dtype)
         compiled = torch.compile(fn)

@@ -38,6 +38,8 @@ const HOST_ONLY: &[&str] = &[
     "ops/src/attention/host.rs",
     "ops/src/attention/tests.rs",
     "ops/src/check.rs",
+    "ops/src/delta_rule/host.rs",
+    "ops/src/delta_rule/tests.rs",
     "ops/src/dual_gemm/host.rs",
     "ops/src/gemm_fp8/host.rs",
     "ops/src/gemm/host.rs",

@@ -860,3 +860,44 @@ fn trimul_matches_float64() {
         assert_allclose(&case.rows_at(&out, &at), &case.want_at(&at), 2e-2, 2e-2, &ctx);
     }
 }
+
+/// `ops::delta_rule` on the GPU against the float64 recurrence, both forms:
+/// odd lengths (1 to 4097, none a multiple of the chunk), packed sequences,
+/// an initial state, keys of squared norm from 1e-4 to 1e3; then at 65,536
+/// tokens the chunked form against the recurrent one (the float64
+/// reference would take minutes), and no NaN or Inf anywhere.
+#[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
+fn delta_rule_matches_float64() {
+    use rand::Rng;
+    use testing::DeltaRuleCase;
+    let Some(gpu) = gpu_or_skip("delta_rule_matches_float64") else { return };
+    let unit = |_: &mut rand::rngs::StdRng| 1.0f32;
+    let tiny_to_huge = |rng: &mut rand::rngs::StdRng| 10f32.powf(rng.gen_range(-4.0..3.0));
+    let cases: [(&[usize], bool, usize, bool, bool); 6] = [
+        (&[1, 1], false, 3, false, false),
+        (&[63, 63], false, 2, true, false),
+        (&[65], false, 8, false, false),
+        (&[1000, 1000], false, 2, true, true),
+        (&[4097], false, 2, true, false),
+        (&[1, 7, 63, 65, 1000], true, 3, true, true),
+    ];
+    for (lens, varlen, heads, initial, extreme) in cases {
+        let (mut rng, seed) = rng();
+        let case = if extreme { DeltaRuleCase::new(&mut rng, lens, varlen, heads, tiny_to_huge, initial) } else { DeltaRuleCase::new(&mut rng, lens, varlen, heads, unit, initial) };
+        for (recurrent, tol) in [(false, [1e-2, 1e-2]), (true, [4e-3, 1e-4])] {
+            let (o, state) = case.errors(&gpu, recurrent).unwrap();
+            let ctx = format!("delta_rule lens {lens:?} varlen={varlen} heads={heads} initial={initial} tiny-to-huge keys={extreme} recurrent={recurrent} (seed {seed})");
+            assert!(o < tol[0] && state < tol[1], "{ctx}: o off by {o:.2e}, final state by {state:.2e} (tolerances {tol:?})");
+            eprintln!("{ctx}: o {o:.2e}, state {state:.2e}");
+        }
+    }
+    // Long: the chunked form against the recurrence (both here, on the GPU).
+    let (mut rng, seed) = rng();
+    let case = DeltaRuleCase::new(&mut rng, &[65536], false, 2, unit, true);
+    let ((o, state), (o_rec, state_rec)) = (case.run(&gpu, false).unwrap(), case.run(&gpu, true).unwrap());
+    let finite = o.iter().all(|x| x.to_f32().is_finite()) && state.iter().all(|x| x.is_finite());
+    let (eo, es) = (testing::rel_err(&o, &testing::wide(&o_rec)), testing::rel_err(&state, &testing::wide(&state_rec)));
+    eprintln!("delta_rule 65536 tokens, chunked against recurrent: o {eo:.2e}, state {es:.2e} (seed {seed})");
+    assert!(finite && eo < 1e-2 && es < 1e-2, "delta_rule at 65536 tokens (seed {seed}): finite {finite}, o off by {eo:.2e}, state by {es:.2e}");
+}

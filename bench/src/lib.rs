@@ -7,6 +7,7 @@
 pub mod harness;
 pub mod attention;
 pub mod cublas;
+pub mod delta_rule;
 pub mod fp8;
 pub mod gemm;
 pub mod grouped;

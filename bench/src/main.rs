@@ -10,10 +10,10 @@ use rustile_host::{Error, Gpu};
 
 use rustile_bench::cublas::{Blas, BlasLt};
 use rustile_bench::harness::{self, MeasureCfg, Report};
-use rustile_bench::{attention, fp8, gemm, ops, torch, trimul, Sizes};
+use rustile_bench::{attention, delta_rule, fp8, gemm, ops, torch, trimul, Sizes};
 
 /// The ops this bench knows, in table order.
-const OPS: &[&str] = &["add", "swiglu", "softmax", "layernorm", "rmsnorm", "gemm", "dual_gemm", "mlp", "grouped", "gemm_fp8", "attention", "attention_fp8", "trimul"];
+const OPS: &[&str] = &["add", "swiglu", "softmax", "layernorm", "rmsnorm", "gemm", "dual_gemm", "mlp", "grouped", "gemm_fp8", "attention", "attention_fp8", "trimul", "delta_rule"];
 /// The ops measured against cuBLAS / cuBLASLt (in this process) rather than PyTorch.
 const GEMM_OPS: &[&str] = &["gemm", "dual_gemm", "mlp", "grouped", "gemm_fp8"];
 
@@ -21,7 +21,7 @@ const GEMM_OPS: &[&str] = &["gemm", "dual_gemm", "mlp", "grouped", "gemm_fp8"];
 #[command(about = "Rustile ops against PyTorch (eager and torch.compile) on this GPU")]
 struct Args {
     /// Comma-separated ops to run.
-    #[arg(long, value_delimiter = ',', default_value = "add,swiglu,softmax,layernorm,rmsnorm,gemm,dual_gemm,mlp,grouped,gemm_fp8,attention,attention_fp8,trimul")]
+    #[arg(long, value_delimiter = ',', default_value = "add,swiglu,softmax,layernorm,rmsnorm,gemm,dual_gemm,mlp,grouped,gemm_fp8,attention,attention_fp8,trimul,delta_rule")]
     ops: Vec<String>,
     /// Rows of the row-wise ops (softmax, layernorm, rmsnorm).
     #[arg(long, default_value_t = 8192)]
@@ -42,6 +42,9 @@ struct Args {
     /// the rectangular 10k+1k and 200k+5k).
     #[arg(long, value_delimiter = ',', default_value = "issue")]
     attn: Vec<String>,
+    /// Delta-rule lengths (tokens of one sequence, 8 heads of 64), comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = delta_rule::TOKENS.to_vec())]
+    tokens: Vec<usize>,
     /// Only check the GEMM-family ops at the --mnk shapes against cuBLAS (and
     /// float64 on sampled rows); time nothing. Exits non-zero on a mismatch.
     #[arg(long)]
@@ -115,6 +118,11 @@ fn main() {
     }
 }
 
+/// Where the delta-rule bench leaves inputs and outputs for FLA's check in `torch_baselines.py`.
+fn delta_check_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("rustile-delta-check-{}", std::process::id()))
+}
+
 fn short_reason(e: &Error) -> String {
     match e {
         Error::NoDriver(why) => format!("libcuda could not be loaded: {why}"),
@@ -177,6 +185,8 @@ fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes, shapes: &[[usize; 3]], attn_
             report.rows.extend(attention::bench_attention_fp8(gpu, &cfg, attn_shapes, args.sweep)?);
         } else if op == "trimul" {
             report.rows.extend(trimul::bench_trimul(gpu, &cfg, copy, args.sweep)?);
+        } else if op == "delta_rule" {
+            report.rows.extend(delta_rule::bench_delta_rule(gpu, &cfg, copy, &args.tokens, Some(&delta_check_dir()))?);
         } else {
             report.rows.extend(ops::bench_op(gpu, &cfg, op, sizes, args.sweep)?);
         }
@@ -201,6 +211,8 @@ fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes, shapes: &[[usize; 3]], attn_
                     dtype: &sizes.dtype,
                     attn: &attention::spec(attn_shapes),
                     trimul: &trimul::spec(),
+                    delta: &delta_rule::spec(&args.tokens),
+                    delta_check: &delta_check_dir(),
                 };
                 match torch::run(&args.python, &script, &req) {
                     Ok(rows) => report.rows.extend(rows),
@@ -209,6 +221,7 @@ fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes, shapes: &[[usize; 3]], attn_
                 if args.torch_script.is_none() {
                     let _ = std::fs::remove_file(&script);
                 }
+                let _ = std::fs::remove_dir_all(delta_check_dir());
             }
         }
     } else if !args.no_torch {

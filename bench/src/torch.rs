@@ -41,6 +41,10 @@ pub struct Request<'a> {
     pub attn: &'a str,
     /// TriMul shapes, as `trimul::spec` writes them.
     pub trimul: &'a str,
+    /// Delta-rule lengths, as `delta_rule::spec` writes them.
+    pub delta: &'a str,
+    /// Where `delta_rule::write_check` left the inputs and our outputs for FLA's check.
+    pub delta_check: &'a Path,
 }
 
 #[derive(Deserialize)]
@@ -58,6 +62,9 @@ pub fn run(python: &str, script: &Path, req: &Request) -> Result<Vec<Row>, Strin
         .args(["--numel", &req.numel.to_string(), "--dtype", req.dtype])
         .args(["--attn", req.attn])
         .args(["--trimul", req.trimul])
+        .args(["--delta", req.delta])
+        .arg("--delta-check")
+        .arg(req.delta_check)
         .arg("--json")
         .arg(&out)
         // The script's progress goes to our stderr; our stdout stays the table.

@@ -669,12 +669,7 @@ pub fn dot<T: Elem, const M: usize, const N: usize, const K: usize, const TH: us
 where
     [(); acc_len(M, N, TH)]:,
 {
-    let () = MmaShape::<M, N, K, TH, WG>::OK;
-    let mut acc = acc;
-    for ks in 0..K / 16 {
-        acc = mma(&FragA::load(a, ks), &FragB::load(b, ks), acc);
-    }
-    acc
+    shared_times::<T, M, N, K, TH, WG>(acc, |ks| FragA::load(a, ks), b)
 }
 
 /// An accumulator rounded to the 16-bit type `T`, two values a 32-bit
@@ -726,10 +721,71 @@ where
     [(); acc_len(M, K, TH) / 2]:,
     [(); acc_len(M, N, TH)]:,
 {
+    packed_times(p, acc, |ks| FragB::load_t(v, ks))
+}
+
+/// `acc + p·bᵀ`: [`dot`] with the left operand a packed accumulator of
+/// this program (from registers) and `b` stored `[N, K]`.
+#[inline(always)]
+pub fn dot_packed<T: Elem, const M: usize, const K: usize, const N: usize, const TH: usize>(
+    p: &Packed<T, M, K, TH>,
+    b: &Shared<T, N, K, TH>,
+    acc: Acc<M, N, TH, true>,
+) -> Acc<M, N, TH, true>
+where
+    [(); acc_len(M, K, TH) / 2]:,
+    [(); acc_len(M, N, TH)]:,
+{
+    packed_times(p, acc, |ks| FragB::load(b, ks))
+}
+
+/// The loop of [`dot_acc`] and [`dot_packed`]: `acc + p·B` for the right
+/// operand's k-slice `ks` as `b(ks)`.
+#[inline(always)]
+fn packed_times<T: Elem, const M: usize, const K: usize, const N: usize, const TH: usize>(
+    p: &Packed<T, M, K, TH>,
+    acc: Acc<M, N, TH, true>,
+    b: impl Fn(usize) -> FragB<T, N, TH, true>,
+) -> Acc<M, N, TH, true>
+where
+    [(); acc_len(M, K, TH) / 2]:,
+    [(); acc_len(M, N, TH)]:,
+{
     let () = MmaShape::<M, N, K, TH, true>::OK;
     let mut acc = acc;
     for ks in 0..K / 16 {
-        acc = mma(&FragA::from_packed(p, ks), &FragB::load_t(v, ks), acc);
+        acc = mma(&FragA::from_packed(p, ks), &b(ks), acc);
+    }
+    acc
+}
+
+/// `acc + aᵀ·bᵀ`: [`dot`] with `a` stored `[K, M]` (read with `ldmatrix.trans`).
+#[inline(always)]
+pub fn dot_ta<T: Elem, const M: usize, const N: usize, const K: usize, const TH: usize, const WG: bool>(
+    a: &Shared<T, K, M, TH>,
+    b: &Shared<T, N, K, TH>,
+    acc: Acc<M, N, TH, WG>,
+) -> Acc<M, N, TH, WG>
+where
+    [(); acc_len(M, N, TH)]:,
+{
+    shared_times::<T, M, N, K, TH, WG>(acc, |ks| FragA::load_t(a, ks), b)
+}
+
+/// The loop of [`dot`] and [`dot_ta`]: `acc + A·bᵀ` for the left operand's k-slice `ks` as `a(ks)`.
+#[inline(always)]
+fn shared_times<T: Elem, const M: usize, const N: usize, const K: usize, const TH: usize, const WG: bool>(
+    acc: Acc<M, N, TH, WG>,
+    a: impl Fn(usize) -> FragA<T, M, TH, WG>,
+    b: &Shared<T, N, K, TH>,
+) -> Acc<M, N, TH, WG>
+where
+    [(); acc_len(M, N, TH)]:,
+{
+    let () = MmaShape::<M, N, K, TH, WG>::OK;
+    let mut acc = acc;
+    for ks in 0..K / 16 {
+        acc = mma(&a(ks), &FragB::load(b, ks), acc);
     }
     acc
 }
@@ -1121,6 +1177,55 @@ pub fn store_acc_staged_with<T: Elem, const M: usize, const N: usize, const TH: 
             }
         }
         chunk += 4 * step;
+    }
+}
+
+impl<const M: usize, const N: usize, const TH: usize, const WG: bool> Acc<M, N, TH, WG>
+where
+    [(); acc_len(M, N, TH)]:,
+{
+    /// The block as a register tile (the standard tile layout, f32), through
+    /// `4·M·N` bytes of shared memory at `scratch`: for work the fragments'
+    /// layout cannot do, such as a row-by-row solve ([`Tile::row`]). Both
+    /// barriers are inside, and one before the scratch is written.
+    #[inline(always)]
+    pub fn to_tile(&self, scratch: usize) -> Tile<f32, M, N, TH>
+    where
+        [(); len(M, N, TH)]:,
+    {
+        let () = Staged::<M, N, TH>::OK;
+        sync();
+        #[cfg(target_arch = "nvptx64")]
+        let base = rustile_device::smem_addr(rustile_device::dyn_smem::<u8>()) + (TH * 4 + scratch) as u32;
+        #[cfg(not(target_arch = "nvptx64"))]
+        let base = be::smem_at(TH * 4 + scratch, M * N * 4) as *mut f32;
+        for e in (0..self.v.len()).step_by(2) {
+            let (r, c) = acc_pos::<M, N, TH, WG>(e);
+            #[cfg(target_arch = "nvptx64")]
+            unsafe {
+                rustile_device::st_shared_v2(base + (4 * staged_at(r, c, N)) as u32, [self.v[e].to_bits(), self.v[e + 1].to_bits()])
+            };
+            #[cfg(not(target_arch = "nvptx64"))]
+            unsafe {
+                (*base.add(staged_at(r, c, N)), *base.add(staged_at(r, c + 1, N))) = (self.v[e], self.v[e + 1]);
+            }
+        }
+        sync();
+        // A tile holds whole chunks: two 16-byte reads each.
+        let w = be::held_cols(N, TH);
+        let mut v = [0.0f32; len(M, N, TH)];
+        for e in (0..v.len()).step_by(V) {
+            let (r, c) = (be::tile_row::<N, TH>(e / w), be::tile_col::<N, TH>(e % w));
+            for half in 0..2 {
+                #[cfg(target_arch = "nvptx64")]
+                let x = unsafe { rustile_device::ld_shared_v4(base + (4 * staged_at(r, c + 4 * half, N)) as u32) }.map(f32::from_bits);
+                #[cfg(not(target_arch = "nvptx64"))]
+                let x: [f32; 4] = core::array::from_fn(|i| unsafe { *base.add(staged_at(r, c + 4 * half + i, N)) });
+                v[e + 4 * half..e + 4 * half + 4].copy_from_slice(&x);
+            }
+        }
+        sync();
+        Tile { v }
     }
 }
 

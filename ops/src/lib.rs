@@ -52,6 +52,7 @@ macro_rules! row_kernel {
 
 pub mod adamw;
 pub mod attention;
+pub mod delta_rule;
 pub mod dual_gemm;
 pub mod gemm;
 pub mod gemm_fp8;

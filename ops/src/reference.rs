@@ -270,3 +270,35 @@ pub fn trimul_at(x: &[f64], mask: Option<&[f64]>, p: &crate::trimul::Params<&[f6
     }
     out
 }
+
+/// The delta rule's recurrence ([`crate::delta_rule`]), token by token, for
+/// sequences given as `(first token, length)` of `[.., heads, 64]` rows:
+/// the outputs (laid out like `q`) and each sequence's final state
+/// (`[seqs, heads, 64, 64]`, `S[k][v]`), from `initial` states (zeros if `None`).
+pub fn delta_rule(q: &[f64], k: &[f64], v: &[f64], beta: &[f64], seqs: &[(usize, usize)], heads: usize, initial: Option<&[f64]>) -> (Vec<f64>, Vec<f64>) {
+    const D: usize = crate::delta_rule::D;
+    let mut o = vec![0.0; q.len()];
+    let mut states = initial.map_or_else(|| vec![0.0; seqs.len() * heads * D * D], |s| s.to_vec());
+    for (si, &(first, len)) in seqs.iter().enumerate() {
+        for h in 0..heads {
+            let s = &mut states[(si * heads + h) * D * D..][..D * D];
+            for t in first..first + len {
+                let at = (t * heads + h) * D;
+                let (kt, vt, qt) = (&k[at..at + D], &v[at..at + D], &q[at..at + D]);
+                let lambda: f64 = kt.iter().map(|x| x * x).sum();
+                let alpha = -(-beta[h] * lambda).exp_m1() / (lambda + 1e-8);
+                for j in 0..D {
+                    let predicted: f64 = (0..D).map(|i| s[i * D + j] * kt[i]).sum();
+                    let step = alpha * (vt[j] - predicted);
+                    for i in 0..D {
+                        s[i * D + j] += step * kt[i];
+                    }
+                }
+                for j in 0..D {
+                    o[at + j] = (0..D).map(|i| s[i * D + j] * qt[i]).sum();
+                }
+            }
+        }
+    }
+    (o, states)
+}

@@ -365,3 +365,78 @@ pub fn check_attention_fp8(gpu: &rustile_host::Gpu, dims: crate::attention::Dims
 /// random sign each, so `o` by about that over the root of the keys that
 /// count, and the bf16 output rounding adds 2^-9.
 pub const FP8_P_TOL: f64 = 0.04;
+
+/// A delta-rule problem ([`crate::delta_rule`]) with fresh random inputs:
+/// `lens` sequences (a batch of equal ones, or packed when `varlen`),
+/// `heads` heads, q and v standard normal, each key a random direction of
+/// squared norm `lambda(rng)`, β uniform in [0.2, 2], and a random initial
+/// state if `initial`.
+pub struct DeltaRuleCase {
+    pub lens: Vec<usize>,
+    pub varlen: bool,
+    pub heads: usize,
+    pub q: Vec<rustile::bf16>,
+    pub k: Vec<rustile::bf16>,
+    pub v: Vec<rustile::bf16>,
+    pub beta: Vec<f32>,
+    pub initial: Option<Vec<f32>>,
+}
+
+impl DeltaRuleCase {
+    pub fn new(rng: &mut StdRng, lens: &[usize], varlen: bool, heads: usize, lambda: impl Fn(&mut StdRng) -> f32, initial: bool) -> Self {
+        const D: usize = crate::delta_rule::D;
+        assert!(varlen || lens.iter().all(|&n| n == lens[0]), "a fixed-length batch has sequences of one length");
+        let rows = lens.iter().sum::<usize>() * heads;
+        let mut k = Vec::with_capacity(rows * D);
+        for _ in 0..rows {
+            let z: Vec<f32> = (0..D).map(|_| standard_normal(rng)).collect();
+            let scale = lambda(rng).sqrt() / z.iter().map(|x| x * x).sum::<f32>().sqrt();
+            k.extend(z.iter().map(|x| rustile::bf16::from_f32(x * scale)));
+        }
+        let beta = (0..heads).map(|_| rng.gen_range(0.2..2.0)).collect();
+        let initial = initial.then(|| (0..lens.len() * heads * D * D).map(|_| 0.1 * standard_normal(rng)).collect());
+        DeltaRuleCase { lens: lens.to_vec(), varlen, heads, q: normal(rng, rows * D, 0.0, 1.0), k, v: normal(rng, rows * D, 0.0, 1.0), beta, initial }
+    }
+
+    /// `[batch, tokens, heads, 64]` of the inputs.
+    pub fn shape(&self) -> [usize; 4] {
+        let d = crate::delta_rule::D;
+        if self.varlen { [1, self.lens.iter().sum(), self.heads, d] } else { [self.lens.len(), self.lens[0], self.heads, d] }
+    }
+
+    /// The float64 recurrence on exactly these inputs: outputs and final states.
+    pub fn want(&self) -> (Vec<f64>, Vec<f64>) {
+        let firsts = self.lens.iter().scan(0, |at, &n| {
+            *at += n;
+            Some(*at - n)
+        });
+        let seqs: Vec<(usize, usize)> = firsts.zip(self.lens.iter().copied()).collect();
+        let beta: Vec<f64> = self.beta.iter().map(|&b| b as f64).collect();
+        let initial = self.initial.as_ref().map(|s| wide(s));
+        crate::reference::delta_rule(&wide(&self.q), &wide(&self.k), &wide(&self.v), &beta, &seqs, self.heads, initial.as_deref())
+    }
+
+    /// Runs [`crate::delta_rule::delta_rule`] on `gpu` (the chunked form, or
+    /// the recurrence): `o` and the final states, downloaded.
+    pub fn run(&self, gpu: &rustile_host::Gpu, recurrent: bool) -> rustile_host::Result<(Vec<rustile::bf16>, Vec<f32>)> {
+        use crate::delta_rule::{delta_rule, DeltaRule, VarLens, D};
+        let shape = self.shape();
+        let [q, k, v] = [&self.q, &self.k, &self.v].map(|x| gpu.upload(x, &shape));
+        let (q, k, v) = (q?, k?, v?);
+        let beta = gpu.upload(&self.beta, &[self.heads])?;
+        let state_shape = [self.lens.len(), self.heads, D, D];
+        let initial = self.initial.as_ref().map(|s| gpu.upload(s, &state_shape)).transpose()?;
+        let varlen = if self.varlen { Some(VarLens::new(gpu, &self.lens)?) } else { None };
+        let mut o = gpu.upload(&poisoned::<rustile::bf16>(q.numel()), &shape)?;
+        let mut state = gpu.upload(&poisoned::<f32>(state_shape.iter().product()), &state_shape)?;
+        let opt = DeltaRule { initial: initial.as_ref(), varlen: varlen.as_ref(), recurrent };
+        delta_rule(gpu, &q, &k, &v, &beta, &mut o, Some(&mut state), opt)?;
+        Ok((gpu.download(&o)?, gpu.download(&state)?))
+    }
+
+    /// Relative errors (‖·‖ over ‖reference‖) of `o` and of the final states.
+    pub fn errors(&self, gpu: &rustile_host::Gpu, recurrent: bool) -> rustile_host::Result<(f64, f64)> {
+        let ((o, state), (want_o, want_state)) = (self.run(gpu, recurrent)?, self.want());
+        Ok((rel_err(&o, &want_o), rel_err(&state, &want_state)))
+    }
+}

@@ -1,0 +1,138 @@
+//! Our side of the delta-rule benchmark ([`rustile_ops::delta_rule`]) at
+//! QuasarAttention's shape: one sequence, 8 heads of 64, `T` tokens.
+//!
+//! Each length is checked first (against the float64 recurrence up to 4096
+//! tokens, beyond that the chunked form against our recurrent kernel on the
+//! GPU, and no NaN or Inf), then timed: the chunked forward whole and per
+//! kernel, and the recurrent kernel. `torch_baselines.py` times FLA's
+//! `chunk_delta_rule` and `fused_recurrent_delta_rule` at the same lengths
+//! on the rescaled inputs that make them compute the same function (rows
+//! join by op `delta_rule` and shape `1xTx8x64`), and checks FLA's output
+//! against ours on the inputs [`write_check`] leaves for it. The floor is
+//! the bytes of q, k, v and o over the measured copy bandwidth.
+use std::path::Path;
+
+use crate::harness::{measure, MeasureCfg, Row, RUSTILE};
+use rustile::{bf16, Elem};
+use rustile_host::{Error, Gpu, Result, Tensor};
+use rustile_ops::delta_rule::{delta_rule_chunk_kernel, delta_rule_in, delta_rule_scan_kernel, DeltaRule, Workspace, D};
+use rustile_ops::testing::{rel_err, rng, wide, DeltaRuleCase};
+
+/// QuasarAttention's heads.
+pub const HEADS: usize = 8;
+/// The seed's lengths.
+pub const TOKENS: &[usize] = &[4096, 16_384, 65_536, 100_000, 500_000, 1_000_000];
+/// Random tokens drawn per run; longer inputs repeat them (drawing a
+/// million tokens of three tensors on the host would take longer than
+/// the whole bench, and repeats change nothing for a scan).
+const DRAWN: usize = 65_536;
+/// The recurrent kernel is timed up to this length (it walks every token in turn).
+const RECURRENT_UP_TO: usize = 65_536;
+
+fn shape(t: usize) -> [usize; 4] {
+    [1, t, HEADS, D]
+}
+
+/// The lengths for `torch_baselines.py --delta`, comma-separated.
+pub fn spec(tokens: &[usize]) -> String {
+    tokens.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(",")
+}
+
+/// Bytes any implementation moves at least: q, k, v read, o written (bf16).
+pub fn bytes(t: usize) -> f64 {
+    4.0 * (t * HEADS * D * 2) as f64
+}
+
+/// `x` repeated to `n` elements.
+fn repeat<T: Copy>(x: &[T], n: usize) -> Vec<T> {
+    x.iter().copied().cycle().take(n).collect()
+}
+
+/// Checks and times the delta rule at `tokens`; `copy_gb_s` is the measured
+/// copy bandwidth. Writes FLA's check inputs (4096 tokens) into `check_dir`.
+pub fn bench_delta_rule(gpu: &Gpu, cfg: &MeasureCfg, copy_gb_s: f64, tokens: &[usize], check_dir: Option<&Path>) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    let (mut rng, seed) = rng();
+    let drawn = DeltaRuleCase::new(&mut rng, &[DRAWN], false, HEADS, |_| 1.0, false);
+    if let Some(dir) = check_dir {
+        write_check(gpu, &drawn, dir)?;
+    }
+    let beta = gpu.upload(&drawn.beta, &[HEADS])?;
+    eprintln!("delta_rule: B = 1, {HEADS} heads of {D}; floor = bytes of q, k, v, o / {copy_gb_s:.0} GB/s (seed {seed})");
+    for &t in tokens {
+        let n = t * HEADS * D;
+        let up = |x: &[bf16]| gpu.upload(&repeat(x, n), &shape(t));
+        let (q, k, v) = (up(&drawn.q)?, up(&drawn.k)?, up(&drawn.v)?);
+        let mut o = gpu.alloc::<bf16>(&shape(t))?;
+        let mut ws = Workspace::new(gpu, &shape(t))?;
+        let mut state = gpu.alloc::<f32>(&[1, HEADS, D, D])?;
+        let mut run = |o: &mut Tensor<bf16>, state: &mut Tensor<f32>, recurrent: bool| {
+            delta_rule_in(gpu, &mut ws, &q, &k, &v, &beta, o, Some(state), DeltaRule { recurrent, ..DeltaRule::default() })
+        };
+        run(&mut o, &mut state, false)?;
+        let (got, got_state) = (gpu.download(&o)?, gpu.download(&state)?);
+        let finite = got.iter().all(|x| x.to_f32().is_finite()) && got_state.iter().all(|x| x.is_finite());
+        // The check: float64 where it is quick, else our recurrence.
+        let (what, err) = if t <= 4096 {
+            let cut = |x: &[bf16]| x[..n].to_vec();
+            let case = DeltaRuleCase { lens: vec![t], varlen: false, heads: HEADS, q: cut(&drawn.q), k: cut(&drawn.k), v: cut(&drawn.v), beta: drawn.beta.clone(), initial: None };
+            ("float64", rel_err(&got, &case.want().0))
+        } else {
+            let mut o_rec = gpu.alloc::<bf16>(&shape(t))?;
+            let mut s_rec = gpu.alloc::<f32>(&[1, HEADS, D, D])?;
+            run(&mut o_rec, &mut s_rec, true)?;
+            ("our recurrence", rel_err(&got, &wide(&gpu.download(&o_rec)?)))
+        };
+        eprintln!("delta_rule T = {t}: o against {what}: rel err {err:.2e}; finite: {finite}");
+        if !finite || err > 1e-2 {
+            return Err(Error::Launch { kernel: "delta_rule".into(), msg: format!("wrong result at T = {t}: rel err {err:.2e} against {what}, finite {finite} (seed {seed})") });
+        }
+
+        let whole = measure(gpu, cfg, || run(&mut o, &mut state, false))?;
+        // The two launches on their own (fixed length, no states: flags 0).
+        let (cu, s_in, mut s_out) = (gpu.upload(&[0u32], &[1])?, gpu.alloc::<f32>(&[1])?, gpu.alloc::<f32>(&[1])?);
+        let mut tri = gpu.alloc::<bf16>(&shape(t))?;
+        let solve = measure(gpu, cfg, || delta_rule_chunk_kernel::launch(gpu, 0, &k, &beta, &cu, &mut tri, t, t, 1, HEADS, 0))?;
+        let scan = measure(gpu, cfg, || delta_rule_scan_kernel::launch(gpu, 0, &q, &k, &v, &tri, &cu, &s_in, &mut o, &mut s_out, t, 1, HEADS, 0))?;
+        let floor_ms = bytes(t) / (copy_gb_s * 1e9) * 1e3;
+        let ms = whole.median_ms;
+        eprintln!(
+            "  chunked {ms:.3} ms ({:.2} M tokens/s): solve {:.3}, scan {:.3}; floor {floor_ms:.3} ms ({:.1} % of ours); peak {:.2} GB (q, k, v, o, Tα)",
+            t as f64 / ms / 1e3,
+            solve.median_ms,
+            scan.median_ms,
+            100.0 * floor_ms / ms,
+            5.0 * bytes(t) / 4.0 / 1e9,
+        );
+        rows.push(Row::new("delta_rule", &shape(t), bf16::NAME, RUSTILE, whole).bytes(bytes(t)));
+        rows.push(Row::new("delta_rule.solve", &shape(t), bf16::NAME, RUSTILE, solve));
+        rows.push(Row::new("delta_rule.scan", &shape(t), bf16::NAME, RUSTILE, scan));
+        if t <= RECURRENT_UP_TO {
+            let rec = measure(gpu, &MeasureCfg { reps: cfg.reps.min(10), ..cfg.clone() }, || run(&mut o, &mut state, true))?;
+            eprintln!("  recurrent {:.3} ms ({:.2} M tokens/s)", rec.median_ms, t as f64 / rec.median_ms / 1e3);
+            rows.push(Row::new("delta_rule", &shape(t), bf16::NAME, &format!("{RUSTILE} recurrent"), rec).bytes(bytes(t)));
+        }
+    }
+    Ok(rows)
+}
+
+/// Leaves 4096 tokens of the drawn inputs and our outputs in `dir` for
+/// `torch_baselines.py` to run FLA on and compare: `q`, `k`, `v`, `o`
+/// (bf16, `[1, 4096, 8, 64]`) and `beta` (f32, `[8]`), raw little-endian.
+pub fn write_check(gpu: &Gpu, drawn: &DeltaRuleCase, dir: &Path) -> Result<()> {
+    const T: usize = 4096;
+    let n = T * HEADS * D;
+    let up = |x: &[bf16]| gpu.upload(&x[..n], &shape(T));
+    let (q, k, v) = (up(&drawn.q)?, up(&drawn.k)?, up(&drawn.v)?);
+    let beta = gpu.upload(&drawn.beta, &[HEADS])?;
+    let mut o = gpu.alloc::<bf16>(&shape(T))?;
+    rustile_ops::delta_rule::delta_rule(gpu, &q, &k, &v, &beta, &mut o, None, DeltaRule::default())?;
+    let io = |e: std::io::Error| Error::Invalid(format!("writing the delta-rule check files in {}: {e}", dir.display()));
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let bf = |x: &[bf16]| x.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect::<Vec<u8>>();
+    for (name, data) in [("q", bf(&drawn.q[..n])), ("k", bf(&drawn.k[..n])), ("v", bf(&drawn.v[..n])), ("o", bf(&gpu.download(&o)?))] {
+        std::fs::write(dir.join(format!("{name}.bf16")), data).map_err(io)?;
+    }
+    std::fs::write(dir.join("beta.f32"), drawn.beta.iter().flat_map(|b| b.to_le_bytes()).collect::<Vec<u8>>()).map_err(io)?;
+    Ok(())
+}

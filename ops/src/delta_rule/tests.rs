@@ -1,0 +1,88 @@
+//! CPU-interpreter checks of the delta rule against the float64 recurrence
+//! (`reference::delta_rule`) on the same bf16 inputs: both forms, odd
+//! lengths (not multiples of the chunk), packed sequences, an initial
+//! state, keys from tiny to huge, and the argument errors.
+use super::*;
+use crate::testing::*;
+use rand::Rng;
+use rustile_host::Gpu;
+
+/// Relative tolerances of `o` and the final state. `o` is stored in bf16
+/// (its rounding alone is about 1.6e-3); the recurrence is f32 otherwise,
+/// the chunked form's products take bf16 operands (Tα, S and U' rounded).
+const RECURRENT_TOL: [f64; 2] = [4e-3, 1e-4];
+const CHUNKED_TOL: [f64; 2] = [2e-2, 2e-2];
+
+fn check(lens: &[usize], varlen: bool, heads: usize, initial: bool, lambda: impl Fn(&mut rand::rngs::StdRng) -> f32, recurrent: bool) {
+    let (mut rng, seed) = rng();
+    let case = DeltaRuleCase::new(&mut rng, lens, varlen, heads, lambda, initial);
+    let (o, state) = case.errors(&Gpu::interpreter(), recurrent).unwrap();
+    let tol = if recurrent { RECURRENT_TOL } else { CHUNKED_TOL };
+    let ctx = format!("delta_rule lens {lens:?} varlen={varlen} heads={heads} initial={initial} recurrent={recurrent} (seed {seed})");
+    assert!(o < tol[0] && state < tol[1], "{ctx}: o off by {o:.2e}, final state by {state:.2e} (tolerances {tol:?})");
+    eprintln!("{ctx}: o {o:.2e}, state {state:.2e}");
+}
+
+/// Keys of squared norm about 1 (the bf16 normal draw's).
+fn unit(_: &mut rand::rngs::StdRng) -> f32 {
+    1.0
+}
+
+/// Squared norms log-uniform from 1e-4 to 1e3.
+fn tiny_to_huge(rng: &mut rand::rngs::StdRng) -> f32 {
+    10f32.powf(rng.gen_range(-4.0..3.0))
+}
+
+#[test]
+fn chunked_matches_float64_at_odd_lengths() {
+    for n in [1, 7, 63, 65, 200] {
+        check(&[n, n], false, 2, false, unit, false);
+    }
+}
+
+#[test]
+fn chunked_with_initial_state_and_packed_sequences() {
+    check(&[130, 130], false, 1, true, unit, false);
+    check(&[1, 7, 65, 129], true, 2, true, unit, false);
+}
+
+#[test]
+fn chunked_keys_from_tiny_to_huge() {
+    check(&[257], false, 2, true, tiny_to_huge, false);
+}
+
+#[test]
+fn recurrent_matches_float64() {
+    check(&[1, 1], false, 1, false, unit, true);
+    check(&[70, 70], false, 2, true, tiny_to_huge, true);
+    check(&[7, 65, 3], true, 1, true, unit, true);
+}
+
+#[test]
+fn refuses_bad_arguments() {
+    let gpu = Gpu::interpreter();
+    let shape = [1, 5, 2, D];
+    let n: usize = shape.iter().product();
+    let t = |s: &[usize]| gpu.upload(&vec![rustile::bf16::from_f32(0.5); s.iter().product()], s).unwrap();
+    let (q, beta) = (t(&shape), gpu.upload(&[1.0f32, 1.0], &[2]).unwrap());
+    let mut o = t(&shape);
+    let err = |r: rustile_host::Result<()>| r.unwrap_err().to_string();
+    let opt = DeltaRule::default();
+
+    let wide = t(&[1, 5, 2, 128]);
+    let mut o_wide = t(&[1, 5, 2, 128]);
+    assert!(err(delta_rule(&gpu, &wide, &wide, &wide, &beta, &mut o_wide, None, opt)).contains("head dim must be 64"));
+    let short = t(&[1, 4, 2, D]);
+    assert!(err(delta_rule(&gpu, &q, &short, &q, &beta, &mut o, None, opt)).contains("k has shape"));
+    let beta3 = gpu.upload(&[1.0f32; 3], &[3]).unwrap();
+    assert!(err(delta_rule(&gpu, &q, &q, &q, &beta3, &mut o, None, opt)).contains("beta has shape"));
+    let mut bad_state = gpu.upload(&vec![0.0f32; 2 * D * (D - 1)], &[1, 2, D, D - 1]).unwrap();
+    assert!(err(delta_rule(&gpu, &q, &q, &q, &beta, &mut o, Some(&mut bad_state), opt)).contains("final state has shape"));
+    let lens = VarLens::new(&gpu, &[2, 2]).unwrap();
+    let packed = DeltaRule { varlen: Some(&lens), ..opt };
+    assert!(err(delta_rule(&gpu, &q, &q, &q, &beta, &mut o, None, packed)).contains("packed sequences of 4 tokens"));
+    let q16 = gpu.upload(&vec![rustile::f16::from_f32(0.5); n], &shape).unwrap();
+    let mut o16 = gpu.upload(&vec![rustile::f16::from_f32(0.5); n], &shape).unwrap();
+    assert!(err(delta_rule(&gpu, &q16, &q16, &q16, &beta, &mut o16, None, opt)).contains("must be bf16"));
+    assert!(VarLens::new(&gpu, &[]).is_err());
+}
