@@ -861,11 +861,12 @@ fn trimul_matches_float64() {
     }
 }
 
-/// `ops::delta_rule` on the GPU against the float64 recurrence, both forms:
-/// odd lengths (1 to 4097, none a multiple of the chunk), packed sequences,
-/// an initial state, keys of squared norm from 1e-4 to 1e3; then at 65,536
-/// tokens the chunked form against the recurrent one (the float64
-/// reference would take minutes), and no NaN or Inf anywhere.
+/// `ops::delta_rule` on the GPU against the float64 recurrence, both forms
+/// (the chunked one also cut into 3 segments): odd lengths (1 to 4097, none
+/// a multiple of the chunk), packed sequences, an initial state, keys of
+/// squared norm from 1e-4 to 1e3; then at 65,536 tokens the chunked form
+/// (its default segments) against the recurrent one (the float64 reference
+/// would take minutes), and no NaN or Inf anywhere.
 #[test]
 #[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
 fn delta_rule_matches_float64() {
@@ -885,9 +886,11 @@ fn delta_rule_matches_float64() {
     for (lens, varlen, heads, initial, extreme) in cases {
         let (mut rng, seed) = rng();
         let case = if extreme { DeltaRuleCase::new(&mut rng, lens, varlen, heads, tiny_to_huge, initial) } else { DeltaRuleCase::new(&mut rng, lens, varlen, heads, unit, initial) };
-        for (recurrent, tol) in [(false, [1e-2, 1e-2]), (true, [4e-3, 1e-4])] {
-            let (o, state) = case.errors(&gpu, recurrent).unwrap();
-            let ctx = format!("delta_rule lens {lens:?} varlen={varlen} heads={heads} initial={initial} tiny-to-huge keys={extreme} recurrent={recurrent} (seed {seed})");
+        for (recurrent, segments, tol) in [(false, None, [1e-2, 1e-2]), (false, Some(3), [1e-2, 1e-2]), (true, None, [4e-3, 1e-4])] {
+            let (o, state) = case.errors(&gpu, recurrent, segments).unwrap();
+            let ctx = format!(
+                "delta_rule lens {lens:?} varlen={varlen} heads={heads} initial={initial} tiny-to-huge keys={extreme} recurrent={recurrent} segments {segments:?} (seed {seed})"
+            );
             assert!(o < tol[0] && state < tol[1], "{ctx}: o off by {o:.2e}, final state by {state:.2e} (tolerances {tol:?})");
             eprintln!("{ctx}: o {o:.2e}, state {state:.2e}");
         }
@@ -895,7 +898,7 @@ fn delta_rule_matches_float64() {
     // Long: the chunked form against the recurrence (both here, on the GPU).
     let (mut rng, seed) = rng();
     let case = DeltaRuleCase::new(&mut rng, &[65536], false, 2, unit, true);
-    let ((o, state), (o_rec, state_rec)) = (case.run(&gpu, false).unwrap(), case.run(&gpu, true).unwrap());
+    let ((o, state), (o_rec, state_rec)) = (case.run(&gpu, false, None).unwrap(), case.run(&gpu, true, None).unwrap());
     let finite = o.iter().all(|x| x.to_f32().is_finite()) && state.iter().all(|x| x.is_finite());
     let (eo, es) = (testing::rel_err(&o, &testing::wide(&o_rec)), testing::rel_err(&state, &testing::wide(&state_rec)));
     eprintln!("delta_rule 65536 tokens, chunked against recurrent: o {eo:.2e}, state {es:.2e} (seed {seed})");

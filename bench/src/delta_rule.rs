@@ -15,7 +15,7 @@ use std::path::Path;
 use crate::harness::{measure, MeasureCfg, Row, RUSTILE};
 use rustile::{bf16, Elem};
 use rustile_host::{Error, Gpu, Result, Tensor};
-use rustile_ops::delta_rule::{delta_rule_chunk_kernel, delta_rule_in, delta_rule_scan_kernel, DeltaRule, Workspace, D};
+use rustile_ops::delta_rule::{delta_rule_in, segments_for, DeltaRule, Workspace, CHUNK, D};
 use rustile_ops::testing::{rel_err, rng, wide, DeltaRuleCase};
 
 /// QuasarAttention's heads.
@@ -50,7 +50,9 @@ fn repeat<T: Copy>(x: &[T], n: usize) -> Vec<T> {
 
 /// Checks and times the delta rule at `tokens`; `copy_gb_s` is the measured
 /// copy bandwidth. Writes FLA's check inputs (4096 tokens) into `check_dir`.
-pub fn bench_delta_rule(gpu: &Gpu, cfg: &MeasureCfg, copy_gb_s: f64, tokens: &[usize], check_dir: Option<&Path>) -> Result<Vec<Row>> {
+/// With `sweep`, also times the chunked form at other segment counts (rows
+/// `rustile seg=N`): where cutting a sequence pays.
+pub fn bench_delta_rule(gpu: &Gpu, cfg: &MeasureCfg, copy_gb_s: f64, tokens: &[usize], check_dir: Option<&Path>, sweep: bool) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     let (mut rng, seed) = rng();
     let drawn = DeltaRuleCase::new(&mut rng, &[DRAWN], false, HEADS, |_| 1.0, false);
@@ -66,10 +68,10 @@ pub fn bench_delta_rule(gpu: &Gpu, cfg: &MeasureCfg, copy_gb_s: f64, tokens: &[u
         let mut o = gpu.alloc::<bf16>(&shape(t))?;
         let mut ws = Workspace::new(gpu, &shape(t))?;
         let mut state = gpu.alloc::<f32>(&[1, HEADS, D, D])?;
-        let mut run = |o: &mut Tensor<bf16>, state: &mut Tensor<f32>, recurrent: bool| {
-            delta_rule_in(gpu, &mut ws, &q, &k, &v, &beta, o, Some(state), DeltaRule { recurrent, ..DeltaRule::default() })
+        let mut run_with = |o: &mut Tensor<bf16>, state: &mut Tensor<f32>, recurrent: bool, segments: Option<usize>| {
+            delta_rule_in(gpu, &mut ws, &q, &k, &v, &beta, o, Some(state), DeltaRule { recurrent, segments, ..DeltaRule::default() })
         };
-        run(&mut o, &mut state, false)?;
+        run_with(&mut o, &mut state, false, None)?;
         let (got, got_state) = (gpu.download(&o)?, gpu.download(&state)?);
         let finite = got.iter().all(|x| x.to_f32().is_finite()) && got_state.iter().all(|x| x.is_finite());
         // The check: float64 where it is quick, else our recurrence.
@@ -80,7 +82,7 @@ pub fn bench_delta_rule(gpu: &Gpu, cfg: &MeasureCfg, copy_gb_s: f64, tokens: &[u
         } else {
             let mut o_rec = gpu.alloc::<bf16>(&shape(t))?;
             let mut s_rec = gpu.alloc::<f32>(&[1, HEADS, D, D])?;
-            run(&mut o_rec, &mut s_rec, true)?;
+            run_with(&mut o_rec, &mut s_rec, true, None)?;
             ("our recurrence", rel_err(&got, &wide(&gpu.download(&o_rec)?)))
         };
         eprintln!("delta_rule T = {t}: o against {what}: rel err {err:.2e}; finite: {finite}");
@@ -88,27 +90,32 @@ pub fn bench_delta_rule(gpu: &Gpu, cfg: &MeasureCfg, copy_gb_s: f64, tokens: &[u
             return Err(Error::Launch { kernel: "delta_rule".into(), msg: format!("wrong result at T = {t}: rel err {err:.2e} against {what}, finite {finite} (seed {seed})") });
         }
 
-        let whole = measure(gpu, cfg, || run(&mut o, &mut state, false))?;
-        // The two launches on their own (fixed length, no states: flags 0).
-        let (cu, s_in, mut s_out) = (gpu.upload(&[0u32], &[1])?, gpu.alloc::<f32>(&[1])?, gpu.alloc::<f32>(&[1])?);
-        let mut tri = gpu.alloc::<bf16>(&shape(t))?;
-        let solve = measure(gpu, cfg, || delta_rule_chunk_kernel::launch(gpu, 0, &k, &beta, &cu, &mut tri, t, t, 1, HEADS, 0))?;
-        let scan = measure(gpu, cfg, || delta_rule_scan_kernel::launch(gpu, 0, &q, &k, &v, &tri, &cu, &s_in, &mut o, &mut s_out, t, 1, HEADS, 0))?;
+        let whole = measure(gpu, cfg, || run_with(&mut o, &mut state, false, None))?;
+        // Where the time goes: one call with every launch timed apart.
+        gpu.profile(true)?;
+        run_with(&mut o, &mut state, false, None)?;
+        let parts: Vec<String> = gpu.profile_report()?.iter().map(|(name, _, ms)| format!("{} {ms:.3}", name.split("_kernel").next().unwrap_or(name))).collect();
+        gpu.profile(false)?;
         let floor_ms = bytes(t) / (copy_gb_s * 1e9) * 1e3;
         let ms = whole.median_ms;
+        let segments = segments_for(gpu, HEADS, t.div_ceil(CHUNK));
         eprintln!(
-            "  chunked {ms:.3} ms ({:.2} M tokens/s): solve {:.3}, scan {:.3}; floor {floor_ms:.3} ms ({:.1} % of ours); peak {:.2} GB (q, k, v, o, Tα)",
+            "  chunked {ms:.3} ms ({:.2} M tokens/s), {segments} segments a head; by kernel (ms): {}; floor {floor_ms:.3} ms ({:.1} % of ours); peak {:.2} GB (q, k, v, o, Tα)",
             t as f64 / ms / 1e3,
-            solve.median_ms,
-            scan.median_ms,
+            parts.join(", "),
             100.0 * floor_ms / ms,
             5.0 * bytes(t) / 4.0 / 1e9,
         );
         rows.push(Row::new("delta_rule", &shape(t), bf16::NAME, RUSTILE, whole).bytes(bytes(t)));
-        rows.push(Row::new("delta_rule.solve", &shape(t), bf16::NAME, RUSTILE, solve));
-        rows.push(Row::new("delta_rule.scan", &shape(t), bf16::NAME, RUSTILE, scan));
+        if sweep {
+            for n in [1, 4, 16, 32, 64, 128, 256, 512].into_iter().filter(|&n| n != segments && n <= t.div_ceil(CHUNK)) {
+                let stats = measure(gpu, cfg, || run_with(&mut o, &mut state, false, Some(n)))?;
+                eprintln!("  {n} segments: {:.3} ms", stats.median_ms);
+                rows.push(Row::new("delta_rule", &shape(t), bf16::NAME, &format!("{RUSTILE} seg={n}"), stats).bytes(bytes(t)));
+            }
+        }
         if t <= RECURRENT_UP_TO {
-            let rec = measure(gpu, &MeasureCfg { reps: cfg.reps.min(10), ..cfg.clone() }, || run(&mut o, &mut state, true))?;
+            let rec = measure(gpu, &MeasureCfg { reps: cfg.reps.min(10), ..cfg.clone() }, || run_with(&mut o, &mut state, true, None))?;
             eprintln!("  recurrent {:.3} ms ({:.2} M tokens/s)", rec.median_ms, t as f64 / rec.median_ms / 1e3);
             rows.push(Row::new("delta_rule", &shape(t), bf16::NAME, &format!("{RUSTILE} recurrent"), rec).bytes(bytes(t)));
         }

@@ -186,7 +186,7 @@ fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes, shapes: &[[usize; 3]], attn_
         } else if op == "trimul" {
             report.rows.extend(trimul::bench_trimul(gpu, &cfg, copy, args.sweep)?);
         } else if op == "delta_rule" {
-            report.rows.extend(delta_rule::bench_delta_rule(gpu, &cfg, copy, &args.tokens, Some(&delta_check_dir()))?);
+            report.rows.extend(delta_rule::bench_delta_rule(gpu, &cfg, copy, &args.tokens, Some(&delta_check_dir()), args.sweep)?);
         } else {
             report.rows.extend(ops::bench_op(gpu, &cfg, op, sizes, args.sweep)?);
         }

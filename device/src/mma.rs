@@ -20,6 +20,12 @@ pub unsafe fn st_shared_v4(addr: u32, x: [u32; 4]) {
     }
 }
 
+/// `st.shared.b32`: one 32-bit word at a shared address.
+#[inline(always)]
+pub unsafe fn st_shared_b32(addr: u32, x: u32) {
+    unsafe { asm!("st.shared.b32 [{a}], {x};", a = in(reg32) addr, x = in(reg32) x, options(nostack)) };
+}
+
 /// Writes 8 bytes at shared address `addr` (8-aligned).
 #[inline(always)]
 pub unsafe fn st_shared_v2(addr: u32, x: [u32; 2]) {

@@ -383,6 +383,7 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
                 pub type OnlineSoftmax<const R: usize, const C: usize> = ::rustile::OnlineSoftmax<R, C, THREADS>;
                 pub type Acc<const M: usize, const N: usize> = ::rustile::Acc<M, N, THREADS>;
                 pub type Shared<T, const R: usize, const C: usize> = ::rustile::Shared<T, R, C, THREADS>;
+                pub type SharedF32<const R: usize, const C: usize> = ::rustile::SharedF32<R, C, THREADS>;
                 #(#bodies)*
                 #(#entries)*
             }

@@ -46,13 +46,14 @@ mod ptr;
 mod softmax;
 mod tile;
 pub mod tma;
+pub mod tri;
 pub mod wgmma;
 
 pub use backend::{num_programs, program_id};
 pub use elem::{bf16, f16, Elem, Kind, F8E4M3, F8E5M2};
 pub use ptr::{AsRaw, BlockPtr, Fetched, Ptr, PtrMut};
 pub use rustile_macros::kernel;
-pub use mma::{commit_copies, dot, dot_acc, dot_packed, dot_ta, store_acc, store_acc_staged, store_acc_staged_with, store_acc_with, sync, sync_named, wait_copies, Acc, AccCols, AccRows, FragA, FragB, Packed, Shared, SharedVec};
+pub use mma::{commit_copies, dot, dot_acc, dot_packed, dot_ta, store_acc, store_acc_staged, store_acc_staged_with, store_acc_with, sync, sync_named, wait_copies, Acc, AccCols, AccRows, FragA, FragB, Packed, Shared, SharedF32, SharedVec};
 pub use softmax::{AccSoftmax, OnlineSoftmax};
 pub use tile::{len, load, load_or, store, Col, Row, Tile};
 
@@ -102,7 +103,7 @@ pub const fn grouped(pid: usize, rows: usize, cols: usize, group: usize) -> [usi
 pub mod prelude {
     pub use crate::{bf16, cdiv, dot, dot_acc, dot_packed, dot_ta, f16, grouped, kernel, load, load_or, math, num_programs, program_id, store, store_acc, store_acc_staged, store_acc_staged_with, store_acc_with, sync, sync_named, commit_copies, wait_copies};
     pub use crate::mma::mma;
-    pub use crate::{Acc, AccCols, AccRows, AccSoftmax, BlockPtr, Col, Elem, FragA, FragB, Kind, OnlineSoftmax, Ptr, PtrMut, Row, Shared, SharedVec, Tile, F8E4M3, F8E5M2};
+    pub use crate::{Acc, AccCols, AccRows, AccSoftmax, BlockPtr, Col, Elem, FragA, FragB, Kind, OnlineSoftmax, Ptr, PtrMut, Row, Shared, SharedF32, SharedVec, Tile, F8E4M3, F8E5M2};
 }
 
 /// Items the `#[kernel]` macro's expansion refers to; not for direct use.

@@ -189,6 +189,30 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
         });
     }
 
+    /// Writes an accumulator of this program, rounded to `T`, into this
+    /// shared tile (each thread its own pairs of neighbouring columns, one
+    /// 32-bit store each): an accumulator that becomes the operand of the
+    /// next product. Call `sync()` before other threads read it.
+    #[inline(always)]
+    pub fn store_acc<const WG: bool>(&self, acc: &Acc<R, C, TH, WG>)
+    where
+        [(); acc_len(R, C, TH)]:,
+    {
+        let () = Bits::<T>::SIXTEEN;
+        for e in (0..acc.v.len()).step_by(2) {
+            let (r, c) = acc_pos::<R, C, TH, WG>(e);
+            let pair = T::from_f32_pair(acc.v[e], acc.v[e + 1]);
+            #[cfg(target_arch = "nvptx64")]
+            unsafe {
+                rustile_device::st_shared_b32(self.chunk_addr(r, c) + ((c % V) * 2) as u32, core::mem::transmute_copy(&pair))
+            };
+            #[cfg(not(target_arch = "nvptx64"))]
+            unsafe {
+                (*self.base.add(r * C + c), *self.base.add(r * C + c + 1)) = (pair[0], pair[1]);
+            }
+        }
+    }
+
     /// Starts copying the block pointer's window into this tile, straight
     /// from global memory (`cp.async`; elements outside the tensor are zero).
     /// The copies join the current group: `commit_copies()` closes it,
@@ -1180,51 +1204,86 @@ pub fn store_acc_staged_with<T: Elem, const M: usize, const N: usize, const TH: 
     }
 }
 
-impl<const M: usize, const N: usize, const TH: usize, const WG: bool> Acc<M, N, TH, WG>
-where
-    [(); acc_len(M, N, TH)]:,
-{
-    /// The block as a register tile (the standard tile layout, f32), through
-    /// `4·M·N` bytes of shared memory at `scratch`: for work the fragments'
-    /// layout cannot do, such as a row-by-row solve ([`Tile::row`]). Both
-    /// barriers are inside, and one before the scratch is written.
+/// An `R×C` tile of f32 values in the program's shared memory: where an
+/// accumulator becomes a register tile (`store_acc`, `sync()`, `load`), and
+/// what a triangular solve works on ([`crate::tri`]). Rows are permuted as
+/// `store_acc_staged`'s scratch (no bank conflicts for either layout); `C`
+/// is 16 or a multiple of 32. Writes need a `sync()` before other threads read.
+#[derive(Clone, Copy)]
+pub struct SharedF32<const R: usize, const C: usize, const TH: usize> {
+    base: *mut f32,
+}
+
+impl<const R: usize, const C: usize, const TH: usize> SharedF32<R, C, TH> {
+    /// The tile at `byte_offset` of the program's shared memory (after the
+    /// reduction scratch; 16-byte aligned; the config's `SMEM` must cover it).
     #[inline(always)]
-    pub fn to_tile(&self, scratch: usize) -> Tile<f32, M, N, TH>
-    where
-        [(); len(M, N, TH)]:,
-    {
-        let () = Staged::<M, N, TH>::OK;
-        sync();
+    pub fn at(byte_offset: usize) -> Self {
+        let () = Staged::<R, C, TH>::OK;
         #[cfg(target_arch = "nvptx64")]
-        let base = rustile_device::smem_addr(rustile_device::dyn_smem::<u8>()) + (TH * 4 + scratch) as u32;
+        let base = unsafe { rustile_device::dyn_smem::<f32>().add((TH * 4 + byte_offset) / 4) };
         #[cfg(not(target_arch = "nvptx64"))]
-        let base = be::smem_at(TH * 4 + scratch, M * N * 4) as *mut f32;
-        for e in (0..self.v.len()).step_by(2) {
-            let (r, c) = acc_pos::<M, N, TH, WG>(e);
-            #[cfg(target_arch = "nvptx64")]
-            unsafe {
-                rustile_device::st_shared_v2(base + (4 * staged_at(r, c, N)) as u32, [self.v[e].to_bits(), self.v[e + 1].to_bits()])
-            };
-            #[cfg(not(target_arch = "nvptx64"))]
-            unsafe {
-                (*base.add(staged_at(r, c, N)), *base.add(staged_at(r, c + 1, N))) = (self.v[e], self.v[e + 1]);
-            }
+        let base = be::smem_at(TH * 4 + byte_offset, R * C * 4) as *mut f32;
+        SharedF32 { base }
+    }
+
+    #[inline(always)]
+    fn slot(&self, r: usize, c: usize) -> *mut f32 {
+        debug_assert!(r < R && c < C);
+        unsafe { self.base.add(staged_at(r, c, C)) }
+    }
+
+    /// Element `[r, c]`.
+    #[inline(always)]
+    pub fn get(&self, r: usize, c: usize) -> f32 {
+        unsafe { *self.slot(r, c) }
+    }
+
+    /// Writes element `[r, c]` (this thread's write; `sync()` before others read it).
+    #[inline(always)]
+    pub fn set(&self, r: usize, c: usize, x: f32) {
+        unsafe { *self.slot(r, c) = x }
+    }
+
+    /// Writes an accumulator's elements (each thread its own).
+    #[inline(always)]
+    pub fn store_acc<const WG: bool>(&self, acc: &Acc<R, C, TH, WG>)
+    where
+        [(); acc_len(R, C, TH)]:,
+    {
+        // Neighbouring columns (2i, 2i+1) are neighbours in every layout and in the scratch: one 8-byte store.
+        for e in (0..acc.v.len()).step_by(2) {
+            let (r, c) = acc_pos::<R, C, TH, WG>(e);
+            unsafe { *(self.slot(r, c) as *mut [f32; 2]) = [acc.v[e], acc.v[e + 1]] };
         }
-        sync();
-        // A tile holds whole chunks: two 16-byte reads each.
-        let w = be::held_cols(N, TH);
-        let mut v = [0.0f32; len(M, N, TH)];
-        for e in (0..v.len()).step_by(V) {
-            let (r, c) = (be::tile_row::<N, TH>(e / w), be::tile_col::<N, TH>(e % w));
-            for half in 0..2 {
-                #[cfg(target_arch = "nvptx64")]
-                let x = unsafe { rustile_device::ld_shared_v4(base + (4 * staged_at(r, c + 4 * half, N)) as u32) }.map(f32::from_bits);
-                #[cfg(not(target_arch = "nvptx64"))]
-                let x: [f32; 4] = core::array::from_fn(|i| unsafe { *base.add(staged_at(r, c + 4 * half + i, N)) });
-                v[e + 4 * half..e + 4 * half + 4].copy_from_slice(&x);
-            }
+    }
+
+    /// Writes a register tile's elements (each thread its own).
+    #[inline(always)]
+    pub fn store(&self, t: &Tile<f32, R, C, TH>)
+    where
+        [(); len(R, C, TH)]:,
+    {
+        let w = be::held_cols(C, TH);
+        for e in (0..t.v.len()).step_by(4) {
+            let (r, c) = (be::tile_row::<C, TH>(e / w), be::tile_col::<C, TH>(e % w));
+            unsafe { *(self.slot(r, c) as *mut [f32; 4]) = [t.v[e], t.v[e + 1], t.v[e + 2], t.v[e + 3]] };
         }
-        sync();
+    }
+
+    /// The tile as a register tile.
+    #[inline(always)]
+    pub fn load(&self) -> Tile<f32, R, C, TH>
+    where
+        [(); len(R, C, TH)]:,
+    {
+        // A tile holds whole chunks: 16-byte reads of four consecutive columns.
+        let w = be::held_cols(C, TH);
+        let mut v = [0.0f32; len(R, C, TH)];
+        for e in (0..v.len()).step_by(4) {
+            let (r, c) = (be::tile_row::<C, TH>(e / w), be::tile_col::<C, TH>(e % w));
+            v[e..e + 4].copy_from_slice(unsafe { &*(self.slot(r, c) as *const [f32; 4]) });
+        }
         Tile { v }
     }
 }

@@ -269,47 +269,6 @@ where
     pub fn col_max(self) -> Row<f32, R, C, TH> {
         self.reduce_cols(f32::NEG_INFINITY, math::max)
     }
-
-    /// Row `i` as a per-column vector that every thread holds: a broadcast,
-    /// not a reduction (on the GPU the row's threads post it to the
-    /// program's scratch, one pair of barriers). The scratch holds one float
-    /// a thread, so `C` is at most the program's thread count. What a solve
-    /// that eliminates row by row needs (`ops::delta_rule`'s triangular one).
-    #[inline(always)]
-    pub fn row(self, i: usize) -> Row<f32, R, C, TH>
-    where
-        [(); held_cols(C, TH)]:,
-    {
-        let () = Broadcast::<C, TH>::FITS;
-        let w = Self::W;
-        let mut mine = [0.0f32; held_cols(C, TH)];
-        let mut holds = false;
-        // Selects over the held rows, not an index by `i`: register arrays take constant indices.
-        for h in 0..held_rows(R, C, TH) {
-            let here = be::tile_row::<C, TH>(h) == i;
-            holds |= here;
-            for (k, m) in mine.iter_mut().enumerate() {
-                *m = if here { self.v[h * w + k] } else { *m };
-            }
-        }
-        be::row_broadcast::<C, TH, { held_cols(C, TH) }>(&mut mine, holds);
-        Row { v: mine }
-    }
-
-    /// Column `j` as a per-row vector (a row reduction of the tile masked to the column).
-    #[inline(always)]
-    pub fn col(self, j: usize) -> Col<f32, R, C, TH>
-    where
-        [(); held_rows(R, C, TH)]:,
-    {
-        Tile::<bool, R, C, TH>::from_fn(|_, c| c == j).select(self, Tile::zeros()).row_sum()
-    }
-}
-
-/// Compile-time check of [`Tile::row`]'s shape: the row fits the scratch.
-struct Broadcast<const C: usize, const TH: usize>;
-impl<const C: usize, const TH: usize> Broadcast<C, TH> {
-    const FITS: () = assert!(C <= TH, "Tile::row broadcasts through one float a thread: C must be at most 32·WARPS");
 }
 
 // ---- the vectors -------------------------------------------------------------------------

@@ -416,9 +416,10 @@ impl DeltaRuleCase {
         crate::reference::delta_rule(&wide(&self.q), &wide(&self.k), &wide(&self.v), &beta, &seqs, self.heads, initial.as_deref())
     }
 
-    /// Runs [`crate::delta_rule::delta_rule`] on `gpu` (the chunked form, or
-    /// the recurrence): `o` and the final states, downloaded.
-    pub fn run(&self, gpu: &rustile_host::Gpu, recurrent: bool) -> rustile_host::Result<(Vec<rustile::bf16>, Vec<f32>)> {
+    /// Runs [`crate::delta_rule::delta_rule`] on `gpu` (the chunked form,
+    /// over `segments` segments if given, or the recurrence): `o` and the
+    /// final states, downloaded.
+    pub fn run(&self, gpu: &rustile_host::Gpu, recurrent: bool, segments: Option<usize>) -> rustile_host::Result<(Vec<rustile::bf16>, Vec<f32>)> {
         use crate::delta_rule::{delta_rule, DeltaRule, VarLens, D};
         let shape = self.shape();
         let [q, k, v] = [&self.q, &self.k, &self.v].map(|x| gpu.upload(x, &shape));
@@ -429,14 +430,14 @@ impl DeltaRuleCase {
         let varlen = if self.varlen { Some(VarLens::new(gpu, &self.lens)?) } else { None };
         let mut o = gpu.upload(&poisoned::<rustile::bf16>(q.numel()), &shape)?;
         let mut state = gpu.upload(&poisoned::<f32>(state_shape.iter().product()), &state_shape)?;
-        let opt = DeltaRule { initial: initial.as_ref(), varlen: varlen.as_ref(), recurrent };
+        let opt = DeltaRule { initial: initial.as_ref(), varlen: varlen.as_ref(), recurrent, segments };
         delta_rule(gpu, &q, &k, &v, &beta, &mut o, Some(&mut state), opt)?;
         Ok((gpu.download(&o)?, gpu.download(&state)?))
     }
 
     /// Relative errors (‖·‖ over ‖reference‖) of `o` and of the final states.
-    pub fn errors(&self, gpu: &rustile_host::Gpu, recurrent: bool) -> rustile_host::Result<(f64, f64)> {
-        let ((o, state), (want_o, want_state)) = (self.run(gpu, recurrent)?, self.want());
+    pub fn errors(&self, gpu: &rustile_host::Gpu, recurrent: bool, segments: Option<usize>) -> rustile_host::Result<(f64, f64)> {
+        let ((o, state), (want_o, want_state)) = (self.run(gpu, recurrent, segments)?, self.want());
         Ok((rel_err(&o, &want_o), rel_err(&state, &want_state)))
     }
 }

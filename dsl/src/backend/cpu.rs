@@ -40,9 +40,6 @@ pub fn owns_col<const C: usize, const TH: usize>() -> bool {
 pub fn row_allreduce<const C: usize, const TH: usize, const N: usize, const K: usize>(_: &mut [[f32; N]; K], _: impl Fn(f32, f32) -> f32) {}
 #[inline(always)]
 pub fn col_allreduce<const C: usize, const TH: usize, const N: usize>(_: &mut [f32; N], _: impl Fn(f32, f32) -> f32) {}
-/// The row is already whole here (`Tile::row` copied it).
-#[inline(always)]
-pub fn row_broadcast<const C: usize, const TH: usize, const N: usize>(_: &mut [f32; N], _holds: bool) {}
 
 /// One element at `p` if `on`, else `fill`.
 #[inline(always)]

@@ -160,25 +160,6 @@ pub fn col_allreduce<const C: usize, const TH: usize, const N: usize>(parts: &mu
     }
 }
 
-/// Hands one row's values to every thread: the `TC` threads that hold it
-/// (`holds`) write their columns to the scratch, everyone reads theirs.
-/// `C ≤ TH` (checked by `Tile::row`).
-#[inline(always)]
-pub fn row_broadcast<const C: usize, const TH: usize, const N: usize>(vals: &mut [f32; N], holds: bool) {
-    // The scratch is free on entry: every step that uses it ends with a barrier, as this one does.
-    let smem = dev::dyn_smem::<f32>();
-    if holds {
-        for (k, v) in vals.iter().enumerate() {
-            unsafe { *smem.add(tile_col::<C, TH>(k)) = *v };
-        }
-    }
-    dev::sync_threads();
-    for (k, v) in vals.iter_mut().enumerate() {
-        *v = unsafe { *smem.add(tile_col::<C, TH>(k)) };
-    }
-    dev::sync_threads();
-}
-
 /// Loads the 8 elements of a chunk starting at `p`, of which the first
 /// `valid` exist; the others get `fill`.
 ///

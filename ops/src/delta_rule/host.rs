@@ -40,6 +40,21 @@ pub struct DeltaRule<'a> {
     pub varlen: Option<&'a VarLens>,
     /// Run the per-token recurrence instead of the chunked form.
     pub recurrent: bool,
+    /// Cut each sequence into this many segments, scanned at once (at most
+    /// one a chunk); `None`: [`segments_for`]'s choice. For sweeps and tests.
+    pub segments: Option<usize>,
+}
+
+/// Segments are at least this many chunks: shorter ones cost more in maps
+/// than they win in parallel scans.
+pub const MIN_SEGMENT_CHUNKS: usize = 8;
+
+/// The segments each sequence is cut into when `programs` (sequences ×
+/// heads) scan `chunks` chunks each on `gpu`: enough for about four
+/// programs an SM, none under [`MIN_SEGMENT_CHUNKS`] chunks.
+pub fn segments_for(gpu: &Gpu, programs: usize, chunks: usize) -> usize {
+    let wanted = (4 * gpu.sm_count() as usize).div_ceil(programs.max(1));
+    wanted.min(chunks / MIN_SEGMENT_CHUNKS).max(1)
 }
 
 /// What the chunked form keeps between its two launches (`Tα` of every
@@ -48,15 +63,27 @@ pub struct DeltaRule<'a> {
 /// that a timed or captured call allocates nothing.
 pub struct Workspace<T: Elem> {
     tri: Tensor<T>,
+    /// Each segment's map `[M | B]` (`[64, 128]` f32) and start state (`[64, 64]`).
+    maps: Tensor<f32>,
+    starts: Tensor<f32>,
     cu: Tensor<u32>,
     spare_in: Tensor<f32>,
     spare_out: Tensor<f32>,
 }
 
 impl<T: Elem> Workspace<T> {
-    /// A workspace for inputs of `shape` (`[batch, tokens, heads, 64]`).
+    /// A workspace for inputs of `shape` (`[batch, tokens, heads, 64]`),
+    /// with room for the segments [`segments_for`] picks for a fixed-length
+    /// batch (packed sequences or a forced count may grow it on first use).
     pub fn new(gpu: &Gpu, shape: &[usize]) -> Result<Self> {
-        Ok(Workspace { tri: gpu.alloc::<T>(shape)?, cu: gpu.upload(&[0u32], &[1])?, spare_in: gpu.alloc::<f32>(&[1])?, spare_out: gpu.alloc::<f32>(&[1])? })
+        let programs = shape.first().unwrap_or(&1) * shape.get(2).unwrap_or(&1);
+        let segments = segments_for(gpu, programs, shape.get(1).unwrap_or(&0).div_ceil(CHUNK));
+        let (maps, starts) = Self::segment_buffers(gpu, programs * segments)?;
+        Ok(Workspace { tri: gpu.alloc::<T>(shape)?, maps, starts, cu: gpu.upload(&[0u32], &[1])?, spare_in: gpu.alloc::<f32>(&[1])?, spare_out: gpu.alloc::<f32>(&[1])? })
+    }
+
+    fn segment_buffers(gpu: &Gpu, n: usize) -> Result<(Tensor<f32>, Tensor<f32>)> {
+        Ok((gpu.alloc::<f32>(&[n.max(1), D, 2 * D])?, gpu.alloc::<f32>(&[n.max(1), D, D])?))
     }
 }
 
@@ -146,8 +173,28 @@ pub fn delta_rule_in<T: Elem>(
     if opt.recurrent {
         return delta_rule_recurrent_kernel::launch(gpu, 0, q, k, v, beta, cu, s0, o, s_out, tokens, seqs, heads, flags);
     }
-    if longest > 0 {
+    let chunks = longest.div_ceil(CHUNK);
+    let segments = match opt.segments {
+        Some(0) => return Err(Error::Invalid("delta_rule: a sequence takes at least one segment".into())),
+        Some(n) => n.min(chunks).max(1),
+        None => segments_for(gpu, seqs * heads, chunks),
+    };
+    // Every segment but the last of the longest sequence holds `seg_chunks` chunks.
+    let seg_chunks = chunks.div_ceil(segments).max(1);
+    let segments = chunks.div_ceil(seg_chunks).max(1);
+    if chunks > 0 {
         delta_rule_chunk_kernel::launch(gpu, 0, k, beta, cu, &mut ws.tri, tokens, longest, seqs, heads, flags)?;
     }
-    delta_rule_scan_kernel::launch(gpu, 0, q, k, v, &ws.tri, cu, s0, o, s_out, tokens, seqs, heads, flags)
+    if segments == 1 {
+        return delta_rule_scan_kernel::launch(gpu, 0, q, k, v, &ws.tri, cu, s0, o, s_out, tokens, 1, seg_chunks, seqs, heads, flags);
+    }
+    if ws.starts.shape()[0] < seqs * heads * segments {
+        (ws.maps, ws.starts) = Workspace::<T>::segment_buffers(gpu, seqs * heads * segments)?;
+    }
+    delta_rule_map_kernel::launch(gpu, 0, k, v, &ws.tri, cu, &mut ws.maps, tokens, segments, seg_chunks, seqs, heads, flags)?;
+    delta_rule_combine_kernel::launch::<T>(gpu, 0, &ws.maps, s0, &mut ws.starts, s_out, segments, seqs, heads, flags)?;
+    // Each segment from its start state; the final state came from the combine.
+    let seg_flags = (flags & VARLEN) | HAS_S0;
+    let mut unused = &mut ws.spare_out;
+    delta_rule_scan_kernel::launch(gpu, 0, q, k, v, &ws.tri, cu, &ws.starts, o, &mut unused, tokens, segments, seg_chunks, seqs, heads, seg_flags)
 }

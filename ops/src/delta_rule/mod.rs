@@ -24,10 +24,21 @@
 //!   ```
 //!   [`delta_rule_chunk_kernel`] makes every chunk's `Tα` at once (a
 //!   triangular solve, the only part that is not a matrix product: f32,
-//!   row by row with [`Tile::row`]); [`delta_rule_scan_kernel`] then walks
-//!   each sequence's chunks, carrying `S` in registers (f32, transposed so
-//!   that every product takes it, or `U'`, straight from registers as the
-//!   left operand), and writes the outputs.
+//!   [`rustile::tri::invert_unit_lower`]); [`delta_rule_scan_kernel`] then
+//!   walks each sequence's chunks, carrying `S` in registers (f32,
+//!   transposed so that every product takes it, or `U'`, straight from
+//!   registers as the left operand; `Shared::store_acc` where a product
+//!   needs it from shared memory), and writes the outputs.
+//! * **Sequence parallelism**: one sequence of a million tokens is 16,384
+//!   chunks in a row, and a scan over them keeps 8 heads' worth of programs
+//!   busy. So a long sequence is cut into segments: each segment's chunks
+//!   map a start state affinely, `S ↦ M·S + B` ([`delta_rule_map_kernel`],
+//!   all segments at once: the same recurrence run from `M = I` without
+//!   values and from `B = 0` with them),
+//!   [`delta_rule_combine_kernel`] walks the maps for each segment's start
+//!   state (a few dozen small products), and the scan runs every segment at
+//!   once from its start. The host picks the segment count from the SM
+//!   count and the length.
 //!
 //! Inputs are bf16 `[batch, tokens, heads, 64]` (or packed variable-length
 //! sequences); the state and every accumulation are f32; the products'
@@ -127,10 +138,11 @@ pub fn delta_rule_recurrent_kernel<T: Elem>(
 
 // ---- the chunked form: Tα per chunk ---------------------------------------------------------
 
-// SMEM: the chunk's keys (bf16, 8 KB) and the f32 scratch that turns K·Kᵀ
-// into a register tile (16 KB).
+// Two warps: the solve gives each of the 64 threads one column of T. SMEM:
+// the chunk's keys (bf16, 8 KB), then K·Kᵀ (turned into L in place) and T,
+// f32 (16 KB each).
 #[kernel(
-    configs = [(WARPS = 4, SMEM = 24576)],
+    configs = [(WARPS = 2, SMEM = 40960)],
     grid = [cdiv(longest, CHUNK), seqs * heads],
     dtypes = [bf16],
 )]
@@ -149,57 +161,59 @@ pub fn delta_rule_chunk_kernel<T: Elem>(
         return;
     }
     let stride = heads * D;
+    const KEYS: usize = CHUNK * D * 2;
     let ks = Shared::<T, CHUNK, D>::at(0);
+    let (gs, ts) = (SharedF32::<CHUNK, CHUNK>::at(KEYS), SharedF32::<CHUNK, CHUNK>::at(KEYS + CHUNK * CHUNK * 4));
     // Rows past the sequence are zeros: their α is 0, so they change nothing.
     ks.copy_from(&BlockPtr::new(k.offset(first * stride + h * D), [len, D], [stride, 1], [t0, 0]));
     commit_copies();
     wait_copies::<0>();
     sync();
-    let g = dot(&ks, &ks, Acc::<CHUNK, CHUNK>::zeros()).to_tile(CHUNK * D * 2);
+    gs.store_acc(&dot(&ks, &ks, Acc::<CHUNK, CHUNK>::zeros()));
+    sync();
+    let g = gs.load();
 
     // λ is K·Kᵀ's diagonal; α per row (to scale L) and per column (to scale T).
     let b = beta.read(h);
-    let eye = Tile::<bool, CHUNK, CHUNK>::from_fn(|r, c| r == c);
-    let diag = eye.select(g, Tile::zeros());
+    let diag = Tile::<bool, CHUNK, CHUNK>::from_fn(|r, c| r == c).select(g, Tile::zeros());
     let (alpha_rows, alpha_cols) = (diag.row_sum().map(|l| alpha(b, l)), diag.col_sum().map(|l| alpha(b, l)));
-    let l = Tile::<bool, CHUNK, CHUNK>::from_fn(|r, c| c < r).select(g * alpha_rows, Tile::zeros());
-
-    // T = (I + L)⁻¹ by elimination: once row j of T is final, every later
-    // row i takes away L[i, j] times it (L is 0 on and above the diagonal,
-    // so the earlier rows are left alone).
-    let mut t = eye.select(Tile::splat(1.0), Tile::zeros());
-    for j in 0..CHUNK - 1 {
-        t = t - (Tile::zeros() + l.col(j)) * t.row(j);
-    }
+    // L = diag(α)·K·Kᵀ in place (the solve reads only its strict lower part).
+    sync();
+    gs.store(&(g * alpha_rows));
+    sync();
+    rustile::tri::invert_unit_lower(&gs, &ts);
+    sync();
     let dst = BlockPtr::<T, CHUNK, CHUNK>::new(tri.offset(first * stride + h * D), [len, CHUNK], [stride, 1], [t0, 0]);
-    store(&dst, &(t * alpha_cols).cast::<T>());
+    store(&dst, &(ts.load() * alpha_cols).cast::<T>());
 }
 
 // ---- the chunked form: the scan over chunks --------------------------------------------
 
-// SMEM: six 64×64 bf16 tiles (K, Q, V, Tα, Sᵀ, U'ᵀ: 48 KB) and the 16 KB
-// f32 scratch that turns an accumulator into a register tile.
+// SMEM: six 64×64 bf16 tiles (K, Q, V, Tα, Sᵀ, U'ᵀ: 48 KB).
 #[kernel(
-    configs = [(WARPS = 4, SMEM = 65536)],
-    grid = [seqs * heads],
+    configs = [(WARPS = 4, SMEM = 49152)],
+    grid = [segments, seqs * heads],
     dtypes = [bf16],
 )]
-/// Outputs and final state of sequence and head `program_id(0)`, chunk
-/// after chunk, from `Tα` ([`delta_rule_chunk_kernel`]).
+/// Outputs of segment `program_id(0)` (chunks `seg_chunks·g ..`; one
+/// segment: the whole sequence) of sequence and head `program_id(1)`, chunk
+/// after chunk, from `Tα` ([`delta_rule_chunk_kernel`]) and the state the
+/// segment starts from (`s0[sh, g]`, or zeros); with one segment, the final
+/// state too.
 pub fn delta_rule_scan_kernel<T: Elem>(
     q: Ptr<T>, k: Ptr<T>, v: Ptr<T>, tri: Ptr<T>, cu: Ptr<u32>, s0: Ptr<f32>, o: PtrMut<T>, s_out: PtrMut<f32>,
-    tokens: usize, seqs: usize, heads: usize, flags: u32,
+    tokens: usize, segments: usize, seg_chunks: usize, seqs: usize, heads: usize, flags: u32,
 ) {
     let _ = seqs; // the grid
-    let sh = program_id(0);
+    let (g, sh) = (program_id(0), program_id(1));
     let (s, h) = (sh / heads, sh % heads);
     let (first, len) = span(cu, s, tokens, flags);
+    let (from, to) = (g * seg_chunks * CHUNK, ((g + 1) * seg_chunks * CHUNK).min(len));
     let stride = heads * D;
     let head = first * stride + h * D;
     // Every operand is one 64×64 bf16 tile.
     type Block = rustile::Acc<64, 64, THREADS, true>;
     const TILE: usize = CHUNK * D * 2;
-    const SCRATCH: usize = 6 * TILE;
     let (ks, qs, vs) = (Shared::<T, CHUNK, D>::at(0), Shared::<T, CHUNK, D>::at(TILE), Shared::<T, CHUNK, D>::at(2 * TILE));
     let (ts, sts, uts) = (Shared::<T, CHUNK, CHUNK>::at(3 * TILE), Shared::<T, D, D>::at(4 * TILE), Shared::<T, D, CHUNK>::at(5 * TILE));
     let rows = |t0: usize| [t0, 0];
@@ -208,11 +222,11 @@ pub fn delta_rule_scan_kernel<T: Elem>(
     // Sᵀ (rows: value columns, columns: key rows); a state tensor is S, `[K, V]`.
     let mut st = Block::zeros();
     if flags & HAS_S0 != 0 {
-        let from = BlockPtr::<f32, D, D>::new(s0.offset(sh * D * D), [D, D], [1, D], [0, 0]);
-        st = st.map(|r, c, _| from.get(r, c, 0.0));
+        let start = BlockPtr::<f32, D, D>::new(s0.offset((sh * segments + g) * D * D), [D, D], [1, D], [0, 0]);
+        st = st.map(|r, c, _| start.get(r, c, 0.0));
     }
-    let mut t0 = 0;
-    while t0 < len {
+    let mut t0 = from;
+    while t0 < to {
         // The previous chunk's readers of every tile are done.
         sync();
         ks.copy_from(&chunk(k, t0));
@@ -220,7 +234,7 @@ pub fn delta_rule_scan_kernel<T: Elem>(
         vs.copy_from(&chunk(v, t0));
         ts.copy_from(&BlockPtr::new(tri.offset(head), [len, CHUNK], [stride, 1], rows(t0)));
         commit_copies();
-        sts.store(&st.to_tile(SCRATCH).cast::<T>());
+        sts.store_acc(&st);
         wait_copies::<0>();
         sync();
 
@@ -229,7 +243,7 @@ pub fn delta_rule_scan_kernel<T: Elem>(
         let ut = dot_packed(&sk.map(|_, _, x| -x).pack::<T>(), &ts, dot_ta(&vs, &ts, Block::zeros()));
 
         // O = (Q·Kᵀ ⊙ M_incl)·U' + Q·S.
-        uts.store(&ut.to_tile(SCRATCH).cast::<T>());
+        uts.store_acc(&ut);
         sync();
         let scores = dot(&qs, &ks, Block::zeros()).map(|r, c, x| if c <= r { x } else { 0.0 });
         let out = dot_packed(&scores.pack::<T>(), &uts, dot(&qs, &sts, Block::zeros()));
@@ -238,6 +252,96 @@ pub fn delta_rule_scan_kernel<T: Elem>(
         // S₁ᵀ = Sᵀ + U'ᵀ·K.
         st = dot_acc(&ut.pack::<T>(), &ks, st);
         t0 += CHUNK;
+    }
+    if flags & HAS_S_OUT != 0 {
+        store_acc(&BlockPtr::<f32, D, D>::new(s_out.offset(sh * D * D), [D, D], [1, D], [0, 0]), &st);
+    }
+}
+
+// ---- sequence parallelism: each segment's state map, then their scan ----------------------
+
+// SMEM: K, V and Tα of a chunk (24 KB). `M` and `B` are two programs
+// (`program_id(2)`): one accumulator each, as the scan holds (both in one
+// program spilled).
+#[kernel(
+    configs = [(WARPS = 4, SMEM = 24576)],
+    grid = [segments, seqs * heads, 2],
+    dtypes = [bf16],
+)]
+/// The affine map `S ↦ M·S + B` that segment `program_id(0)` (chunks
+/// `seg_chunks·g ..` of its sequence) applies to the state of sequence and
+/// head `program_id(1)`: the chunk recurrence run from `M = I` on values 0
+/// (`program_id(2) = 0`), and from `B = 0` on the values (`= 1`). Written
+/// as `maps[sh, g]` = `[M | B]`, `[64, 128]` f32.
+pub fn delta_rule_map_kernel<T: Elem>(
+    k: Ptr<T>, v: Ptr<T>, tri: Ptr<T>, cu: Ptr<u32>, maps: PtrMut<f32>,
+    tokens: usize, segments: usize, seg_chunks: usize, seqs: usize, heads: usize, flags: u32,
+) {
+    let _ = seqs; // the grid
+    let (g, sh, values) = (program_id(0), program_id(1), program_id(2) == 1);
+    let (s, h) = (sh / heads, sh % heads);
+    let (first, len) = span(cu, s, tokens, flags);
+    let (from, to) = (g * seg_chunks * CHUNK, ((g + 1) * seg_chunks * CHUNK).min(len));
+    let stride = heads * D;
+    let head = first * stride + h * D;
+    type Block = rustile::Acc<64, 64, THREADS, true>;
+    const TILE: usize = CHUNK * D * 2;
+    let (ks, vs, ts) = (Shared::<T, CHUNK, D>::at(0), Shared::<T, CHUNK, D>::at(TILE), Shared::<T, CHUNK, CHUNK>::at(2 * TILE));
+    let chunk = |p: Ptr<T>, t0: usize| BlockPtr::<T, CHUNK, D>::new(p.offset(head), [len, D], [stride, 1], [t0, 0]);
+    // Mᵀ or Bᵀ, as the scan keeps Sᵀ.
+    let mut xt = if values { Block::zeros() } else { Block::zeros().map(|r, c, _| if r == c { 1.0 } else { 0.0 }) };
+    let mut t0 = from;
+    while t0 < to {
+        sync();
+        ks.copy_from(&chunk(k, t0));
+        if values {
+            vs.copy_from(&chunk(v, t0));
+        }
+        ts.copy_from(&BlockPtr::new(tri.offset(head), [len, CHUNK], [stride, 1], [t0, 0]));
+        commit_copies();
+        wait_copies::<0>();
+        sync();
+        // As the scan: U'ᵀ = (V − K·X)ᵀ·Tαᵀ, V = 0 for M.
+        let vt = if values { dot_ta(&vs, &ts, Block::zeros()) } else { Block::zeros() };
+        let ut = dot_packed(&dot_packed(&xt.pack::<T>(), &ks, Block::zeros()).map(|_, _, x| -x).pack::<T>(), &ts, vt);
+        xt = dot_acc(&ut.pack::<T>(), &ks, xt);
+        t0 += CHUNK;
+    }
+    // [M | B] row-major: Xᵀ[r, c] is X[c][r].
+    let at = (sh * segments + g) * D * 2 * D + if values { D } else { 0 };
+    store_acc(&BlockPtr::<f32, D, D>::new(maps.offset(at), [D, D], [1, 2 * D], [0, 0]), &xt);
+}
+
+// SMEM: M in bf16 (8 KB).
+#[kernel(
+    configs = [(WARPS = 4, SMEM = 8192)],
+    grid = [seqs * heads],
+    dtypes = [bf16],
+)]
+/// Walks the segments' maps of sequence and head `program_id(0)`: the state
+/// each segment starts from (`starts[sh, g]`, `[64, 64]` f32, from `s0` or
+/// zeros), and the final one.
+pub fn delta_rule_combine_kernel<T: Elem>(
+    maps: Ptr<f32>, s0: Ptr<f32>, starts: PtrMut<f32>, s_out: PtrMut<f32>, segments: usize, seqs: usize, heads: usize, flags: u32,
+) {
+    let _ = (seqs, heads); // the grid
+    let sh = program_id(0);
+    type Block = rustile::Acc<64, 64, THREADS, true>;
+    let m = Shared::<T, D, D>::at(0);
+    let mut st = Block::zeros();
+    if flags & HAS_S0 != 0 {
+        let from = BlockPtr::<f32, D, D>::new(s0.offset(sh * D * D), [D, D], [1, D], [0, 0]);
+        st = st.map(|r, c, _| from.get(r, c, 0.0));
+    }
+    for g in 0..segments {
+        store_acc(&BlockPtr::<f32, D, D>::new(starts.offset((sh * segments + g) * D * D), [D, D], [1, D], [0, 0]), &st);
+        let at = (sh * segments + g) * D * 2 * D;
+        sync();
+        m.store(&load(&BlockPtr::<f32, D, D>::new(maps.offset(at), [D, 2 * D], [2 * D, 1], [0, 0])).cast::<T>());
+        sync();
+        // Sᵀ ← Sᵀ·Mᵀ + Bᵀ.
+        let b = BlockPtr::<f32, D, D>::new(maps.offset(at + D), [D, D], [1, 2 * D], [0, 0]);
+        st = dot_packed(&st.pack::<T>(), &m, Block::zeros().map(|r, c, _| b.get(r, c, 0.0)));
     }
     if flags & HAS_S_OUT != 0 {
         store_acc(&BlockPtr::<f32, D, D>::new(s_out.offset(sh * D * D), [D, D], [1, D], [0, 0]), &st);

@@ -1,0 +1,42 @@
+//! Triangular solves on f32 tiles in shared memory ([`SharedF32`]).
+//!
+//! A solve eliminates one column at a time, and each step needs the
+//! previous one: done over a register tile, every step would be a
+//! broadcast and a barrier. Here each thread owns whole columns of the
+//! result instead, so a step is a thread's own multiply-adds against one
+//! value every thread reads (a shared-memory broadcast): no barrier, no
+//! shuffle, and with `N` a constant the loops unroll into exactly the
+//! triangle's work.
+use crate::mma::SharedF32;
+
+/// `out = (I + L)⁻¹` for `L` the part of `l` strictly below the diagonal
+/// (entries on and above it are not read): the inverse of a unit lower
+/// triangular matrix, itself unit lower triangular. Column `c` of `out` is
+/// thread `c`'s (threads past `N` idle; with fewer threads than columns,
+/// each takes every `TH`-th). Call `sync()` after `l` is written and before
+/// `out` is read.
+#[inline(always)]
+pub fn invert_unit_lower<const N: usize, const TH: usize>(l: &SharedF32<N, N, TH>, out: &SharedF32<N, N, TH>) {
+    #[cfg(target_arch = "nvptx64")]
+    let (first, step) = (rustile_device::thread_idx() as usize, TH);
+    #[cfg(not(target_arch = "nvptx64"))]
+    let (first, step) = (0, 1);
+    let mut c = first;
+    while c < N {
+        // Column c of (I + L)⁻¹ solves (I + L)·x = e_c, top to bottom.
+        let mut x = [0.0f32; N];
+        for (i, xi) in x.iter_mut().enumerate() {
+            *xi = if i == c { 1.0 } else { 0.0 };
+        }
+        for j in 0..N {
+            let xj = x[j];
+            for i in j + 1..N {
+                x[i] -= l.get(i, j) * xj;
+            }
+        }
+        for (i, xi) in x.iter().enumerate() {
+            out.set(i, c, *xi);
+        }
+        c += step;
+    }
+}
