@@ -1239,6 +1239,13 @@ impl<const R: usize, const C: usize, const TH: usize> SharedF32<R, C, TH> {
         unsafe { *self.slot(r, c) }
     }
 
+    /// Elements `[r, c..c+4]` (`c` a multiple of 4): one 16-byte read.
+    #[inline(always)]
+    pub fn get4(&self, r: usize, c: usize) -> [f32; 4] {
+        debug_assert!(c % 4 == 0);
+        unsafe { *(self.slot(r, c) as *const [f32; 4]) }
+    }
+
     /// Writes element `[r, c]` (this thread's write; `sync()` before others read it).
     #[inline(always)]
     pub fn set(&self, r: usize, c: usize, x: f32) {

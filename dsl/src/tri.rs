@@ -9,14 +9,15 @@
 //! triangle's work.
 use crate::mma::SharedF32;
 
-/// `out = (I + L)⁻¹` for `L` the part of `l` strictly below the diagonal
-/// (entries on and above it are not read): the inverse of a unit lower
+/// `out = (I + L)⁻¹` for `L` strictly lower triangular, given as its
+/// transpose `lt` (row `j` of `lt` is column `j` of `L`; entries on and
+/// below `lt`'s diagonal are not read): the inverse of a unit lower
 /// triangular matrix, itself unit lower triangular. Column `c` of `out` is
 /// thread `c`'s (threads past `N` idle; with fewer threads than columns,
-/// each takes every `TH`-th). Call `sync()` after `l` is written and before
-/// `out` is read.
+/// each takes every `TH`-th). Call `sync()` after `lt` is written and
+/// before `out` is read.
 #[inline(always)]
-pub fn invert_unit_lower<const N: usize, const TH: usize>(l: &SharedF32<N, N, TH>, out: &SharedF32<N, N, TH>) {
+pub fn invert_unit_lower<const N: usize, const TH: usize>(lt: &SharedF32<N, N, TH>, out: &SharedF32<N, N, TH>) {
     #[cfg(target_arch = "nvptx64")]
     let (first, step) = (rustile_device::thread_idx() as usize, TH);
     #[cfg(not(target_arch = "nvptx64"))]
@@ -30,8 +31,18 @@ pub fn invert_unit_lower<const N: usize, const TH: usize>(l: &SharedF32<N, N, TH
         }
         for j in 0..N {
             let xj = x[j];
-            for i in j + 1..N {
-                x[i] -= l.get(i, j) * xj;
+            // Column j of L below the diagonal, four values a read (the
+            // transpose makes them neighbours; the first group starts at
+            // or before row j + 1, and rows up to j are skipped, at compile time).
+            let mut i0 = (j + 1) / 4 * 4;
+            while i0 < N {
+                let l = lt.get4(j, i0);
+                for (d, ld) in l.iter().enumerate() {
+                    if i0 + d > j {
+                        x[i0 + d] -= ld * xj;
+                    }
+                }
+                i0 += 4;
             }
         }
         for (i, xi) in x.iter().enumerate() {

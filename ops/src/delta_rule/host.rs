@@ -45,15 +45,16 @@ pub struct DeltaRule<'a> {
     pub segments: Option<usize>,
 }
 
-/// Segments are at least this many chunks: shorter ones cost more in maps
-/// than they win in parallel scans.
-pub const MIN_SEGMENT_CHUNKS: usize = 8;
+/// Segments are at least this many chunks.
+pub const MIN_SEGMENT_CHUNKS: usize = 4;
 
 /// The segments each sequence is cut into when `programs` (sequences ×
-/// heads) scan `chunks` chunks each on `gpu`: enough for about four
-/// programs an SM, none under [`MIN_SEGMENT_CHUNKS`] chunks.
+/// heads) scan `chunks` chunks each on `gpu`: about two programs an SM,
+/// none under [`MIN_SEGMENT_CHUNKS`] chunks. (Measured on the H100 at 8
+/// heads from 4096 to a million tokens, bench/RESULTS.md: within a few per
+/// cent of the best count at every length; four an SM was up to 10 % slower.)
 pub fn segments_for(gpu: &Gpu, programs: usize, chunks: usize) -> usize {
-    let wanted = (4 * gpu.sm_count() as usize).div_ceil(programs.max(1));
+    let wanted = (2 * gpu.sm_count() as usize).div_ceil(programs.max(1));
     wanted.min(chunks / MIN_SEGMENT_CHUNKS).max(1)
 }
 

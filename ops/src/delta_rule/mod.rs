@@ -173,13 +173,14 @@ pub fn delta_rule_chunk_kernel<T: Elem>(
     sync();
     let g = gs.load();
 
-    // λ is K·Kᵀ's diagonal; α per row (to scale L) and per column (to scale T).
+    // λ is K·Kᵀ's diagonal; α per column (to scale Lᵀ and T).
     let b = beta.read(h);
     let diag = Tile::<bool, CHUNK, CHUNK>::from_fn(|r, c| r == c).select(g, Tile::zeros());
-    let (alpha_rows, alpha_cols) = (diag.row_sum().map(|l| alpha(b, l)), diag.col_sum().map(|l| alpha(b, l)));
-    // L = diag(α)·K·Kᵀ in place (the solve reads only its strict lower part).
+    let alpha_cols = diag.col_sum().map(|l| alpha(b, l));
+    // Lᵀ in place, which the solve reads a row at a time: L = diag(α)·K·Kᵀ,
+    // and K·Kᵀ is symmetric, so Lᵀ is K·Kᵀ with column i scaled by α_i.
     sync();
-    gs.store(&(g * alpha_rows));
+    gs.store(&(g * alpha_cols));
     sync();
     rustile::tri::invert_unit_lower(&gs, &ts);
     sync();
