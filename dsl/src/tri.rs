@@ -6,7 +6,7 @@
 //! result instead, so a step is a thread's own multiply-adds against one
 //! value every thread reads (a shared-memory broadcast): no barrier, no
 //! shuffle, and with `N` a constant the loops unroll into exactly the
-//! triangle's work.
+//! triangle's work (a warp skips the steps above its first column).
 use crate::mma::SharedF32;
 
 /// `out = (I + L)⁻¹` for `L` strictly lower triangular, given as its
@@ -29,7 +29,14 @@ pub fn invert_unit_lower<const N: usize, const TH: usize>(lt: &SharedF32<N, N, T
         for (i, xi) in x.iter_mut().enumerate() {
             *xi = if i == c { 1.0 } else { 0.0 };
         }
+        // x[j] is zero for j < c, so those steps change nothing. A warp's
+        // columns are consecutive: steps before its first column are skipped
+        // by a branch the whole warp takes alike (on the CPU, the same rule).
+        let zero_above = c - c % 32;
         for j in 0..N {
+            if j < zero_above {
+                continue;
+            }
             let xj = x[j];
             // Column j of L below the diagonal, four values a read (the
             // transpose makes them neighbours; the first group starts at
