@@ -203,10 +203,11 @@ def delta_rule_rows(lengths, check_dir):
         return []
     rows, heads, d = [], 8, 64
     if check_dir and os.path.isdir(check_dir):
-        load = lambda name, dt: torch.from_numpy(__import__("numpy").fromfile(os.path.join(check_dir, name), dtype="<i2" if dt == torch.bfloat16 else "<f4").copy())
-        bf = lambda name: load(name, torch.bfloat16).view(torch.bfloat16).view(1, -1, heads, d).cuda()
+        import numpy as np
+        raw = lambda name, dtype: torch.from_numpy(np.fromfile(os.path.join(check_dir, name), dtype=dtype).copy()).cuda()
+        bf = lambda name: raw(name, "<i2").view(torch.bfloat16).view(1, -1, heads, d)
         q, k, v, ours = bf("q.bf16"), bf("k.bf16"), bf("v.bf16"), bf("o.bf16")
-        beta = load("beta.f32", torch.float32).cuda()
+        beta = raw("beta.f32", "<f4")
         for name, fn in [("fla chunk", chunk_delta_rule), ("fla recurrent", fused_recurrent_delta_rule)]:
             o, _ = fn(*delta_rescaled(q, k, v, beta), scale=1.0)
             err = ((o.float() - ours.float()).norm() / ours.float().norm()).item()

@@ -58,9 +58,9 @@ pub fn segments_for(gpu: &Gpu, programs: usize, chunks: usize) -> usize {
     wanted.min(chunks / MIN_SEGMENT_CHUNKS).max(1)
 }
 
-/// What the chunked form keeps between its two launches (`Tα` of every
-/// chunk, `[batch, tokens, heads, 64]`: the size of `k`), and stand-ins for
-/// the pointers a call leaves out. Reused across calls of one shape, so
+/// What the chunked form keeps between its launches (`Tα` of every chunk,
+/// `[batch, tokens, heads, 64]`: the size of `k`; the segments' maps and
+/// start states), and stand-ins for the pointers a call leaves out. Reused across calls of one shape, so
 /// that a timed or captured call allocates nothing.
 pub struct Workspace<T: Elem> {
     tri: Tensor<T>,
@@ -194,8 +194,7 @@ pub fn delta_rule_in<T: Elem>(
     }
     delta_rule_map_kernel::launch(gpu, 0, k, v, &ws.tri, cu, &mut ws.maps, tokens, segments, seg_chunks, seqs, heads, flags)?;
     delta_rule_combine_kernel::launch::<T>(gpu, 0, &ws.maps, s0, &mut ws.starts, s_out, segments, seqs, heads, flags)?;
-    // Each segment from its start state; the final state came from the combine.
+    // Each segment from its start state; the final state came from the combine (no HAS_S_OUT).
     let seg_flags = (flags & VARLEN) | HAS_S0;
-    let mut unused = &mut ws.spare_out;
-    delta_rule_scan_kernel::launch(gpu, 0, q, k, v, &ws.tri, cu, &ws.starts, o, &mut unused, tokens, segments, seg_chunks, seqs, heads, seg_flags)
+    delta_rule_scan_kernel::launch(gpu, 0, q, k, v, &ws.tri, cu, &ws.starts, o, s_out, tokens, segments, seg_chunks, seqs, heads, seg_flags)
 }

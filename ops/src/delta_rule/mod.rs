@@ -44,6 +44,7 @@
 //! sequences); the state and every accumulation are f32; the products'
 //! operands are bf16, `S`, `U'` and `Tα` included.
 use rustile::prelude::*;
+use rustile::AsRaw;
 
 /// Key and value width (the head dim).
 pub const D: usize = 64;
@@ -72,15 +73,56 @@ pub fn alpha(beta: f32, lambda: f32) -> f32 {
     neg_expm1(beta * lambda) / (lambda + 1e-8)
 }
 
-/// First token and length of sequence `s`: `cu[s] .. cu[s+1]` when packed, else `s·tokens ..`.
-#[inline(always)]
-fn span(cu: Ptr<u32>, s: usize, tokens: usize, flags: u32) -> (usize, usize) {
-    if flags & VARLEN != 0 {
-        let first = cu.read(s) as usize;
-        (first, cu.read(s + 1) as usize - first)
-    } else {
-        (s * tokens, tokens)
+/// Where the tokens of one sequence and head lie in `[.., tokens, heads, 64]`
+/// rows, seen as a `[all tokens, heads·64]` matrix: rows `first ..
+/// first + len`, columns `col .. col + 64`.
+#[derive(Clone, Copy)]
+struct Rows {
+    first: usize,
+    len: usize,
+    col: usize,
+    stride: usize,
+}
+
+impl Rows {
+    /// Sequence and head `sh = s·heads + h`: tokens `cu[s] .. cu[s+1]` when packed, else `s·tokens ..`.
+    #[inline(always)]
+    fn of(cu: Ptr<u32>, sh: usize, heads: usize, tokens: usize, flags: u32) -> Rows {
+        let (s, h) = (sh / heads, sh % heads);
+        let (first, len) = if flags & VARLEN != 0 {
+            let first = cu.read(s) as usize;
+            (first, cu.read(s + 1) as usize - first)
+        } else {
+            (s * tokens, tokens)
+        };
+        Rows { first, len, col: h * D, stride: heads * D }
     }
+
+    /// Where token `t`'s 64 values start.
+    #[inline(always)]
+    fn at(&self, t: usize) -> usize {
+        (self.first + t) * self.stride + self.col
+    }
+
+    /// Tokens `t0 .. t0 + 64` of `p` (`k`, `q`, `v`, `o` or `Tα`'s rows); rows past the sequence read as zeros.
+    #[inline(always)]
+    fn chunk<T: Elem, const TH: usize>(&self, p: impl AsRaw<T>, t0: usize) -> BlockPtr<T, CHUNK, D, TH> {
+        BlockPtr::new(p, [self.first + self.len, self.stride], [self.stride, 1], [self.first + t0, self.col])
+    }
+
+    /// The tokens of segment `g` of `seg_chunks` chunks (empty past the sequence).
+    #[inline(always)]
+    fn segment(&self, g: usize, seg_chunks: usize) -> core::ops::Range<usize> {
+        g * seg_chunks * CHUNK..((g + 1) * seg_chunks * CHUNK).min(self.len)
+    }
+}
+
+/// The `[64, 64]` block at element `at` of a row-major f32 matrix with rows
+/// of `row_len`, transposed: an accumulator of `Sᵀ` stores `S` there, and
+/// `get(r, c)` reads `Sᵀ[r, c]` (state tensors hold `S`, `[K, V]`).
+#[inline(always)]
+fn transposed<const TH: usize>(p: impl AsRaw<f32>, at: usize, row_len: usize) -> BlockPtr<f32, D, D, TH> {
+    BlockPtr::new(p, [at + D, D], [1, row_len], [at, 0])
 }
 
 // ---- the recurrence ----------------------------------------------------------------------
@@ -100,12 +142,9 @@ pub fn delta_rule_recurrent_kernel<T: Elem>(
 ) {
     let _ = seqs; // the grid
     let (v0, sh) = (program_id(0) * BV, program_id(1));
-    let (s, h) = (sh / heads, sh % heads);
-    let (first, len) = span(cu, s, tokens, flags);
-    let stride = heads * D;
-    let head = first * stride + h * D;
-    let end = (first + len) * stride;
-    let b = beta.read(h);
+    let rows = Rows::of(cu, sh, heads, tokens, flags);
+    let (len, end) = (rows.len, rows.at(rows.len));
+    let b = beta.read(sh % heads);
     let mut st = if flags & HAS_S0 != 0 {
         load(&BlockPtr::<f32, D, BV>::new(s0.offset(sh * D * D), [D, D], [D, 1], [0, v0]))
     } else {
@@ -113,7 +152,7 @@ pub fn delta_rule_recurrent_kernel<T: Elem>(
     };
     // Token t's key and query (down the rows) and values (along the columns).
     let fetch = |t: usize| {
-        let at = head + t * stride;
+        let at = rows.at(t);
         (Col::<T, D, BV>::load(k, at, end), Col::<T, D, BV>::load(q, at, end), Row::<T, D, BV>::load(v, at + v0, end))
     };
     let mut next = fetch(0);
@@ -128,7 +167,7 @@ pub fn delta_rule_recurrent_kernel<T: Elem>(
         let predicted = (st * kc).col_sum();
         let step = (vr.cast::<f32>() - predicted) * lambda.map(|l| alpha(b, l));
         st = st + kt * step;
-        let at = head + t * stride + v0;
+        let at = rows.at(t) + v0;
         (st * qc).col_sum().cast::<T>().store(o, at, at + BV);
     }
     if flags & HAS_S_OUT != 0 {
@@ -155,17 +194,15 @@ pub fn delta_rule_chunk_kernel<T: Elem>(
 ) {
     let _ = (longest, seqs); // the grid
     let (t0, sh) = (program_id(0) * CHUNK, program_id(1));
-    let (s, h) = (sh / heads, sh % heads);
-    let (first, len) = span(cu, s, tokens, flags);
-    if t0 >= len {
+    let rows = Rows::of(cu, sh, heads, tokens, flags);
+    if t0 >= rows.len {
         return;
     }
-    let stride = heads * D;
     const KEYS: usize = CHUNK * D * 2;
     let ks = Shared::<T, CHUNK, D>::at(0);
     let (gs, ts) = (SharedF32::<CHUNK, CHUNK>::at(KEYS), SharedF32::<CHUNK, CHUNK>::at(KEYS + CHUNK * CHUNK * 4));
     // Rows past the sequence are zeros: their α is 0, so they change nothing.
-    ks.copy_from(&BlockPtr::new(k.offset(first * stride + h * D), [len, D], [stride, 1], [t0, 0]));
+    ks.copy_from(&rows.chunk(k, t0));
     commit_copies();
     wait_copies::<0>();
     sync();
@@ -174,7 +211,7 @@ pub fn delta_rule_chunk_kernel<T: Elem>(
     let g = gs.load();
 
     // λ is K·Kᵀ's diagonal; α per column (to scale Lᵀ and T).
-    let b = beta.read(h);
+    let b = beta.read(sh % heads);
     let diag = Tile::<bool, CHUNK, CHUNK>::from_fn(|r, c| r == c).select(g, Tile::zeros());
     let alpha_cols = diag.col_sum().map(|l| alpha(b, l));
     // Lᵀ in place, which the solve reads a row at a time: L = diag(α)·K·Kᵀ,
@@ -184,8 +221,7 @@ pub fn delta_rule_chunk_kernel<T: Elem>(
     sync();
     rustile::tri::invert_unit_lower(&gs, &ts);
     sync();
-    let dst = BlockPtr::<T, CHUNK, CHUNK>::new(tri.offset(first * stride + h * D), [len, CHUNK], [stride, 1], [t0, 0]);
-    store(&dst, &(ts.load() * alpha_cols).cast::<T>());
+    store(&rows.chunk(tri, t0), &(ts.load() * alpha_cols).cast::<T>());
 }
 
 // ---- the chunked form: the scan over chunks --------------------------------------------
@@ -207,33 +243,26 @@ pub fn delta_rule_scan_kernel<T: Elem>(
 ) {
     let _ = seqs; // the grid
     let (g, sh) = (program_id(0), program_id(1));
-    let (s, h) = (sh / heads, sh % heads);
-    let (first, len) = span(cu, s, tokens, flags);
-    let (from, to) = (g * seg_chunks * CHUNK, ((g + 1) * seg_chunks * CHUNK).min(len));
-    let stride = heads * D;
-    let head = first * stride + h * D;
+    let rows = Rows::of(cu, sh, heads, tokens, flags);
     // Every operand is one 64×64 bf16 tile.
     type Block = rustile::Acc<64, 64, THREADS, true>;
     const TILE: usize = CHUNK * D * 2;
     let (ks, qs, vs) = (Shared::<T, CHUNK, D>::at(0), Shared::<T, CHUNK, D>::at(TILE), Shared::<T, CHUNK, D>::at(2 * TILE));
     let (ts, sts, uts) = (Shared::<T, CHUNK, CHUNK>::at(3 * TILE), Shared::<T, D, D>::at(4 * TILE), Shared::<T, D, CHUNK>::at(5 * TILE));
-    let rows = |t0: usize| [t0, 0];
-    let chunk = |p: Ptr<T>, t0: usize| BlockPtr::<T, CHUNK, D>::new(p.offset(head), [len, D], [stride, 1], rows(t0));
 
-    // Sᵀ (rows: value columns, columns: key rows); a state tensor is S, `[K, V]`.
+    // Sᵀ (rows: value columns, columns: key rows).
     let mut st = Block::zeros();
     if flags & HAS_S0 != 0 {
-        let start = BlockPtr::<f32, D, D>::new(s0.offset((sh * segments + g) * D * D), [D, D], [1, D], [0, 0]);
+        let start = transposed::<THREADS>(s0, (sh * segments + g) * D * D, D);
         st = st.map(|r, c, _| start.get(r, c, 0.0));
     }
-    let mut t0 = from;
-    while t0 < to {
+    for t0 in rows.segment(g, seg_chunks).step_by(CHUNK) {
         // The previous chunk's readers of every tile are done.
         sync();
-        ks.copy_from(&chunk(k, t0));
-        qs.copy_from(&chunk(q, t0));
-        vs.copy_from(&chunk(v, t0));
-        ts.copy_from(&BlockPtr::new(tri.offset(head), [len, CHUNK], [stride, 1], rows(t0)));
+        ks.copy_from(&rows.chunk(k, t0));
+        qs.copy_from(&rows.chunk(q, t0));
+        vs.copy_from(&rows.chunk(v, t0));
+        ts.copy_from(&rows.chunk(tri, t0));
         commit_copies();
         sts.store_acc(&st);
         wait_copies::<0>();
@@ -248,14 +277,13 @@ pub fn delta_rule_scan_kernel<T: Elem>(
         sync();
         let scores = dot(&qs, &ks, Block::zeros()).map(|r, c, x| if c <= r { x } else { 0.0 });
         let out = dot_packed(&scores.pack::<T>(), &uts, dot(&qs, &sts, Block::zeros()));
-        store_acc(&BlockPtr::<T, CHUNK, D>::new(o.offset(head), [len, D], [stride, 1], rows(t0)), &out);
+        store_acc(&rows.chunk(o, t0), &out);
 
         // S₁ᵀ = Sᵀ + U'ᵀ·K.
         st = dot_acc(&ut.pack::<T>(), &ks, st);
-        t0 += CHUNK;
     }
     if flags & HAS_S_OUT != 0 {
-        store_acc(&BlockPtr::<f32, D, D>::new(s_out.offset(sh * D * D), [D, D], [1, D], [0, 0]), &st);
+        store_acc(&transposed(s_out, sh * D * D, D), &st);
     }
 }
 
@@ -280,25 +308,19 @@ pub fn delta_rule_map_kernel<T: Elem>(
 ) {
     let _ = seqs; // the grid
     let (g, sh, values) = (program_id(0), program_id(1), program_id(2) == 1);
-    let (s, h) = (sh / heads, sh % heads);
-    let (first, len) = span(cu, s, tokens, flags);
-    let (from, to) = (g * seg_chunks * CHUNK, ((g + 1) * seg_chunks * CHUNK).min(len));
-    let stride = heads * D;
-    let head = first * stride + h * D;
+    let rows = Rows::of(cu, sh, heads, tokens, flags);
     type Block = rustile::Acc<64, 64, THREADS, true>;
     const TILE: usize = CHUNK * D * 2;
     let (ks, vs, ts) = (Shared::<T, CHUNK, D>::at(0), Shared::<T, CHUNK, D>::at(TILE), Shared::<T, CHUNK, CHUNK>::at(2 * TILE));
-    let chunk = |p: Ptr<T>, t0: usize| BlockPtr::<T, CHUNK, D>::new(p.offset(head), [len, D], [stride, 1], [t0, 0]);
     // Mᵀ or Bᵀ, as the scan keeps Sᵀ.
     let mut xt = if values { Block::zeros() } else { Block::zeros().map(|r, c, _| if r == c { 1.0 } else { 0.0 }) };
-    let mut t0 = from;
-    while t0 < to {
+    for t0 in rows.segment(g, seg_chunks).step_by(CHUNK) {
         sync();
-        ks.copy_from(&chunk(k, t0));
+        ks.copy_from(&rows.chunk(k, t0));
         if values {
-            vs.copy_from(&chunk(v, t0));
+            vs.copy_from(&rows.chunk(v, t0));
         }
-        ts.copy_from(&BlockPtr::new(tri.offset(head), [len, CHUNK], [stride, 1], [t0, 0]));
+        ts.copy_from(&rows.chunk(tri, t0));
         commit_copies();
         wait_copies::<0>();
         sync();
@@ -306,11 +328,9 @@ pub fn delta_rule_map_kernel<T: Elem>(
         let vt = if values { dot_ta(&vs, &ts, Block::zeros()) } else { Block::zeros() };
         let ut = dot_packed(&dot_packed(&xt.pack::<T>(), &ks, Block::zeros()).map(|_, _, x| -x).pack::<T>(), &ts, vt);
         xt = dot_acc(&ut.pack::<T>(), &ks, xt);
-        t0 += CHUNK;
     }
-    // [M | B] row-major: Xᵀ[r, c] is X[c][r].
-    let at = (sh * segments + g) * D * 2 * D + if values { D } else { 0 };
-    store_acc(&BlockPtr::<f32, D, D>::new(maps.offset(at), [D, D], [1, 2 * D], [0, 0]), &xt);
+    // [M | B] row-major.
+    store_acc(&transposed(maps, (sh * segments + g) * D * 2 * D + if values { D } else { 0 }, 2 * D), &xt);
 }
 
 // SMEM: M in bf16 (8 KB).
@@ -331,21 +351,21 @@ pub fn delta_rule_combine_kernel<T: Elem>(
     let m = Shared::<T, D, D>::at(0);
     let mut st = Block::zeros();
     if flags & HAS_S0 != 0 {
-        let from = BlockPtr::<f32, D, D>::new(s0.offset(sh * D * D), [D, D], [1, D], [0, 0]);
-        st = st.map(|r, c, _| from.get(r, c, 0.0));
+        let start = transposed::<THREADS>(s0, sh * D * D, D);
+        st = st.map(|r, c, _| start.get(r, c, 0.0));
     }
     for g in 0..segments {
-        store_acc(&BlockPtr::<f32, D, D>::new(starts.offset((sh * segments + g) * D * D), [D, D], [1, D], [0, 0]), &st);
+        store_acc(&transposed(starts, (sh * segments + g) * D * D, D), &st);
         let at = (sh * segments + g) * D * 2 * D;
         sync();
         m.store(&load(&BlockPtr::<f32, D, D>::new(maps.offset(at), [D, 2 * D], [2 * D, 1], [0, 0])).cast::<T>());
         sync();
         // Sᵀ ← Sᵀ·Mᵀ + Bᵀ.
-        let b = BlockPtr::<f32, D, D>::new(maps.offset(at + D), [D, D], [1, 2 * D], [0, 0]);
+        let b = transposed::<THREADS>(maps, at + D, 2 * D);
         st = dot_packed(&st.pack::<T>(), &m, Block::zeros().map(|r, c, _| b.get(r, c, 0.0)));
     }
     if flags & HAS_S_OUT != 0 {
-        store_acc(&BlockPtr::<f32, D, D>::new(s_out.offset(sh * D * D), [D, D], [1, D], [0, 0]), &st);
+        store_acc(&transposed(s_out, sh * D * D, D), &st);
     }
 }
 
