@@ -191,6 +191,15 @@ def delta_rescaled(q, k, v, beta):
     return q, (k.float() / norm).to(k.dtype), (v.float() / norm).to(v.dtype), b.to(k.dtype)
 
 
+def timed_with_peak(f, warmup, rep):
+    """The median time of f (ms) and its peak memory beyond what was allocated before it (GB)."""
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    f()
+    peak = (torch.cuda.max_memory_allocated() - base) / 1e9
+    return do_bench(f, warmup=warmup, rep=rep, return_mode="median"), peak
+
+
 def delta_rule_rows(lengths, check_dir):
     """FLA's chunk_delta_rule and fused_recurrent_delta_rule (bf16, 8 heads of
     64, one sequence of T tokens) on rescaled inputs; first, on the inputs
@@ -208,11 +217,21 @@ def delta_rule_rows(lengths, check_dir):
         bf = lambda name: raw(name, "<i2").view(torch.bfloat16).view(1, -1, heads, d)
         q, k, v, ours = bf("q.bf16"), bf("k.bf16"), bf("v.bf16"), bf("o.bf16")
         beta = raw("beta.f32", "<f4")
+        rel = lambda got, want: ((got.float() - want.float()).norm() / want.float().norm()).item()
         for name, fn in [("fla chunk", chunk_delta_rule), ("fla recurrent", fused_recurrent_delta_rule)]:
             o, _ = fn(*delta_rescaled(q, k, v, beta), scale=1.0)
-            err = ((o.float() - ours.float()).norm() / ours.float().norm()).item()
+            err = rel(o, ours)
             print(f"delta_rule check: {name} against rustile at T = {q.shape[1]}: rel err {err:.2e}"
                   + ("" if err < 2e-2 else "  MISMATCH"), file=sys.stderr)
+        if os.path.exists(os.path.join(check_dir, "dq.bf16")):
+            # The gradients through the rescaling too (autograd), against ours.
+            leaves = [x.clone().requires_grad_() for x in (q, k, v, beta)]
+            o, _ = chunk_delta_rule(*delta_rescaled(*leaves), scale=1.0)
+            o.backward(bf("do.bf16"))
+            ours_g = [bf("dq.bf16"), bf("dk.bf16"), bf("dv.bf16"), raw("dbeta.f32", "<f4")]
+            errs = [rel(x.grad, want) for x, want in zip(leaves, ours_g)]
+            print("delta_rule check: fla chunk's gradients (through the rescaling) against rustile's: [dq, dk, dv, dbeta] rel err "
+                  + ", ".join(f"{e:.2e}" for e in errs) + ("" if max(errs) < 5e-2 else "  MISMATCH"), file=sys.stderr)
     for t in [int(x) for x in lengths.split(",") if x]:
         shape_s = f"1x{t}x{heads}x{d}"
         q, k, v = (torch.randn(1, t, heads, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
@@ -222,17 +241,28 @@ def delta_rule_rows(lengths, check_dir):
         for name, fn, longest in [("fla chunk", chunk_delta_rule, None), ("fla recurrent", fused_recurrent_delta_rule, 65536)]:
             if longest is not None and t > longest:
                 continue
-            f = lambda: fn(*args, scale=1.0, output_final_state=True)
-            torch.cuda.reset_peak_memory_stats()
-            base = torch.cuda.memory_allocated()
-            f()
-            peak = (torch.cuda.max_memory_allocated() - base) / 1e9
-            ms = do_bench(f, warmup=5, rep=50, return_mode="median")
+            ms, peak = timed_with_peak(lambda: fn(*args, scale=1.0, output_final_state=True), 5, 50)
             print(f"delta_rule {shape_s:>16} bf16  {name:14} {ms:9.3f} ms {t / ms / 1e3:8.2f} M tokens/s  "
                   f"peak {peak:.2f} GB beyond the inputs", file=sys.stderr)
             rows.append({"op": "delta_rule", "shape": shape_s, "dtype": "bf16", "impl": name, "median_ms": ms,
                          "bytes": 4.0 * t * heads * d * 2})
-        del args
+        # Forward and backward under autograd, on the rescaled inputs as leaves
+        # (the rescaling's own backward is left out: elementwise, and ours
+        # includes the step size's).
+        leaves = [x.detach().clone().requires_grad_() for x in args]
+        d_o = torch.randn_like(args[0])
+
+        def step():
+            for x in leaves:
+                x.grad = None
+            o, _ = chunk_delta_rule(*leaves, scale=1.0)
+            o.backward(d_o)
+        ms, peak = timed_with_peak(step, 3, 30)
+        print(f"delta_rule_fwd_bwd {shape_s:>16} bf16  fla chunk      {ms:9.3f} ms {t / ms / 1e3:8.2f} M tokens/s  "
+              f"peak {peak:.2f} GB beyond the inputs", file=sys.stderr)
+        rows.append({"op": "delta_rule_fwd_bwd", "shape": shape_s, "dtype": "bf16", "impl": "fla chunk", "median_ms": ms,
+                     "bytes": 11.0 * t * heads * d * 2})
+        del args, leaves, d_o
         torch.cuda.empty_cache()
     return rows
 

@@ -861,6 +861,28 @@ fn trimul_matches_float64() {
     }
 }
 
+/// The delta-rule GPU tests' problems: `(lens, varlen, heads, initial,
+/// tiny-to-huge keys)`, fresh random inputs for each (with the seed).
+fn delta_rule_cases(short: usize) -> Vec<(testing::DeltaRuleCase, String, u64, rand::rngs::StdRng)> {
+    use rand::Rng;
+    let cases: [(&[usize], bool, usize, bool, bool); 6] = [
+        (&[1, 1], false, 3, false, false),
+        (&[short, short], false, 2, true, false),
+        (&[65], false, 8, false, false),
+        (&[1000, 1000], false, 2, true, true),
+        (&[4097], false, 2, true, false),
+        (&[1, 7, 63, 65, 1000], true, 3, true, true),
+    ];
+    let mut out = Vec::new();
+    for (lens, varlen, heads, initial, extreme) in cases {
+        let (mut rng, seed) = rng();
+        let lambda = |rng: &mut rand::rngs::StdRng| if extreme { 10f32.powf(rng.gen_range(-4.0..3.0)) } else { 1.0 };
+        let case = testing::DeltaRuleCase::new(&mut rng, lens, varlen, heads, lambda, initial);
+        out.push((case, format!("lens {lens:?} varlen={varlen} heads={heads} initial={initial} tiny-to-huge keys={extreme}"), seed, rng));
+    }
+    out
+}
+
 /// `ops::delta_rule` on the GPU against the float64 recurrence, both forms
 /// (the chunked one also cut into 3 segments): odd lengths (1 to 4097, none
 /// a multiple of the chunk), packed sequences, an initial state, keys of
@@ -870,27 +892,13 @@ fn trimul_matches_float64() {
 #[test]
 #[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
 fn delta_rule_matches_float64() {
-    use rand::Rng;
     use testing::DeltaRuleCase;
     let Some(gpu) = gpu_or_skip("delta_rule_matches_float64") else { return };
     let unit = |_: &mut rand::rngs::StdRng| 1.0f32;
-    let tiny_to_huge = |rng: &mut rand::rngs::StdRng| 10f32.powf(rng.gen_range(-4.0..3.0));
-    let cases: [(&[usize], bool, usize, bool, bool); 6] = [
-        (&[1, 1], false, 3, false, false),
-        (&[63, 63], false, 2, true, false),
-        (&[65], false, 8, false, false),
-        (&[1000, 1000], false, 2, true, true),
-        (&[4097], false, 2, true, false),
-        (&[1, 7, 63, 65, 1000], true, 3, true, true),
-    ];
-    for (lens, varlen, heads, initial, extreme) in cases {
-        let (mut rng, seed) = rng();
-        let case = if extreme { DeltaRuleCase::new(&mut rng, lens, varlen, heads, tiny_to_huge, initial) } else { DeltaRuleCase::new(&mut rng, lens, varlen, heads, unit, initial) };
+    for (case, what, seed, _) in delta_rule_cases(63) {
         for (recurrent, segments, tol) in [(false, None, [1e-2, 1e-2]), (false, Some(3), [1e-2, 1e-2]), (true, None, [4e-3, 1e-4])] {
             let (o, state) = case.errors(&gpu, recurrent, segments).unwrap();
-            let ctx = format!(
-                "delta_rule lens {lens:?} varlen={varlen} heads={heads} initial={initial} tiny-to-huge keys={extreme} recurrent={recurrent} segments {segments:?} (seed {seed})"
-            );
+            let ctx = format!("delta_rule {what} recurrent={recurrent} segments {segments:?} (seed {seed})");
             assert!(o < tol[0] && state < tol[1], "{ctx}: o off by {o:.2e}, final state by {state:.2e} (tolerances {tol:?})");
             eprintln!("{ctx}: o {o:.2e}, state {state:.2e}");
         }
@@ -903,4 +911,38 @@ fn delta_rule_matches_float64() {
     let (eo, es) = (testing::rel_err(&o, &testing::wide(&o_rec)), testing::rel_err(&state, &testing::wide(&state_rec)));
     eprintln!("delta_rule 65536 tokens, chunked against recurrent: o {eo:.2e}, state {es:.2e} (seed {seed})");
     assert!(finite && eo < 1e-2 && es < 1e-2, "delta_rule at 65536 tokens (seed {seed}): finite {finite}, o off by {eo:.2e}, state by {es:.2e}");
+}
+
+/// The delta rule's backward against the float64 recurrence's gradients at
+/// odd lengths, packed sequences, keys from tiny to huge, with an initial
+/// state and a final state's gradient, in one segment and in several; then
+/// at 65,536 tokens the default segments against one (the float64
+/// reference would keep 2 GB of states a head), and no NaN or Inf.
+#[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
+fn delta_rule_backward_matches_float64() {
+    use testing::{DeltaRuleCase, DELTA_RULE_GRAD_TOL};
+    let Some(gpu) = gpu_or_skip("delta_rule_backward_matches_float64") else { return };
+    let unit = |_: &mut rand::rngs::StdRng| 1.0f32;
+    for (case, what, seed, mut rng) in delta_rule_cases(7) {
+        let out = case.output_grads(&mut rng, case.initial.is_some());
+        for segments in [None, Some(3)] {
+            let errs = case.grad_errors(&gpu, &out, segments).unwrap();
+            let shown = errs.map(|e| format!("{e:.2e}")).join(", ");
+            let ctx = format!("delta_rule_backward {what} segments {segments:?} (seed {seed})");
+            assert!(errs.iter().zip(DELTA_RULE_GRAD_TOL).all(|(&e, tol)| e < tol), "{ctx}: [dq, dk, dv, dβ, d_initial] off by [{shown}] (tolerances {DELTA_RULE_GRAD_TOL:?})");
+            eprintln!("{ctx}: [dq, dk, dv, dβ, d_initial] off by [{shown}]");
+        }
+    }
+    let (mut rng, seed) = rng();
+    let case = DeltaRuleCase::new(&mut rng, &[65536], false, 2, unit, true);
+    let out = case.output_grads(&mut rng, true);
+    let (many, one) = (case.run_backward(&gpu, &out, None).unwrap(), case.run_backward(&gpu, &out, Some(1)).unwrap());
+    let finite = many.dqkv.iter().flatten().all(|x| x.to_f32().is_finite()) && many.d_initial.iter().chain(&many.dbeta).all(|x| x.is_finite());
+    let errs: Vec<f64> = (0..3).map(|i| testing::rel_err(&many.dqkv[i], &testing::wide(&one.dqkv[i]))).chain([testing::rel_err(&many.dbeta, &testing::wide(&one.dbeta)), testing::rel_err(&many.d_initial, &testing::wide(&one.d_initial))]).collect();
+    let shown = errs.iter().map(|e| format!("{e:.2e}")).collect::<Vec<_>>().join(", ");
+    eprintln!("delta_rule_backward 65536 tokens, default segments against one: [dq, dk, dv, dβ, d_initial] off by [{shown}] (seed {seed})");
+    // dβ relative to itself here (no float64 terms to scale it by): one sum of 65,536 terms a head.
+    let tol = [3e-2, 3e-2, 3e-2, 5e-2, 3e-2];
+    assert!(finite && errs.iter().zip(tol).all(|(&e, tol)| e < tol), "delta_rule_backward at 65536 tokens (seed {seed}): finite {finite}, off by [{shown}]");
 }

@@ -15,8 +15,8 @@ use std::path::Path;
 use crate::harness::{measure, MeasureCfg, Row, RUSTILE};
 use rustile::{bf16, Elem};
 use rustile_host::{Error, Gpu, Result, Tensor};
-use rustile_ops::delta_rule::{delta_rule_in, segments_for, DeltaRule, Workspace, CHUNK, D};
-use rustile_ops::testing::{rel_err, rng, wide, DeltaRuleCase};
+use rustile_ops::delta_rule::{delta_rule_backward_in, delta_rule_in, segments_for, DeltaRule, DeltaRuleGrads, Workspace, CHUNK, D};
+use rustile_ops::testing::{dbeta_err, rel_err, rng, wide, DeltaRuleCase, DELTA_RULE_GRAD_TOL};
 
 /// QuasarAttention's heads.
 pub const HEADS: usize = 8;
@@ -41,6 +41,11 @@ pub fn spec(tokens: &[usize]) -> String {
 /// Bytes any implementation moves at least: q, k, v read, o written (bf16).
 pub fn bytes(t: usize) -> f64 {
     4.0 * (t * HEADS * D * 2) as f64
+}
+
+/// The same for the forward and backward: also q, k, v and dO read, dq, dk, dv written.
+pub fn fwd_bwd_bytes(t: usize) -> f64 {
+    11.0 / 4.0 * bytes(t)
 }
 
 /// `x` repeated to `n` elements.
@@ -119,13 +124,71 @@ pub fn bench_delta_rule(gpu: &Gpu, cfg: &MeasureCfg, copy_gb_s: f64, tokens: &[u
             eprintln!("  recurrent {:.3} ms ({:.2} M tokens/s)", rec.median_ms, t as f64 / rec.median_ms / 1e3);
             rows.push(Row::new("delta_rule", &shape(t), bf16::NAME, &format!("{RUSTILE} recurrent"), rec).bytes(bytes(t)));
         }
+        rows.extend(bench_backward(gpu, cfg, copy_gb_s, &drawn, t, &q, &k, &v, &beta, &mut ws, seed)?);
     }
     Ok(rows)
 }
 
+/// The backward at `t` tokens: checked (against the float64 recurrence's
+/// gradients up to 4096 tokens; beyond, no NaN or Inf), then the forward
+/// and backward timed together (`delta_rule_fwd_bwd`, as a training step
+/// runs them; FLA's row times the same under autograd) and per kernel.
+#[allow(clippy::too_many_arguments)]
+fn bench_backward(
+    gpu: &Gpu, cfg: &MeasureCfg, copy_gb_s: f64, drawn: &DeltaRuleCase, t: usize, q: &Tensor<bf16>, k: &Tensor<bf16>, v: &Tensor<bf16>, beta: &Tensor<f32>,
+    ws: &mut Workspace<bf16>, seed: u64,
+) -> Result<Vec<Row>> {
+    let n = t * HEADS * D;
+    let (mut rng, _) = rng();
+    let out = drawn.output_grads(&mut rng, false);
+    let d_o = gpu.upload(&repeat(&out.d_o, n), &shape(t))?;
+    let mut o = gpu.alloc::<bf16>(&shape(t))?;
+    let (mut dq, mut dk, mut dv) = (gpu.alloc::<bf16>(&shape(t))?, gpu.alloc::<bf16>(&shape(t))?, gpu.alloc::<bf16>(&shape(t))?);
+    let mut dbeta = gpu.alloc::<f32>(&[HEADS])?;
+    let backward = |ws: &mut Workspace<bf16>, dq: &mut Tensor<bf16>, dk: &mut Tensor<bf16>, dv: &mut Tensor<bf16>, dbeta: &mut Tensor<f32>| {
+        let grads = DeltaRuleGrads { dq, dk, dv, dbeta, d_initial: None };
+        delta_rule_backward_in(gpu, ws, q, k, v, beta, &d_o, None, grads, DeltaRule::default())
+    };
+    backward(ws, &mut dq, &mut dk, &mut dv, &mut dbeta)?;
+    let got = [gpu.download(&dq)?, gpu.download(&dk)?, gpu.download(&dv)?];
+    let got_dbeta = gpu.download(&dbeta)?;
+    let finite = got.iter().flatten().all(|x| x.to_f32().is_finite()) && got_dbeta.iter().all(|x| x.is_finite());
+    if t <= 4096 {
+        let cut = |x: &[bf16]| x[..n].to_vec();
+        let case = DeltaRuleCase { lens: vec![t], varlen: false, heads: HEADS, q: cut(&drawn.q), k: cut(&drawn.k), v: cut(&drawn.v), beta: drawn.beta.clone(), initial: None };
+        let want = case.want_grads(&rustile_ops::testing::DeltaRuleOutputGrads { d_o: cut(&out.d_o), d_final: None });
+        let errs = [rel_err(&got[0], &want.dq), rel_err(&got[1], &want.dk), rel_err(&got[2], &want.dv), dbeta_err(&got_dbeta, &want)];
+        let shown = errs.map(|e| format!("{e:.2e}")).join(", ");
+        eprintln!("delta_rule backward T = {t}: [dq, dk, dv, dβ] against float64: rel err [{shown}]; finite: {finite}");
+        if !finite || errs.iter().zip(DELTA_RULE_GRAD_TOL).any(|(&e, tol)| e > tol) {
+            return Err(Error::Launch { kernel: "delta_rule_backward".into(), msg: format!("wrong gradients at T = {t}: [{shown}], finite {finite} (seed {seed})") });
+        }
+    } else if !finite {
+        return Err(Error::Launch { kernel: "delta_rule_backward".into(), msg: format!("a NaN or infinity in the gradients at T = {t} (seed {seed})") });
+    }
+    let both = measure(gpu, cfg, || {
+        delta_rule_in(gpu, ws, q, k, v, beta, &mut o, None, DeltaRule::default())?;
+        backward(ws, &mut dq, &mut dk, &mut dv, &mut dbeta)
+    })?;
+    gpu.profile(true)?;
+    backward(ws, &mut dq, &mut dk, &mut dv, &mut dbeta)?;
+    let parts: Vec<String> = gpu.profile_report()?.iter().map(|(name, _, ms)| format!("{} {ms:.3}", name.split("_kernel").next().unwrap_or(name))).collect();
+    gpu.profile(false)?;
+    let floor_ms = fwd_bwd_bytes(t) / (copy_gb_s * 1e9) * 1e3;
+    eprintln!(
+        "  forward+backward {:.3} ms ({:.2} M tokens/s); the backward by kernel (ms): {}; floor {floor_ms:.3} ms; peak beyond the inputs {:.2} GB (o, dq, dk, dv, Tα, states)",
+        both.median_ms,
+        t as f64 / both.median_ms / 1e3,
+        parts.join(", "),
+        (5.0 * n as f64 * 2.0 + (t.div_ceil(CHUNK) * HEADS * D * D * 2) as f64) / 1e9,
+    );
+    Ok(vec![Row::new("delta_rule_fwd_bwd", &shape(t), bf16::NAME, RUSTILE, both).bytes(fwd_bwd_bytes(t))])
+}
+
 /// Leaves 4096 tokens of the drawn inputs and our outputs in `dir` for
-/// `torch_baselines.py` to run FLA on and compare: `q`, `k`, `v`, `o`
-/// (bf16, `[1, 4096, 8, 64]`) and `beta` (f32, `[8]`), raw little-endian.
+/// `torch_baselines.py` to run FLA on and compare: `q`, `k`, `v`, `o`,
+/// and for the backward `do` and our `dq`, `dk`, `dv` (bf16, `[1, 4096, 8,
+/// 64]`), `beta` and our `dbeta` (f32, `[8]`), raw little-endian.
 pub fn write_check(gpu: &Gpu, drawn: &DeltaRuleCase, dir: &Path) -> Result<()> {
     const T: usize = 4096;
     let n = T * HEADS * D;
@@ -137,9 +200,18 @@ pub fn write_check(gpu: &Gpu, drawn: &DeltaRuleCase, dir: &Path) -> Result<()> {
     let io = |e: std::io::Error| Error::Invalid(format!("writing the delta-rule check files in {}: {e}", dir.display()));
     std::fs::create_dir_all(dir).map_err(io)?;
     let bf = |x: &[bf16]| x.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect::<Vec<u8>>();
-    for (name, data) in [("q", bf(&drawn.q[..n])), ("k", bf(&drawn.k[..n])), ("v", bf(&drawn.v[..n])), ("o", bf(&gpu.download(&o)?))] {
-        std::fs::write(dir.join(format!("{name}.bf16")), data).map_err(io)?;
+    let (mut rng, _) = rng();
+    let d_o = drawn.output_grads(&mut rng, false).d_o[..n].to_vec();
+    let (mut dq, mut dk, mut dv) = (gpu.alloc::<bf16>(&shape(T))?, gpu.alloc::<bf16>(&shape(T))?, gpu.alloc::<bf16>(&shape(T))?);
+    let mut dbeta = gpu.alloc::<f32>(&[HEADS])?;
+    let grads = DeltaRuleGrads { dq: &mut dq, dk: &mut dk, dv: &mut dv, dbeta: &mut dbeta, d_initial: None };
+    rustile_ops::delta_rule::delta_rule_backward(gpu, &q, &k, &v, &beta, &gpu.upload(&d_o, &shape(T))?, None, grads, DeltaRule::default())?;
+    let files = [("q", drawn.q[..n].to_vec()), ("k", drawn.k[..n].to_vec()), ("v", drawn.v[..n].to_vec()), ("o", gpu.download(&o)?), ("do", d_o)];
+    for (name, data) in files.into_iter().chain([("dq", gpu.download(&dq)?), ("dk", gpu.download(&dk)?), ("dv", gpu.download(&dv)?)]) {
+        std::fs::write(dir.join(format!("{name}.bf16")), bf(&data)).map_err(io)?;
     }
-    std::fs::write(dir.join("beta.f32"), drawn.beta.iter().flat_map(|b| b.to_le_bytes()).collect::<Vec<u8>>()).map_err(io)?;
+    let f32s = |x: &[f32]| x.iter().flat_map(|b| b.to_le_bytes()).collect::<Vec<u8>>();
+    std::fs::write(dir.join("beta.f32"), f32s(&drawn.beta)).map_err(io)?;
+    std::fs::write(dir.join("dbeta.f32"), f32s(&gpu.download(&dbeta)?)).map_err(io)?;
     Ok(())
 }

@@ -193,10 +193,15 @@ pub fn cpu_fallback(ops: &[String]) -> bool {
                 ("1x77x150x4x2x64".into(), err.vs_dequantized)
             }
             "delta_rule" => {
-                // The chunked form over packed sequences of odd lengths, 2 heads, from an initial state, in 2 segments.
+                // The chunked form and its backward over packed sequences of odd lengths, 2 heads, from an
+                // initial state, in 2 segments; each gradient's error in units of its tolerance, as o's.
                 let case = rustile_ops::testing::DeltaRuleCase::new(&mut rng, &[1, 100, 700], true, 2, |_| 1.0, true);
-                let (o, _) = case.errors(&rustile_host::Gpu::interpreter(), false, Some(2)).unwrap_or_else(|e| panic!("delta_rule: {e}"));
-                ("1x801x2x64".into(), o)
+                let gpu = rustile_host::Gpu::interpreter();
+                let (o, _) = case.errors(&gpu, false, Some(2)).unwrap_or_else(|e| panic!("delta_rule: {e}"));
+                let out = case.output_grads(&mut rng, true);
+                let grads = case.grad_errors(&gpu, &out, Some(2)).unwrap_or_else(|e| panic!("delta_rule backward: {e}"));
+                let scaled = grads.iter().zip(rustile_ops::testing::DELTA_RULE_GRAD_TOL).map(|(e, tol)| e / tol * tolerance::<bf16>());
+                ("1x801x2x64 fwd+bwd".into(), scaled.fold(o, f64::max))
             }
             "trimul" => {
                 // N = 24, dim 128, hidden 128, x from Cauchy(0, 2), masked.

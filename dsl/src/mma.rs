@@ -213,6 +213,28 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
         }
     }
 
+    /// The tile as an accumulator of this program ([`Shared::store_acc`]
+    /// the other way: each thread reads its own pairs of neighbouring
+    /// columns, one 32-bit load each), for an operand that is also summed
+    /// into a product's result. Call after the `sync()` that follows its writes.
+    #[inline(always)]
+    pub fn load_acc<const WG: bool>(&self) -> Acc<R, C, TH, WG>
+    where
+        [(); acc_len(R, C, TH)]:,
+    {
+        let () = Bits::<T>::SIXTEEN;
+        let mut acc = Acc::<R, C, TH, WG>::zeros();
+        for e in (0..acc.v.len()).step_by(2) {
+            let (r, c) = acc_pos::<R, C, TH, WG>(e);
+            #[cfg(target_arch = "nvptx64")]
+            let pair: [T; 2] = unsafe { core::mem::transmute_copy(&rustile_device::ld_shared_b32(self.chunk_addr(r, c) + ((c % V) * 2) as u32)) };
+            #[cfg(not(target_arch = "nvptx64"))]
+            let pair = [self.get(r, c), self.get(r, c + 1)];
+            (acc.v[e], acc.v[e + 1]) = (pair[0].to_f32(), pair[1].to_f32());
+        }
+        acc
+    }
+
     /// Starts copying the block pointer's window into this tile, straight
     /// from global memory (`cp.async`; elements outside the tensor are zero).
     /// The copies join the current group: `commit_copies()` closes it,
@@ -693,7 +715,7 @@ pub fn dot<T: Elem, const M: usize, const N: usize, const K: usize, const TH: us
 where
     [(); acc_len(M, N, TH)]:,
 {
-    shared_times::<T, M, N, K, TH, WG>(acc, |ks| FragA::load(a, ks), b)
+    shared_times::<T, M, N, K, TH, WG>(acc, |ks| FragA::load(a, ks), |ks| FragB::load(b, ks))
 }
 
 /// An accumulator rounded to the 16-bit type `T`, two values a 32-bit
@@ -793,15 +815,43 @@ pub fn dot_ta<T: Elem, const M: usize, const N: usize, const K: usize, const TH:
 where
     [(); acc_len(M, N, TH)]:,
 {
-    shared_times::<T, M, N, K, TH, WG>(acc, |ks| FragA::load_t(a, ks), b)
+    shared_times::<T, M, N, K, TH, WG>(acc, |ks| FragA::load_t(a, ks), |ks| FragB::load(b, ks))
 }
 
-/// The loop of [`dot`] and [`dot_ta`]: `acc + A·bᵀ` for the left operand's k-slice `ks` as `a(ks)`.
+/// `acc + a·b`: [`dot`] with `b` stored `[K, N]` (read with `ldmatrix.trans`).
+#[inline(always)]
+pub fn dot_tb<T: Elem, const M: usize, const N: usize, const K: usize, const TH: usize, const WG: bool>(
+    a: &Shared<T, M, K, TH>,
+    b: &Shared<T, K, N, TH>,
+    acc: Acc<M, N, TH, WG>,
+) -> Acc<M, N, TH, WG>
+where
+    [(); acc_len(M, N, TH)]:,
+{
+    shared_times::<T, M, N, K, TH, WG>(acc, |ks| FragA::load(a, ks), |ks| FragB::load_t(b, ks))
+}
+
+/// `acc + aᵀ·b`: [`dot`] with `a` stored `[K, M]` and `b` stored `[K, N]`
+/// (both tiles token-major where the product sums over tokens).
+#[inline(always)]
+pub fn dot_tab<T: Elem, const M: usize, const N: usize, const K: usize, const TH: usize, const WG: bool>(
+    a: &Shared<T, K, M, TH>,
+    b: &Shared<T, K, N, TH>,
+    acc: Acc<M, N, TH, WG>,
+) -> Acc<M, N, TH, WG>
+where
+    [(); acc_len(M, N, TH)]:,
+{
+    shared_times::<T, M, N, K, TH, WG>(acc, |ks| FragA::load_t(a, ks), |ks| FragB::load_t(b, ks))
+}
+
+/// The loop of [`dot`], [`dot_ta`], [`dot_tb`] and [`dot_tab`]: `acc + A·B`
+/// for the operands' k-slice `ks` as `a(ks)` and `b(ks)`.
 #[inline(always)]
 fn shared_times<T: Elem, const M: usize, const N: usize, const K: usize, const TH: usize, const WG: bool>(
     acc: Acc<M, N, TH, WG>,
     a: impl Fn(usize) -> FragA<T, M, TH, WG>,
-    b: &Shared<T, N, K, TH>,
+    b: impl Fn(usize) -> FragB<T, N, TH, WG>,
 ) -> Acc<M, N, TH, WG>
 where
     [(); acc_len(M, N, TH)]:,
@@ -809,7 +859,7 @@ where
     let () = MmaShape::<M, N, K, TH, WG>::OK;
     let mut acc = acc;
     for ks in 0..K / 16 {
-        acc = mma(&a(ks), &FragB::load(b, ks), acc);
+        acc = mma(&a(ks), &b(ks), acc);
     }
     acc
 }

@@ -276,12 +276,17 @@ pub fn trimul_at(x: &[f64], mask: Option<&[f64]>, p: &crate::trimul::Params<&[f6
 /// the outputs (laid out like `q`) and each sequence's final state
 /// (`[seqs, heads, 64, 64]`, `S[k][v]`), from `initial` states (zeros if `None`).
 pub fn delta_rule(q: &[f64], k: &[f64], v: &[f64], beta: &[f64], seqs: &[(usize, usize)], heads: usize, initial: Option<&[f64]>) -> (Vec<f64>, Vec<f64>) {
+    use rayon::prelude::*;
     const D: usize = crate::delta_rule::D;
-    let mut o = vec![0.0; q.len()];
-    let mut states = initial.map_or_else(|| vec![0.0; seqs.len() * heads * D * D], |s| s.to_vec());
-    for (si, &(first, len)) in seqs.iter().enumerate() {
-        for h in 0..heads {
-            let s = &mut states[(si * heads + h) * D * D..][..D * D];
+    let pairs: Vec<(usize, usize)> = (0..seqs.len()).flat_map(|si| (0..heads).map(move |h| (si, h))).collect();
+    // Per sequence and head (each on its own thread): its outputs in order, its final state.
+    let per: Vec<(Vec<f64>, Vec<f64>)> = pairs
+        .par_iter()
+        .map(|&(si, h)| {
+            let (first, len) = seqs[si];
+            let sh = (si * heads + h) * D * D;
+            let mut s = initial.map_or_else(|| vec![0.0; D * D], |s| s[sh..sh + D * D].to_vec());
+            let mut o = vec![0.0; len * D];
             for t in first..first + len {
                 let at = (t * heads + h) * D;
                 let (kt, vt, qt) = (&k[at..at + D], &v[at..at + D], &q[at..at + D]);
@@ -295,10 +300,152 @@ pub fn delta_rule(q: &[f64], k: &[f64], v: &[f64], beta: &[f64], seqs: &[(usize,
                     }
                 }
                 for j in 0..D {
-                    o[at + j] = (0..D).map(|i| s[i * D + j] * qt[i]).sum();
+                    o[(t - first) * D + j] = (0..D).map(|i| s[i * D + j] * qt[i]).sum();
                 }
             }
+            (o, s)
+        })
+        .collect();
+    let mut o = vec![0.0; q.len()];
+    let mut states = vec![0.0; seqs.len() * heads * D * D];
+    for (&(si, h), (out, s)) in pairs.iter().zip(per) {
+        let (first, len) = seqs[si];
+        for t in 0..len {
+            let at = ((first + t) * heads + h) * D;
+            o[at..at + D].copy_from_slice(&out[t * D..(t + 1) * D]);
         }
+        let sh = (si * heads + h) * D * D;
+        states[sh..sh + D * D].copy_from_slice(&s);
     }
     (o, states)
+}
+
+/// Gradients of [`delta_rule`] (the recurrence, in float64).
+pub struct DeltaRuleGrads {
+    pub dq: Vec<f64>,
+    pub dk: Vec<f64>,
+    pub dv: Vec<f64>,
+    /// `[heads]`.
+    pub dbeta: Vec<f64>,
+    /// `[heads]`: the sum of the magnitudes of each head's per-token terms
+    /// of `dbeta` (they cancel, so this is the scale its error is measured against).
+    pub dbeta_scale: Vec<f64>,
+    /// `[seqs, heads, 64, 64]`, like the states.
+    pub d_initial: Vec<f64>,
+}
+
+/// The gradients of [`delta_rule`]'s inputs given those of its outputs
+/// (`d_o` like `o`, `d_final` like the final states or zeros): the
+/// recurrence differentiated token by token, backwards, from the states it
+/// went through (kept every 64 tokens on the way forward and recomputed
+/// within each run of 64, so that 65,536 tokens take megabytes, not
+/// gigabytes). Each sequence and head on its own thread.
+#[allow(clippy::too_many_arguments)]
+pub fn delta_rule_backward(
+    q: &[f64], k: &[f64], v: &[f64], beta: &[f64], seqs: &[(usize, usize)], heads: usize, initial: Option<&[f64]>, d_o: &[f64], d_final: Option<&[f64]>,
+) -> DeltaRuleGrads {
+    use rayon::prelude::*;
+    const D: usize = crate::delta_rule::D;
+    const RUN: usize = 64;
+    let pairs: Vec<(usize, usize)> = (0..seqs.len()).flat_map(|si| (0..heads).map(move |h| (si, h))).collect();
+    // Per sequence and head: [dq, dk, dv] of its tokens in order, dβ, its scale, d_initial.
+    let per: Vec<([Vec<f64>; 3], f64, f64, Vec<f64>)> = pairs
+        .par_iter()
+        .map(|&(si, h)| {
+            let (first, len) = seqs[si];
+            let sh = (si * heads + h) * D * D;
+            let b = beta[h];
+            let step = |t: usize| {
+                let at = (t * heads + h) * D;
+                let lambda: f64 = k[at..at + D].iter().map(|x| x * x).sum();
+                let decay = (-b * lambda).exp();
+                let alpha = -(-b * lambda).exp_m1() / (lambda + 1e-8);
+                (at, lambda, decay, alpha)
+            };
+            let advance = |s: &mut [f64], t: usize| {
+                let (at, _, _, alpha) = step(t);
+                for j in 0..D {
+                    let e = v[at + j] - (0..D).map(|i| s[i * D + j] * k[at + i]).sum::<f64>();
+                    for i in 0..D {
+                        s[i * D + j] += alpha * k[at + i] * e;
+                    }
+                }
+            };
+            // The state before tokens first, first + RUN, ….
+            let mut marks = vec![initial.map_or_else(|| vec![0.0; D * D], |s| s[sh..sh + D * D].to_vec())];
+            for r in 1..len.div_ceil(RUN) {
+                let mut s = marks[r - 1].clone();
+                for t in first + (r - 1) * RUN..first + r * RUN {
+                    advance(&mut s, t);
+                }
+                marks.push(s);
+            }
+            let mut grads = [vec![0.0; len * D], vec![0.0; len * D], vec![0.0; len * D]];
+            let (mut dbeta, mut scale) = (0.0, 0.0);
+            let mut ds = d_final.map_or_else(|| vec![0.0; D * D], |d| d[sh..sh + D * D].to_vec());
+            for r in (0..len.div_ceil(RUN)).rev() {
+                let run = first + r * RUN..(first + (r + 1) * RUN).min(first + len);
+                // states[i]: the state before token run.start + i.
+                let mut states = vec![marks[r].clone()];
+                for t in run.clone() {
+                    let mut s = states.last().unwrap().clone();
+                    advance(&mut s, t);
+                    states.push(s);
+                }
+                for t in run.clone().rev() {
+                    let (at, lambda, decay, alpha) = step(t);
+                    let (s, s_after) = (&states[t - run.start], &states[t - run.start + 1]);
+                    let (kt, qt, dot) = (&k[at..at + D], &q[at..at + D], &d_o[at..at + D]);
+                    let row = (t - first) * D;
+                    // o = S'ᵀq.
+                    for i in 0..D {
+                        grads[0][row + i] = (0..D).map(|j| s_after[i * D + j] * dot[j]).sum();
+                        for j in 0..D {
+                            ds[i * D + j] += qt[i] * dot[j];
+                        }
+                    }
+                    // S' = S + α·k·eᵀ with e = v − Sᵀk.
+                    let e: Vec<f64> = (0..D).map(|j| v[at + j] - (0..D).map(|i| s[i * D + j] * kt[i]).sum::<f64>()).collect();
+                    let ds_e: Vec<f64> = (0..D).map(|i| (0..D).map(|j| ds[i * D + j] * e[j]).sum()).collect();
+                    let d_alpha: f64 = (0..D).map(|i| kt[i] * ds_e[i]).sum();
+                    let de: Vec<f64> = (0..D).map(|j| alpha * (0..D).map(|i| ds[i * D + j] * kt[i]).sum::<f64>()).collect();
+                    // α(λ, β) with λ = ‖k‖².
+                    let d_lambda = d_alpha * (b * decay / (lambda + 1e-8) - (1.0 - decay) / ((lambda + 1e-8) * (lambda + 1e-8)));
+                    let term = d_alpha * lambda * decay / (lambda + 1e-8);
+                    dbeta += term;
+                    scale += term.abs();
+                    for i in 0..D {
+                        grads[1][row + i] = alpha * ds_e[i] - (0..D).map(|j| s[i * D + j] * de[j]).sum::<f64>() + 2.0 * kt[i] * d_lambda;
+                        for j in 0..D {
+                            ds[i * D + j] -= kt[i] * de[j];
+                        }
+                    }
+                    grads[2][row..row + D].copy_from_slice(&de);
+                }
+            }
+            (grads, dbeta, scale, ds)
+        })
+        .collect();
+    let mut g = DeltaRuleGrads {
+        dq: vec![0.0; q.len()],
+        dk: vec![0.0; k.len()],
+        dv: vec![0.0; v.len()],
+        dbeta: vec![0.0; heads],
+        dbeta_scale: vec![0.0; heads],
+        d_initial: vec![0.0; seqs.len() * heads * D * D],
+    };
+    for (&(si, h), (grads, dbeta, scale, ds)) in pairs.iter().zip(per) {
+        let (first, len) = seqs[si];
+        for t in 0..len {
+            let at = ((first + t) * heads + h) * D;
+            for (out, got) in [&mut g.dq, &mut g.dk, &mut g.dv].into_iter().zip(&grads) {
+                out[at..at + D].copy_from_slice(&got[t * D..(t + 1) * D]);
+            }
+        }
+        g.dbeta[h] += dbeta;
+        g.dbeta_scale[h] += scale;
+        let sh = (si * heads + h) * D * D;
+        g.d_initial[sh..sh + D * D].copy_from_slice(&ds);
+    }
+    g
 }

@@ -406,14 +406,9 @@ impl DeltaRuleCase {
 
     /// The float64 recurrence on exactly these inputs: outputs and final states.
     pub fn want(&self) -> (Vec<f64>, Vec<f64>) {
-        let firsts = self.lens.iter().scan(0, |at, &n| {
-            *at += n;
-            Some(*at - n)
-        });
-        let seqs: Vec<(usize, usize)> = firsts.zip(self.lens.iter().copied()).collect();
         let beta: Vec<f64> = self.beta.iter().map(|&b| b as f64).collect();
         let initial = self.initial.as_ref().map(|s| wide(s));
-        crate::reference::delta_rule(&wide(&self.q), &wide(&self.k), &wide(&self.v), &beta, &seqs, self.heads, initial.as_deref())
+        crate::reference::delta_rule(&wide(&self.q), &wide(&self.k), &wide(&self.v), &beta, &self.sequences(), self.heads, initial.as_deref())
     }
 
     /// Runs [`crate::delta_rule::delta_rule`] on `gpu` (the chunked form,
@@ -440,4 +435,86 @@ impl DeltaRuleCase {
         let ((o, state), (want_o, want_state)) = (self.run(gpu, recurrent, segments)?, self.want());
         Ok((rel_err(&o, &want_o), rel_err(&state, &want_state)))
     }
+
+    fn sequences(&self) -> Vec<(usize, usize)> {
+        let firsts = self.lens.iter().scan(0, |at, &n| {
+            *at += n;
+            Some(*at - n)
+        });
+        firsts.zip(self.lens.iter().copied()).collect()
+    }
+
+    /// Fresh random gradients of the outputs: `d_o` (like `o`, standard
+    /// normal) and, if `with_final`, of the final states.
+    pub fn output_grads(&self, rng: &mut StdRng, with_final: bool) -> DeltaRuleOutputGrads {
+        let state_len = self.lens.len() * self.heads * crate::delta_rule::D * crate::delta_rule::D;
+        DeltaRuleOutputGrads { d_o: normal(rng, self.q.len(), 0.0, 1.0), d_final: with_final.then(|| (0..state_len).map(|_| 0.1 * standard_normal(rng)).collect()) }
+    }
+
+    /// The float64 recurrence's gradients on exactly these inputs.
+    pub fn want_grads(&self, out: &DeltaRuleOutputGrads) -> crate::reference::DeltaRuleGrads {
+        let beta: Vec<f64> = self.beta.iter().map(|&b| b as f64).collect();
+        let initial = self.initial.as_ref().map(|s| wide(s));
+        let d_final = out.d_final.as_ref().map(|s| wide(s));
+        crate::reference::delta_rule_backward(
+            &wide(&self.q), &wide(&self.k), &wide(&self.v), &beta, &self.sequences(), self.heads, initial.as_deref(), &wide(&out.d_o), d_final.as_deref(),
+        )
+    }
+
+    /// Runs [`crate::delta_rule::delta_rule_backward`] on `gpu`: `[dq, dk,
+    /// dv]`, `dβ` and the initial states' gradients, downloaded.
+    pub fn run_backward(&self, gpu: &rustile_host::Gpu, out: &DeltaRuleOutputGrads, segments: Option<usize>) -> rustile_host::Result<DeltaRuleGotGrads> {
+        use crate::delta_rule::{delta_rule_backward, DeltaRule, DeltaRuleGrads, VarLens, D};
+        let shape = self.shape();
+        let [q, k, v, d_o] = [&self.q, &self.k, &self.v, &out.d_o].map(|x| gpu.upload(x, &shape));
+        let (q, k, v, d_o) = (q?, k?, v?, d_o?);
+        let beta = gpu.upload(&self.beta, &[self.heads])?;
+        let state_shape = [self.lens.len(), self.heads, D, D];
+        let initial = self.initial.as_ref().map(|s| gpu.upload(s, &state_shape)).transpose()?;
+        let d_final = out.d_final.as_ref().map(|s| gpu.upload(s, &state_shape)).transpose()?;
+        let varlen = if self.varlen { Some(VarLens::new(gpu, &self.lens)?) } else { None };
+        let poison = || gpu.upload(&poisoned::<rustile::bf16>(q.numel()), &shape);
+        let (mut dq, mut dk, mut dv) = (poison()?, poison()?, poison()?);
+        let mut dbeta = gpu.upload(&poisoned::<f32>(self.heads), &[self.heads])?;
+        let mut d_initial = gpu.upload(&poisoned::<f32>(state_shape.iter().product()), &state_shape)?;
+        let grads = DeltaRuleGrads { dq: &mut dq, dk: &mut dk, dv: &mut dv, dbeta: &mut dbeta, d_initial: Some(&mut d_initial) };
+        let opt = DeltaRule { initial: initial.as_ref(), varlen: varlen.as_ref(), recurrent: false, segments };
+        delta_rule_backward(gpu, &q, &k, &v, &beta, &d_o, d_final.as_ref(), grads, opt)?;
+        Ok(DeltaRuleGotGrads { dqkv: [gpu.download(&dq)?, gpu.download(&dk)?, gpu.download(&dv)?], dbeta: gpu.download(&dbeta)?, d_initial: gpu.download(&d_initial)? })
+    }
+
+    /// Relative errors of `[dq, dk, dv, dβ, d_initial]` against the float64
+    /// recurrence's; dβ's (a sum of terms that cancel) relative to the sum of
+    /// its terms' magnitudes, the largest over the heads.
+    pub fn grad_errors(&self, gpu: &rustile_host::Gpu, out: &DeltaRuleOutputGrads, segments: Option<usize>) -> rustile_host::Result<[f64; 5]> {
+        let (got, want) = (self.run_backward(gpu, out, segments)?, self.want_grads(out));
+        let [dq, dk, dv] = &got.dqkv;
+        Ok([rel_err(dq, &want.dq), rel_err(dk, &want.dk), rel_err(dv, &want.dv), dbeta_err(&got.dbeta, &want), rel_err(&got.d_initial, &want.d_initial)])
+    }
+}
+
+/// Relative tolerances of `[dq, dk, dv, dβ, d_initial]` against the float64
+/// recurrence's: they come from products of bf16 operands (the recorded
+/// states, U', Tα and the gradients made on the way; dk sums seven); dβ's
+/// against the sum of its terms' magnitudes ([`DeltaRuleCase::grad_errors`]).
+pub const DELTA_RULE_GRAD_TOL: [f64; 5] = [3e-2, 3e-2, 3e-2, 1e-2, 3e-2];
+
+/// The error of `dβ` against the float64 recurrence's: the largest over the
+/// heads of the difference over the sum of the magnitudes of the head's
+/// per-token terms (they cancel: the sum can be far smaller than its terms).
+pub fn dbeta_err(got: &[f32], want: &crate::reference::DeltaRuleGrads) -> f64 {
+    got.iter().zip(&want.dbeta).zip(&want.dbeta_scale).map(|((&g, w), scale)| (g as f64 - w).abs() / scale.max(1e-300)).fold(0.0, f64::max)
+}
+
+/// Gradients of a [`DeltaRuleCase`]'s outputs.
+pub struct DeltaRuleOutputGrads {
+    pub d_o: Vec<rustile::bf16>,
+    pub d_final: Option<Vec<f32>>,
+}
+
+/// What [`DeltaRuleCase::run_backward`] got.
+pub struct DeltaRuleGotGrads {
+    pub dqkv: [Vec<rustile::bf16>; 3],
+    pub dbeta: Vec<f32>,
+    pub d_initial: Vec<f32>,
 }

@@ -56,6 +56,11 @@ pub const CHUNK: usize = 64;
 pub const HAS_S0: u32 = 1;
 pub const HAS_S_OUT: u32 = 2;
 pub const VARLEN: u32 = 4;
+/// The scan records each chunk's start state for the backward instead of writing outputs.
+pub const STATES: u32 = 8;
+/// The backward's flags: the final state's gradient is given; the initial state's is wanted.
+pub const HAS_D_FINAL: u32 = HAS_S0;
+pub const HAS_D_S0: u32 = HAS_S_OUT;
 
 // ---- helpers ---------------------------------------------------------------------------
 
@@ -115,6 +120,13 @@ impl Rows {
     fn segment(&self, g: usize, seg_chunks: usize) -> core::ops::Range<usize> {
         g * seg_chunks * CHUNK..((g + 1) * seg_chunks * CHUNK).min(self.len)
     }
+}
+
+/// Block `i` of a run of row-major `[64, 64]` blocks (the recorded states,
+/// the gradients of segment ends).
+#[inline(always)]
+fn state_block<E: Elem, const TH: usize>(p: impl AsRaw<E>, i: usize) -> BlockPtr<E, D, D, TH> {
+    BlockPtr::new(p, [(i + 1) * D, D], [D, 1], [i * D, 0])
 }
 
 /// The `[64, 64]` block at element `at` of a row-major f32 matrix with rows
@@ -236,9 +248,10 @@ pub fn delta_rule_chunk_kernel<T: Elem>(
 /// segment: the whole sequence) of sequence and head `program_id(1)`, chunk
 /// after chunk, from `Tα` ([`delta_rule_chunk_kernel`]) and the state the
 /// segment starts from (`s0[sh, g]`, or zeros); with one segment, the final
-/// state too.
+/// state too. With [`STATES`], no outputs: `Sᵀ` at each chunk's start, in
+/// `T`, goes to `states[sh·segments·seg_chunks + chunk]` for the backward.
 pub fn delta_rule_scan_kernel<T: Elem>(
-    q: Ptr<T>, k: Ptr<T>, v: Ptr<T>, tri: Ptr<T>, cu: Ptr<u32>, s0: Ptr<f32>, o: PtrMut<T>, s_out: PtrMut<f32>,
+    q: Ptr<T>, k: Ptr<T>, v: Ptr<T>, tri: Ptr<T>, cu: Ptr<u32>, s0: Ptr<f32>, o: PtrMut<T>, s_out: PtrMut<f32>, states: PtrMut<T>,
     tokens: usize, segments: usize, seg_chunks: usize, seqs: usize, heads: usize, flags: u32,
 ) {
     let _ = seqs; // the grid
@@ -265,6 +278,9 @@ pub fn delta_rule_scan_kernel<T: Elem>(
         ts.copy_from(&rows.chunk(tri, t0));
         commit_copies();
         sts.store_acc(&st);
+        if flags & STATES != 0 {
+            store_acc(&state_block(states, sh * segments * seg_chunks + t0 / CHUNK), &st);
+        }
         wait_copies::<0>();
         sync();
 
@@ -273,11 +289,13 @@ pub fn delta_rule_scan_kernel<T: Elem>(
         let ut = dot_packed(&sk.map(|_, _, x| -x).pack::<T>(), &ts, dot_ta(&vs, &ts, Block::zeros()));
 
         // O = (Q·Kᵀ ⊙ M_incl)·U' + Q·S.
-        uts.store_acc(&ut);
-        sync();
-        let scores = dot(&qs, &ks, Block::zeros()).map(|r, c, x| if c <= r { x } else { 0.0 });
-        let out = dot_packed(&scores.pack::<T>(), &uts, dot(&qs, &sts, Block::zeros()));
-        store_acc(&rows.chunk(o, t0), &out);
+        if flags & STATES == 0 {
+            uts.store_acc(&ut);
+            sync();
+            let scores = dot(&qs, &ks, Block::zeros()).map(|r, c, x| if c <= r { x } else { 0.0 });
+            let out = dot_packed(&scores.pack::<T>(), &uts, dot(&qs, &sts, Block::zeros()));
+            store_acc(&rows.chunk(o, t0), &out);
+        }
 
         // S₁ᵀ = Sᵀ + U'ᵀ·K.
         st = dot_acc(&ut.pack::<T>(), &ks, st);
@@ -367,6 +385,258 @@ pub fn delta_rule_combine_kernel<T: Elem>(
     if flags & HAS_S_OUT != 0 {
         store_acc(&transposed(s_out, sh * D * D, D), &st);
     }
+}
+
+// ---- the backward -----------------------------------------------------------------------------
+//
+// Backwards through one chunk, with `dS` the gradient of the state after it,
+// `S` the state before it (recorded by the scan with STATES), `A = Tα` and
+// `M_incl` the causal mask:
+//
+//   Wv = V − K·S,  U' = A·Wv,  P = Q·Kᵀ ⊙ M_incl             (the forward again)
+//   dU' = Pᵀ·dO + K·dS,  dV = Aᵀ·dU',  dS ← dS + Qᵀ·dO − Kᵀ·dV
+//   dP = dO·U'ᵀ ⊙ M_incl,  dQ = dP·K + dO·Sᵀ
+//   dK = dPᵀ·Q + U'·dSᵀ − dV·Sᵀ + (Ḡ + Ḡᵀ)·K + 2·dλ·K
+//
+// The last two terms reach K through G = K·Kᵀ, which made A (L is G's strict
+// lower triangle scaled by α) and λ = diag(G), which made α. With Ā = dU'·Wvᵀ
+// the gradient of A: since A = (I + L)⁻¹·diag(α),
+//
+//   Y = Aᵀ·Ā,  Ḡ = −strict_lower(Y·Aᵀ),  ρ_i = α_i·dα_i = Y_ii + Σ_j Ḡ_ij·G_ij
+//   dλ_i = ρ_i·(∂α/∂λ)/α,  dβ = Σ_i ρ_i·(∂α/∂β)/α
+//
+// (ρ is α·dα, so that no step divides by an α, which is 0 on a zero key.)
+// dS's recursion is affine like S's, with the forward map's transpose as its
+// linear part: a segment's gradient at its start is Mᵀ·dS_end + B', so the
+// segments run at once here too ([`delta_rule_back_scan_kernel`] from zeros
+// for B', [`delta_rule_back_combine_kernel`] for each segment's dS_end, the
+// back scan again from there recording every chunk's dS); then every
+// chunk's gradients at once ([`delta_rule_grads_kernel`]).
+
+/// `(∂α/∂λ)/α` at a key's squared norm `λ` (0 where `λ = 0`: then `ρ = 0`).
+#[inline(always)]
+pub fn dalpha_dlambda_over_alpha(beta: f32, lambda: f32) -> f32 {
+    if lambda <= 0.0 {
+        return 0.0;
+    }
+    // β/(eˣ − 1) − 1/λ with x = βλ, as a series where the two nearly cancel,
+    // then 1/λ − 1/(λ + 1e-8).
+    let x = beta * lambda;
+    let near = if x < 0.03125 { beta * (x * (1.0 / 12.0) * (1.0 - x * x * (1.0 / 60.0)) - 0.5) } else { beta * math::exp(-x) / neg_expm1(x) - 1.0 / lambda };
+    near + 1e-8 / (lambda * (lambda + 1e-8))
+}
+
+/// `(∂α/∂β)/α = λ/(e^{βλ} − 1)` (0 where `λ = 0`).
+#[inline(always)]
+pub fn dalpha_dbeta_over_alpha(beta: f32, lambda: f32) -> f32 {
+    if lambda <= 0.0 { 0.0 } else { lambda * math::exp(-beta * lambda) / neg_expm1(beta * lambda) }
+}
+
+// SMEM: Q, K, dO, Tα, dS, P, dU' and −dV (64 KB).
+#[kernel(
+    configs = [(WARPS = 4, SMEM = 65536)],
+    grid = [segments, seqs * heads],
+    dtypes = [bf16],
+)]
+/// `dS`'s recursion through segment `program_id(0)` of sequence and head
+/// `program_id(1)`, from its last chunk: from the gradient of the state the
+/// segment ends in (`ds_end[sh, g]` with [`HAS_D_FINAL`], else zeros) to
+/// that of the state it starts from (`ds_start[sh, g]`, with [`HAS_D_S0`]).
+/// From zeros that is the segment's `B'`; with [`STATES`], each chunk's
+/// `dS` (of the state after it) also goes to `dstates` (in `T`, where the
+/// scan put `states`), for [`delta_rule_grads_kernel`].
+pub fn delta_rule_back_scan_kernel<T: Elem>(
+    q: Ptr<T>, k: Ptr<T>, d_o: Ptr<T>, tri: Ptr<T>, cu: Ptr<u32>, ds_end: Ptr<f32>, ds_start: PtrMut<f32>, dstates: PtrMut<T>,
+    tokens: usize, segments: usize, seg_chunks: usize, seqs: usize, heads: usize, flags: u32,
+) {
+    let _ = seqs; // the grid
+    let (g, sh) = (program_id(0), program_id(1));
+    let rows = Rows::of(cu, sh, heads, tokens, flags);
+    type Block = rustile::Acc<64, 64, THREADS, true>;
+    let tile = |i: usize| Shared::<T, CHUNK, D>::at(i * CHUNK * D * 2);
+    let (qs, ks, dos, ts, dss, ps, dus, ndvs) = (tile(0), tile(1), tile(2), tile(3), tile(4), tile(5), tile(6), tile(7));
+    // dS as the state is stored (rows: key dims).
+    let mut ds = Block::zeros();
+    if flags & HAS_D_FINAL != 0 {
+        let end = state_block::<f32, THREADS>(ds_end, sh * segments + g);
+        ds = ds.map(|r, c, _| end.get(r, c, 0.0));
+    }
+    let seg = rows.segment(g, seg_chunks);
+    for i in (0..seg.len().div_ceil(CHUNK)).rev() {
+        let t0 = seg.start + i * CHUNK;
+        sync();
+        qs.copy_from(&rows.chunk(q, t0));
+        ks.copy_from(&rows.chunk(k, t0));
+        dos.copy_from(&rows.chunk(d_o, t0));
+        ts.copy_from(&rows.chunk(tri, t0));
+        commit_copies();
+        dss.store_acc(&ds);
+        if flags & STATES != 0 {
+            store_acc(&state_block(dstates, sh * segments * seg_chunks + t0 / CHUNK), &ds);
+        }
+        wait_copies::<0>();
+        sync();
+        // dU' = Pᵀ·dO + K·dS, dV = Aᵀ·dU', dS ← dS + Qᵀ·dO − Kᵀ·dV.
+        ps.store_acc(&dot(&qs, &ks, Block::zeros()).map(|r, c, x| if c <= r { x } else { 0.0 }));
+        sync();
+        dus.store_acc(&dot_tab(&ps, &dos, dot_tb(&ks, &dss, Block::zeros())));
+        sync();
+        ndvs.store_acc(&dot_tab(&ts, &dus, Block::zeros()).map(|_, _, x| -x));
+        sync();
+        ds = dot_tab(&ks, &ndvs, dot_tab(&qs, &dos, ds));
+    }
+    if flags & HAS_D_S0 != 0 {
+        store_acc(&state_block(ds_start, sh * segments + g), &ds);
+    }
+}
+
+// SMEM: thirteen 64×64 bf16 tiles (104 KB, two programs an SM): the
+// chunk's Q, K, V, dO, Tα, Sᵀ and dS, and the products that later ones
+// take as operands.
+#[kernel(
+    configs = [(WARPS = 4, SMEM = 106496)],
+    grid = [chunks, seqs * heads],
+    dtypes = [bf16],
+)]
+/// The gradients of chunk `program_id(0)` (of `chunks` a sequence, as the
+/// scan numbered them) of sequence and head `program_id(1)`: `dq`, `dk`,
+/// `dv` (like `q`) and the chunk's share of `dβ` (`dbeta_parts[sh, chunk,
+/// ..64]`, per token slot), from the state before it (`states`, by
+/// [`delta_rule_scan_kernel`]) and the gradient of the state after it
+/// (`dstates`, by [`delta_rule_back_scan_kernel`]). Every chunk at once.
+pub fn delta_rule_grads_kernel<T: Elem>(
+    q: Ptr<T>, k: Ptr<T>, v: Ptr<T>, d_o: Ptr<T>, tri: Ptr<T>, states: Ptr<T>, dstates: Ptr<T>, beta: Ptr<f32>, cu: Ptr<u32>,
+    dq: PtrMut<T>, dk: PtrMut<T>, dv: PtrMut<T>, dbeta_parts: PtrMut<f32>,
+    tokens: usize, chunks: usize, seqs: usize, heads: usize, flags: u32,
+) {
+    let _ = seqs; // the grid
+    let (c, sh) = (program_id(0), program_id(1));
+    let rows = Rows::of(cu, sh, heads, tokens, flags);
+    let t0 = c * CHUNK;
+    let parts = (sh * chunks + c) * CHUNK;
+    if t0 >= rows.len {
+        rustile::AccRows::<64, THREADS>::splat(0.0).store(dbeta_parts, parts, parts + CHUNK);
+        return;
+    }
+    let b = beta.read(sh % heads);
+    type Block = rustile::Acc<64, 64, THREADS, true>;
+    let tile = |i: usize| Shared::<T, CHUNK, D>::at(i * CHUNK * D * 2);
+    let (qs, ks, vs, dos, ts, sts, dss) = (tile(0), tile(1), tile(2), tile(3), tile(4), tile(5), tile(6));
+    let (wvs, ps, us, dus, dps, abars) = (tile(7), tile(8), tile(9), tile(10), tile(11), tile(12));
+    // Slots free again: V's once Wv is made, P's once dU' is.
+    let (ndvs, gbars) = (vs, ps);
+    let lower_incl = |r: usize, c: usize, x: f32| if c <= r { x } else { 0.0 };
+
+    qs.copy_from(&rows.chunk(q, t0));
+    ks.copy_from(&rows.chunk(k, t0));
+    vs.copy_from(&rows.chunk(v, t0));
+    dos.copy_from(&rows.chunk(d_o, t0));
+    ts.copy_from(&rows.chunk(tri, t0));
+    let slot = sh * chunks + c;
+    sts.copy_from(&state_block(states, slot));
+    dss.copy_from(&state_block(dstates, slot));
+    commit_copies();
+    wait_copies::<0>();
+    sync();
+
+    // The forward again: Wv = V − K·S and P.
+    wvs.store_acc(&vs.load_acc::<true>().zip(dot(&ks, &sts, Block::zeros()), |v, ks| v - ks));
+    ps.store_acc(&dot(&qs, &ks, Block::zeros()).map(lower_incl));
+    sync();
+
+    // U' = A·Wv, dU' = Pᵀ·dO + K·dS.
+    us.store_acc(&dot_tb(&ts, &wvs, Block::zeros()));
+    dus.store_acc(&dot_tab(&ps, &dos, dot_tb(&ks, &dss, Block::zeros())));
+    sync();
+
+    // dV = Aᵀ·dU', Ā = dU'·Wvᵀ, dP, dQ = dP·K + dO·Sᵀ.
+    let dvv = dot_tab(&ts, &dus, Block::zeros());
+    store_acc(&rows.chunk(dv, t0), &dvv);
+    ndvs.store_acc(&dvv.map(|_, _, x| -x));
+    abars.store_acc(&dot(&dus, &wvs, Block::zeros()));
+    let dp = dot(&dos, &us, Block::zeros()).map(lower_incl);
+    dps.store_acc(&dp);
+    store_acc(&rows.chunk(dq, t0), &dot_acc(&dp.pack::<T>(), &ks, dot_tb(&dos, &sts, Block::zeros())));
+    sync();
+
+    // Through A and α: Y = Aᵀ·Ā, Ḡ = −strict_lower(Y·Aᵀ); Σ_j Ḡ_ij·G_ij is
+    // row i of (Ḡ·K) ⊙ K, and Ḡ·K is also dK's term.
+    let y = dot_tab(&ts, &abars, Block::zeros());
+    let y_diag = y.map(|r, c, x| if c == r { x } else { 0.0 }).row_sum();
+    let gbar = dot_packed(&y.pack::<T>(), &ts, Block::zeros()).map(|r, c, x| if c < r { -x } else { 0.0 });
+    gbars.store_acc(&gbar);
+    let gk = dot_acc(&gbar.pack::<T>(), &ks, Block::zeros());
+    let kacc = ks.load_acc::<true>();
+    let lambda = kacc.map(|_, _, x| x * x).row_sum();
+    let rho = y_diag.zip(gk.zip(kacc, |a, b| a * b).row_sum(), |a, b| a + b);
+    rho.zip(lambda, |r, l| r * dalpha_dbeta_over_alpha(b, l)).store(dbeta_parts, parts, parts + CHUNK);
+    let dlambda2 = rho.zip(lambda, |r, l| 2.0 * r * dalpha_dlambda_over_alpha(b, l));
+    let dk_through_a = gk.zip(kacc.map_rows(&dlambda2, |x, d| x * d), |a, x| a + x);
+    sync();
+
+    // dK = dPᵀ·Q + U'·dSᵀ − dV·Sᵀ + Ḡ·K + Ḡᵀ·K + 2·dλ·K.
+    let dkk = dot_tb(&ndvs, &sts, dot(&us, &dss, dot_tab(&dps, &qs, dk_through_a)));
+    store_acc(&rows.chunk(dk, t0), &dot_tab(&gbars, &ks, dkk));
+}
+
+// SMEM: M in bf16 (8 KB).
+#[kernel(
+    configs = [(WARPS = 4, SMEM = 8192)],
+    grid = [seqs * heads],
+    dtypes = [bf16],
+)]
+/// Walks the segments of sequence and head `program_id(0)` from the last:
+/// the gradient of the state each ends in (`ends[sh, g]`, from `d_final` or
+/// zeros) and, with [`HAS_D_S0`], of the state the first starts from. The
+/// gradient at a segment's start is `Mᵀ·dS_end + B'` (`M` of the forward's
+/// `maps`, `B'` of `back_maps`).
+pub fn delta_rule_back_combine_kernel<T: Elem>(
+    maps: Ptr<f32>, back_maps: Ptr<f32>, d_final: Ptr<f32>, ends: PtrMut<f32>, d_s0: PtrMut<f32>, segments: usize, seqs: usize, heads: usize, flags: u32,
+) {
+    let _ = (seqs, heads); // the grid
+    let sh = program_id(0);
+    type Block = rustile::Acc<64, 64, THREADS, true>;
+    let m = Shared::<T, D, D>::at(0);
+    // dSᵀ, as the forward's combine keeps Sᵀ.
+    let mut dst = Block::zeros();
+    if flags & HAS_D_FINAL != 0 {
+        let end = transposed::<THREADS>(d_final, sh * D * D, D);
+        dst = dst.map(|r, c, _| end.get(r, c, 0.0));
+    }
+    for g in (0..segments).rev() {
+        store_acc(&transposed(ends, (sh * segments + g) * D * D, D), &dst);
+        let at = (sh * segments + g) * D * 2 * D;
+        sync();
+        m.store(&load(&BlockPtr::<f32, D, D>::new(maps.offset(at), [D, 2 * D], [2 * D, 1], [0, 0])).cast::<T>());
+        sync();
+        // dSᵀ ← dSᵀ·M + B'ᵀ.
+        let b = transposed::<THREADS>(back_maps, (sh * segments + g) * D * D, D);
+        dst = dot_acc(&dst.pack::<T>(), &m, Block::zeros().map(|r, c, _| b.get(r, c, 0.0)));
+    }
+    if flags & HAS_D_S0 != 0 {
+        store_acc(&transposed(d_s0, sh * D * D, D), &dst);
+    }
+}
+
+#[kernel(
+    configs = [(WARPS = 1)],
+    grid = [heads],
+    dtypes = [f32],
+)]
+/// `dbeta[h]`: the sum of every sequence's `dbeta_parts[s, h, ..]` (`n`
+/// values a sequence and head, `n` a multiple of 64), in a fixed order.
+pub fn delta_rule_dbeta_kernel<T: Elem>(dbeta_parts: Ptr<f32>, dbeta: PtrMut<T>, n: usize, seqs: usize, heads: usize) {
+    let h = program_id(0);
+    let mut acc = Tile::<f32, 16, CHUNK>::zeros();
+    for s in 0..seqs {
+        let at = (s * heads + h) * n;
+        let mut r0 = 0;
+        while r0 < n / CHUNK {
+            acc = acc + load(&BlockPtr::<f32, 16, CHUNK>::new(dbeta_parts.offset(at), [n / CHUNK, CHUNK], [CHUNK, 1], [r0, 0]));
+            r0 += 16;
+        }
+    }
+    (Tile::<f32, 16, CHUNK>::zeros() + acc.row_sum()).col_sum().cast::<T>().store(dbeta, h, h + 1);
 }
 
 #[cfg(not(target_arch = "nvptx64"))]

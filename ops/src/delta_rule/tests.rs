@@ -104,3 +104,85 @@ fn refuses_bad_arguments() {
     assert!(err(delta_rule(&gpu, &q16, &q16, &q16, &beta, &mut o16, None, opt)).contains("must be bf16"));
     assert!(VarLens::new(&gpu, &[]).is_err());
 }
+
+// ---- the backward ------------------------------------------------------------------------
+
+fn check_backward(lens: &[usize], varlen: bool, heads: usize, initial: bool, with_final: bool, lambda: impl Fn(&mut rand::rngs::StdRng) -> f32, segments: Option<usize>) {
+    let (mut rng, seed) = rng();
+    let case = DeltaRuleCase::new(&mut rng, lens, varlen, heads, lambda, initial);
+    let out = case.output_grads(&mut rng, with_final);
+    let errs = case.grad_errors(&Gpu::interpreter(), &out, segments).unwrap();
+    let ctx = format!("delta_rule_backward lens {lens:?} varlen={varlen} heads={heads} initial={initial} d_final={with_final} segments {segments:?} (seed {seed})");
+    let shown = errs.map(|e| format!("{e:.2e}")).join(", ");
+    eprintln!("{ctx}: [dq, dk, dv, dβ, d_initial] off by [{shown}]");
+    let ok = errs.iter().zip(DELTA_RULE_GRAD_TOL).all(|(&e, tol)| e < tol);
+    assert!(ok, "{ctx}: [dq, dk, dv, dβ, d_initial] off by [{shown}] (tolerances {DELTA_RULE_GRAD_TOL:?})");
+}
+
+/// The float64 reference's own gradients against central differences of
+/// the float64 recurrence, for a few entries of each input.
+#[test]
+fn reference_gradients_match_finite_differences() {
+    use crate::reference::{delta_rule as forward, delta_rule_backward as backward};
+    let (mut rng, seed) = rng();
+    let (len, heads) = (5, 2);
+    let n = len * heads * D;
+    let draw = |rng: &mut rand::rngs::StdRng, n: usize, s: f64| (0..n).map(|_| s * standard_normal(rng) as f64).collect::<Vec<f64>>();
+    let (q, k, v, d_o) = (draw(&mut rng, n, 1.0), draw(&mut rng, n, 0.3), draw(&mut rng, n, 1.0), draw(&mut rng, n, 1.0));
+    let (s0, d_final) = (draw(&mut rng, heads * D * D, 0.1), draw(&mut rng, heads * D * D, 0.1));
+    let beta = vec![0.7, 1.6];
+    let seqs = [(0, len)];
+    // The loss ⟨d_o, o⟩ + ⟨d_final, S_final⟩.
+    let loss = |q: &[f64], k: &[f64], v: &[f64], beta: &[f64], s0: &[f64]| {
+        let (o, s) = forward(q, k, v, beta, &seqs, heads, Some(s0));
+        o.iter().zip(&d_o).map(|(a, b)| a * b).sum::<f64>() + s.iter().zip(&d_final).map(|(a, b)| a * b).sum::<f64>()
+    };
+    let g = backward(&q, &k, &v, &beta, &seqs, heads, Some(&s0), &d_o, Some(&d_final));
+    let h = 1e-6;
+    let bumped = |x: &[f64], i: usize, by: f64| {
+        let mut y = x.to_vec();
+        y[i] += by;
+        y
+    };
+    for i in [0, 3, 64, 130, 200, n - 1] {
+        let numeric = |which: usize| {
+            let f = |by: f64| match which {
+                0 => loss(&bumped(&q, i, by), &k, &v, &beta, &s0),
+                1 => loss(&q, &bumped(&k, i, by), &v, &beta, &s0),
+                _ => loss(&q, &k, &bumped(&v, i, by), &beta, &s0),
+            };
+            (f(h) - f(-h)) / (2.0 * h)
+        };
+        for (which, got) in [(0, g.dq[i]), (1, g.dk[i]), (2, g.dv[i])] {
+            let want = numeric(which);
+            assert!((got - want).abs() <= 1e-6 * (1.0 + want.abs()), "input {which}, entry {i}: gradient {got}, differences {want} (seed {seed})");
+        }
+    }
+    for hd in 0..heads {
+        let want = (loss(&q, &k, &v, &bumped(&beta, hd, h), &s0) - loss(&q, &k, &v, &bumped(&beta, hd, -h), &s0)) / (2.0 * h);
+        assert!((g.dbeta[hd] - want).abs() <= 1e-6 * (1.0 + want.abs()), "dβ of head {hd}: {} vs differences {want} (seed {seed})", g.dbeta[hd]);
+    }
+    for i in [0, 77, 4095, 5000] {
+        let want = (loss(&q, &k, &v, &beta, &bumped(&s0, i, h)) - loss(&q, &k, &v, &beta, &bumped(&s0, i, -h))) / (2.0 * h);
+        assert!((g.d_initial[i] - want).abs() <= 1e-6 * (1.0 + want.abs()), "d_initial[{i}]: {} vs differences {want} (seed {seed})", g.d_initial[i]);
+    }
+}
+
+#[test]
+fn backward_matches_float64_at_odd_lengths() {
+    for n in [1, 7, 65, 200] {
+        check_backward(&[n, n], false, 2, false, false, unit, None);
+    }
+}
+
+#[test]
+fn backward_with_states_segments_and_packed_sequences() {
+    check_backward(&[130, 130], false, 1, true, true, unit, None);
+    check_backward(&[300], false, 2, true, true, unit, Some(3));
+    check_backward(&[1, 7, 65, 200], true, 2, true, true, unit, Some(2));
+}
+
+#[test]
+fn backward_keys_from_tiny_to_huge() {
+    check_backward(&[257], false, 2, true, true, tiny_to_huge, Some(2));
+}
