@@ -176,11 +176,11 @@ fn bench_backward(
     gpu.profile(false)?;
     let floor_ms = fwd_bwd_bytes(t) / (copy_gb_s * 1e9) * 1e3;
     eprintln!(
-        "  forward+backward {:.3} ms ({:.2} M tokens/s); the backward by kernel (ms): {}; floor {floor_ms:.3} ms; peak beyond the inputs {:.2} GB (o, dq, dk, dv, Tα, states)",
+        "  forward+backward {:.3} ms ({:.2} M tokens/s); the backward by kernel (ms): {}; floor {floor_ms:.3} ms; peak beyond the inputs {:.2} GB (o, dq, dk, dv, Tα, and each chunk's state and its gradient)",
         both.median_ms,
         t as f64 / both.median_ms / 1e3,
         parts.join(", "),
-        (5.0 * n as f64 * 2.0 + (t.div_ceil(CHUNK) * HEADS * D * D * 2) as f64) / 1e9,
+        (5.0 * n as f64 * 2.0 + 2.0 * (t.div_ceil(CHUNK) * HEADS * D * D * 2) as f64) / 1e9,
     );
     Ok(vec![Row::new("delta_rule_fwd_bwd", &shape(t), bf16::NAME, RUSTILE, both).bytes(fwd_bwd_bytes(t))])
 }
