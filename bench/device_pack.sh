@@ -32,7 +32,7 @@ if [ "${ONLY:-}" = train ]; then
 else
     cargo build --release -p rustile-bench -p rustile-train --bins
     cp target/release/rustile-bench target/release/rustile-tune target/release/transformer-np .device/pack/
-    TESTS="-p rustile-host -p rustile-tests -p rustile-train --test gpu --test gpu_ops --test gpu_fuzz --test gpu_train --test transformer_np"
+    TESTS="-p rustile-host -p rustile-tests -p rustile-train --test gpu --test gpu_ops --test gpu_fuzz --test gpu_train --test transformer_np --test quasar"
 fi
 cargo test --release --no-run $TESTS --message-format=json \
     | python3 -c '

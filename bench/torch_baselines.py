@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from triton.testing import do_bench
 
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
-OPS = ["add", "swiglu", "softmax", "layernorm", "rmsnorm", "gemm", "attention", "trimul", "delta_rule"]
+OPS = ["add", "swiglu", "softmax", "layernorm", "rmsnorm", "gemm", "attention", "trimul", "delta_rule", "quasar"]
 
 
 def problem(op, args, dtype):
@@ -267,6 +267,70 @@ def delta_rule_rows(lengths, check_dir):
     return rows
 
 
+def quasar_rows(lengths):
+    """QuasarAttention's layer (hidden 512, 8 heads of 64, B = 1) in PyTorch
+    around FLA's chunk_delta_rule: the layer-equivalent of rustile's
+    (rustile_train::quasar), under bf16 autocast as the seed's script runs it.
+    The forward alone (under no_grad) and forward+backward, at each length."""
+    try:
+        from fla.ops.delta_rule import chunk_delta_rule
+    except ImportError as e:
+        print(f"quasar: FLA not installed ({e}); no baseline", file=sys.stderr)
+        return []
+    import torch.nn.functional as F
+    hidden, heads, d, rank = 512, 8, 64, 64
+
+    class Quasar(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            lin = lambda i, o, bias=False: torch.nn.Linear(i, o, bias=bias)
+            self.q, self.k, self.v, self.o = lin(hidden, hidden), lin(hidden, hidden), lin(hidden, hidden), lin(hidden, hidden)
+            self.g1, self.g2 = lin(hidden, rank), lin(rank, hidden, bias=True)
+            self.convs = torch.nn.ParameterList([torch.nn.Parameter(torch.randn(hidden, 1, 4) / 2) for _ in range(3)])
+            self.beta_log = torch.nn.Parameter(torch.zeros(heads))
+            self.norm_w = torch.nn.Parameter(torch.ones(d))
+
+        def forward(self, x):
+            t = x.shape[1]
+            def short_conv(y, w):
+                # Depthwise, causal, width 4, then SiLU.
+                return F.silu(F.conv1d(F.pad(y.transpose(1, 2), (3, 0)), w.to(y.dtype), groups=hidden).transpose(1, 2))
+            q, k, v = (short_conv(p(x), w).view(1, t, heads, d) for p, w in zip((self.q, self.k, self.v), self.convs))
+            o, _ = chunk_delta_rule(*delta_rescaled(q, k, v, F.softplus(self.beta_log)), scale=1.0)
+            g = self.g2(self.g1(x)).view(1, t, heads, d)
+            of = o.float()
+            y = of * torch.rsqrt(of.pow(2).mean(-1, keepdim=True) + 1e-5) * self.norm_w * torch.sigmoid(g.float())
+            return self.o(y.to(x.dtype).view(1, t, hidden))
+
+    rows = []
+    model = Quasar().cuda()
+    for t in [int(x) for x in lengths.split(",") if x]:
+        shape_s = f"1x{t}x{hidden}"
+        x = torch.randn(1, t, hidden, device="cuda")
+        dy = torch.randn(1, t, hidden, device="cuda", dtype=torch.bfloat16)
+
+        def fwd():
+            with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+                return model(x)
+
+        def step():
+            model.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                out = model(x)
+            out.backward(dy)
+        try:
+            for name, f, op in [("torch+fla", fwd, "quasar"), ("torch+fla", step, "quasar_fwd_bwd")]:
+                ms, peak = timed_with_peak(f, 3, 20)
+                print(f"{op} {shape_s:>14} bf16  {name:10} {ms:9.3f} ms {t / ms / 1e3:8.2f} M tokens/s  "
+                      f"peak {peak:.2f} GB beyond the inputs", file=sys.stderr)
+                rows.append({"op": op, "shape": shape_s, "dtype": "bf16", "impl": name, "median_ms": ms})
+        except torch.cuda.OutOfMemoryError as e:
+            print(f"quasar {shape_s}: out of memory ({e})", file=sys.stderr)
+        del x, dy
+        torch.cuda.empty_cache()
+    return rows
+
+
 def time_ms(fn, inputs):
     # do_bench warms up, clears L2 before every repetition and times each
     # with CUDA events; the median is what the Rust side reports too.
@@ -283,7 +347,7 @@ def main():
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     p.add_argument("--attn", default="", help="attention shapes BxSqxSkxHxHkvxD, c appended for causal, comma-separated")
     p.add_argument("--trimul", default="", help="trimul shapes NxBxD, m appended if masked and c if x is Cauchy, comma-separated")
-    p.add_argument("--delta", default="", help="delta-rule lengths (tokens), comma-separated")
+    p.add_argument("--delta", default="", help="delta-rule and QuasarAttention lengths (tokens), comma-separated")
     p.add_argument("--delta-check", default="", help="where rustile-bench left inputs and outputs for FLA's check")
     p.add_argument("--json", required=True)
     args = p.parse_args()
@@ -304,6 +368,9 @@ def main():
             continue
         if op == "delta_rule":
             rows += delta_rule_rows(args.delta, args.delta_check)
+            continue
+        if op == "quasar":
+            rows += quasar_rows(args.delta)
             continue
         fn, inputs, shape, nbytes = problem(op, args, dtype)
         compiled = torch.compile(fn)

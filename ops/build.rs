@@ -45,6 +45,8 @@ const HOST_ONLY: &[&str] = &[
     "ops/src/gemm/host.rs",
     "ops/src/mlp/mod.rs",
     "ops/src/mlp/tests.rs",
+    "ops/src/quasar/host.rs",
+    "ops/src/quasar/tests.rs",
     "ops/src/grouped_gemm/tests.rs",
     "ops/src/reference.rs",
     "ops/src/testing.rs",

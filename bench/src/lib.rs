@@ -12,6 +12,7 @@ pub mod fp8;
 pub mod gemm;
 pub mod grouped;
 pub mod ops;
+pub mod quasar;
 pub mod torch;
 pub mod trimul;
 pub mod tune;

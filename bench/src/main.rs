@@ -10,10 +10,10 @@ use rustile_host::{Error, Gpu};
 
 use rustile_bench::cublas::{Blas, BlasLt};
 use rustile_bench::harness::{self, MeasureCfg, Report};
-use rustile_bench::{attention, delta_rule, fp8, gemm, ops, torch, trimul, Sizes};
+use rustile_bench::{attention, delta_rule, fp8, gemm, ops, quasar, torch, trimul, Sizes};
 
 /// The ops this bench knows, in table order.
-const OPS: &[&str] = &["add", "swiglu", "softmax", "layernorm", "rmsnorm", "gemm", "dual_gemm", "mlp", "grouped", "gemm_fp8", "attention", "attention_fp8", "trimul", "delta_rule"];
+const OPS: &[&str] = &["add", "swiglu", "softmax", "layernorm", "rmsnorm", "gemm", "dual_gemm", "mlp", "grouped", "gemm_fp8", "attention", "attention_fp8", "trimul", "delta_rule", "quasar"];
 /// The ops measured against cuBLAS / cuBLASLt (in this process) rather than PyTorch.
 const GEMM_OPS: &[&str] = &["gemm", "dual_gemm", "mlp", "grouped", "gemm_fp8"];
 
@@ -21,7 +21,7 @@ const GEMM_OPS: &[&str] = &["gemm", "dual_gemm", "mlp", "grouped", "gemm_fp8"];
 #[command(about = "Rustile ops against PyTorch (eager and torch.compile) on this GPU")]
 struct Args {
     /// Comma-separated ops to run.
-    #[arg(long, value_delimiter = ',', default_value = "add,swiglu,softmax,layernorm,rmsnorm,gemm,dual_gemm,mlp,grouped,gemm_fp8,attention,attention_fp8,trimul,delta_rule")]
+    #[arg(long, value_delimiter = ',', default_value = "add,swiglu,softmax,layernorm,rmsnorm,gemm,dual_gemm,mlp,grouped,gemm_fp8,attention,attention_fp8,trimul,delta_rule,quasar")]
     ops: Vec<String>,
     /// Rows of the row-wise ops (softmax, layernorm, rmsnorm).
     #[arg(long, default_value_t = 8192)]
@@ -42,7 +42,7 @@ struct Args {
     /// the rectangular 10k+1k and 200k+5k).
     #[arg(long, value_delimiter = ',', default_value = "issue")]
     attn: Vec<String>,
-    /// Delta-rule lengths (tokens of one sequence, 8 heads of 64), comma-separated.
+    /// Delta-rule and QuasarAttention lengths (tokens of one sequence, 8 heads of 64), comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = delta_rule::TOKENS.to_vec())]
     tokens: Vec<usize>,
     /// Only check the GEMM-family ops at the --mnk shapes against cuBLAS (and
@@ -187,6 +187,8 @@ fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes, shapes: &[[usize; 3]], attn_
             report.rows.extend(trimul::bench_trimul(gpu, &cfg, copy, args.sweep)?);
         } else if op == "delta_rule" {
             report.rows.extend(delta_rule::bench_delta_rule(gpu, &cfg, copy, &args.tokens, Some(&delta_check_dir()), args.sweep)?);
+        } else if op == "quasar" {
+            report.rows.extend(quasar::bench_quasar(gpu, &cfg, &args.tokens)?);
         } else {
             report.rows.extend(ops::bench_op(gpu, &cfg, op, sizes, args.sweep)?);
         }

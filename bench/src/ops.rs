@@ -203,6 +203,22 @@ pub fn cpu_fallback(ops: &[String]) -> bool {
                 let scaled = grads.iter().zip(rustile_ops::testing::DELTA_RULE_GRAD_TOL).map(|(e, tol)| e / tol * tolerance::<bf16>());
                 ("1x801x2x64 fwd+bwd".into(), scaled.fold(o, f64::max))
             }
+            "quasar" => {
+                // The layer's own kernels: the short convolution with SiLU and the gated RMSNorm.
+                let gpu = rustile_host::Gpu::interpreter();
+                let (b, t, c) = (2, 33, 136);
+                let (x, w): (Vec<bf16>, Vec<bf16>) = (normal(&mut rng, b * t * c, 0.0, 1.0), normal(&mut rng, 4 * c, 0.0, 0.5));
+                let (xt, wt) = (gpu.upload(&x, &[b, t, c]).unwrap(), gpu.upload(&w, &[4, c]).unwrap());
+                let mut y = gpu.alloc::<bf16>(&[b, t, c]).unwrap();
+                rustile_ops::quasar::conv_silu(&gpu, &xt, &wt, &mut y).unwrap_or_else(|e| panic!("quasar: {e}"));
+                let conv = rel_err(&gpu.download(&y).unwrap(), &reference::conv_silu(&wide(&x), &wide(&w), t, c));
+                let (o, g, nw): (Vec<bf16>, Vec<bf16>, Vec<bf16>) = (normal(&mut rng, t * 128, 0.0, 2.0), normal(&mut rng, t * 128, 0.0, 2.0), normal(&mut rng, 64, 1.0, 0.3));
+                let up = |v: &[bf16], s: &[usize]| gpu.upload(v, s).unwrap();
+                let (mut yn, mut rstd) = (gpu.alloc::<bf16>(&[t, 128]).unwrap(), gpu.alloc::<f32>(&[2, t]).unwrap());
+                rustile_ops::quasar::gated_rms_norm(&gpu, &up(&o, &[t, 128]), &up(&g, &[t, 128]), &up(&nw, &[64]), 1e-5, &mut yn, &mut rstd).unwrap_or_else(|e| panic!("quasar: {e}"));
+                let norm = rel_err(&gpu.download(&yn).unwrap(), &reference::gated_rms_norm(&wide(&o), &wide(&g), &wide(&nw), 1e-5));
+                (format!("{b}x{t}x{c} conv, {t}x128 norm"), conv.max(norm))
+            }
             "trimul" => {
                 // N = 24, dim 128, hidden 128, x from Cauchy(0, 2), masked.
                 let dims = rustile_ops::trimul::Dims { batch: 1, n: 24, dim: 128, hidden: 128 };

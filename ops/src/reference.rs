@@ -449,3 +449,104 @@ pub fn delta_rule_backward(
     }
     g
 }
+
+/// QuasarAttention's short convolution ([`crate::quasar`]): `silu` of the
+/// causal width-4 convolution of each channel of `[batch, tokens, channels]`
+/// `x`, weights `[4, channels]`.
+pub fn conv_silu(x: &[f64], w: &[f64], tokens: usize, channels: usize) -> Vec<f64> {
+    conv_pre(x, w, tokens, channels).iter().map(|&a| a / (1.0 + (-a).exp())).collect()
+}
+
+fn conv_pre(x: &[f64], w: &[f64], tokens: usize, channels: usize) -> Vec<f64> {
+    let width = w.len() / channels;
+    let mut a = vec![0.0; x.len()];
+    for (r, row) in a.chunks_mut(channels).enumerate() {
+        let t = r % tokens;
+        for (j, taps) in w.chunks(channels).enumerate() {
+            if t + j + 1 >= width {
+                let src = (r + j + 1 - width) * channels;
+                for c in 0..channels {
+                    row[c] += taps[c] * x[src + c];
+                }
+            }
+        }
+    }
+    a
+}
+
+/// The gradients `(dx, dw)` of [`conv_silu`] given `dy`.
+pub fn conv_silu_backward(x: &[f64], w: &[f64], dy: &[f64], tokens: usize, channels: usize) -> (Vec<f64>, Vec<f64>) {
+    let width = w.len() / channels;
+    let a = conv_pre(x, w, tokens, channels);
+    let da: Vec<f64> = a.iter().zip(dy).map(|(&a, &g)| {
+        let s = 1.0 / (1.0 + (-a).exp());
+        g * s * (1.0 + a * (1.0 - s))
+    }).collect();
+    let (mut dx, mut dw) = (vec![0.0; x.len()], vec![0.0; w.len()]);
+    for r in 0..x.len() / channels {
+        let t = r % tokens;
+        for j in 0..width {
+            if t + j + 1 >= width {
+                let src = (r + j + 1 - width) * channels;
+                for c in 0..channels {
+                    dx[src + c] += w[j * channels + c] * da[r * channels + c];
+                    dw[j * channels + c] += x[src + c] * da[r * channels + c];
+                }
+            }
+        }
+    }
+    (dx, dw)
+}
+
+/// QuasarAttention's gated RMSNorm over rows of 64 (a token's head):
+/// `o·rstd·w ⊙ sigmoid(g)`.
+pub fn gated_rms_norm(o: &[f64], g: &[f64], w: &[f64], eps: f64) -> Vec<f64> {
+    let mut y = vec![0.0; o.len()];
+    for ((yr, or), gr) in y.chunks_mut(w.len()).zip(o.chunks(w.len())).zip(g.chunks(w.len())) {
+        let rstd = 1.0 / (or.iter().map(|x| x * x).sum::<f64>() / w.len() as f64 + eps).sqrt();
+        for i in 0..w.len() {
+            yr[i] = or[i] * rstd * w[i] / (1.0 + (-gr[i]).exp());
+        }
+    }
+    y
+}
+
+/// The gradients `(do, dg, dw)` of [`gated_rms_norm`] given `dy`.
+pub fn gated_rms_norm_backward(o: &[f64], g: &[f64], w: &[f64], eps: f64, dy: &[f64]) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let n = w.len();
+    let (mut d_o, mut dg, mut dw) = (vec![0.0; o.len()], vec![0.0; g.len()], vec![0.0; n]);
+    for r in 0..o.len() / n {
+        let (or, gr, dyr) = (&o[r * n..][..n], &g[r * n..][..n], &dy[r * n..][..n]);
+        let rstd = 1.0 / (or.iter().map(|x| x * x).sum::<f64>() / n as f64 + eps).sqrt();
+        let mut dn = vec![0.0; n];
+        for i in 0..n {
+            let (x, s) = (or[i] * rstd, 1.0 / (1.0 + (-gr[i]).exp()));
+            dg[r * n + i] = dyr[i] * x * w[i] * s * (1.0 - s);
+            dw[i] += dyr[i] * s * x;
+            dn[i] = dyr[i] * s * w[i];
+        }
+        let mean: f64 = (0..n).map(|i| dn[i] * or[i] * rstd).sum::<f64>() / n as f64;
+        for i in 0..n {
+            d_o[r * n + i] = rstd * (dn[i] - or[i] * rstd * mean);
+        }
+    }
+    (d_o, dg, dw)
+}
+
+/// `a·bᵀ` for `a` `m×k`, `b` `n×k`, rows in parallel (the layer's references run at 65,536 tokens).
+pub fn matmul_nt_par(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
+    use rayon::prelude::*;
+    let mut c = vec![0.0; m * n];
+    c.par_chunks_mut(n).enumerate().for_each(|(i, row)| {
+        let ai = &a[i * k..][..k];
+        for (j, cj) in row.iter_mut().enumerate() {
+            *cj = ai.iter().zip(&b[j * k..][..k]).map(|(x, y)| x * y).sum();
+        }
+    });
+    c
+}
+
+/// `aᵀ` of a row-major `rows×cols` matrix.
+pub fn transposed(a: &[f64], rows: usize, cols: usize) -> Vec<f64> {
+    (0..cols * rows).map(|i| a[(i % rows) * cols + i / rows]).collect()
+}

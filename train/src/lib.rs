@@ -12,8 +12,10 @@
 //! - [`params`]: flat parameters, gradients, AdamW state, the bf16 copy.
 //! - [`data`]: Gaussian-process regression batches.
 //! - [`transformer_np`]: the Transformer Neural Process, forward, backward, step.
+//! - [`quasar`]: QuasarAttention, the delta-rule layer, forward and backward.
 pub mod data;
 pub mod params;
+pub mod quasar;
 pub mod transformer_np;
 
 pub use transformer_np::{Config, Shape, TransformerNp};

@@ -107,6 +107,13 @@ impl<T: Elem> Workspace<T> {
         })
     }
 
+    /// Bytes it holds now (the backward's buffers once it has run).
+    pub fn bytes(&self) -> usize {
+        let t = [&self.tri, &self.states, &self.dstates, &self.spare_t].iter().map(|x| x.numel()).sum::<usize>() * core::mem::size_of::<T>();
+        let f = [&self.maps, &self.starts, &self.back_maps, &self.ends, &self.dbeta_parts].iter().map(|x| x.numel()).sum::<usize>() * 4;
+        t + f
+    }
+
     /// Room for the backward of `programs` sequences and heads cut into `segments` of `seg_chunks` chunks.
     fn grow_backward(&mut self, gpu: &Gpu, programs: usize, segments: usize, seg_chunks: usize) -> Result<()> {
         let (n, chunks) = (programs * segments, programs * segments * seg_chunks);

@@ -1,0 +1,208 @@
+//! QuasarAttention's own kernels around the delta rule
+//! ([`crate::delta_rule`]): the short convolution with SiLU that `q`, `k`
+//! and `v` pass through after their projections, and the gated RMSNorm of
+//! the delta rule's outputs before the output projection; each with its
+//! backward. The layer (projections, these, the delta rule, forward and
+//! backward) is `rustile_train::quasar`.
+//!
+//! * **Short convolution**, per channel and causal, width 4, weights
+//!   `[4, channels]`: `y[t, c] = silu(a[t, c])`,
+//!   `a[t, c] = Σ_j w[j, c]·x[t − 3 + j, c]` (rows before a sequence's start
+//!   are zeros). The backward makes `da = dy·silu'(a)` (recomputing `a`) and
+//!   each program's share of `dw[j, c] = Σ_t da[t, c]·x[t − 3 + j, c]`, then
+//!   `dx[t, c] = Σ_j w[j, c]·da[t + 3 − j, c]`.
+//! * **Gated RMSNorm** over each token's and head's 64 values, weight `[64]`
+//!   shared by the heads: `y = o·rstd·w ⊙ sigmoid(g)`,
+//!   `rstd = 1/sqrt(mean(o²) + eps)`. With `n = o·rstd` and `s = sigmoid(g)`
+//!   the backward is `dg = dy·n·w·s·(1 − s)`, `dn = dy·s·w`,
+//!   `do = rstd·(dn − n·mean(dn·n))`, and each program's share of
+//!   `dw = Σ dy·s·n`.
+//!
+//! Everything is elementwise or a 64-wide row: tiles of rows, loaded once.
+//! Weight gradients are summed in a fixed order by `reduce::col_sum`.
+use rustile::prelude::*;
+
+/// The convolution's width.
+pub const WIDTH: usize = 4;
+/// The gated norm's row: one head.
+pub const HEAD: usize = 64;
+
+// ---- helpers ---------------------------------------------------------------------------
+// (Macros over the kernel's `T`, `BT`, `BC`: they expand inside a kernel, where a config fixes them.)
+
+/// Rows `t0 − s .. t0 − s + BT` (channels `c0 ..`) of one sequence's
+/// `[tokens, channels]` rows at `x`, in f32: zeros before its start and past its end.
+macro_rules! rows_back {
+    ($x:expr, $tokens:expr, $channels:expr, $t0:expr, $c0:expr, $s:expr) => {{
+        let (t0, s) = ($t0, $s);
+        if t0 >= s {
+            load(&BlockPtr::<T, BT, BC>::rows($x, $tokens, $channels, [t0 - s, $c0])).cast::<f32>()
+        } else {
+            // A sequence's first block: element by element, the rows before it zeros.
+            let at = BlockPtr::<T, BT, BC>::rows($x, $tokens, $channels, [0, $c0]);
+            Tile::<f32, BT, BC>::from_fn(|r, c| if t0 + r >= s { at.get(t0 + r - s, c, 0.0) } else { 0.0 })
+        }
+    }};
+}
+
+/// The convolution's pre-activation `a` of rows `t0 ..` and channels `c0 ..`.
+macro_rules! conv {
+    ($x:expr, $w:expr, $tokens:expr, $channels:expr, $t0:expr, $c0:expr) => {{
+        let mut a = Tile::<f32, BT, BC>::zeros();
+        for j in 0..WIDTH {
+            let wj = Row::<T, BT, BC>::load($w, j * $channels + $c0, (j + 1) * $channels).cast::<f32>();
+            a = a + rows_back!($x, $tokens, $channels, $t0, $c0, WIDTH - 1 - j) * wj;
+        }
+        a
+    }};
+}
+
+// ---- the short convolution ----------------------------------------------------------------
+
+#[kernel(
+    configs = [(BT = 32, BC = 128, WARPS = 4)],
+    grid = [cdiv(tokens, BT), cdiv(channels, BC), batch],
+    dtypes = [bf16],
+)]
+/// `y = silu(conv(x))` for rows `BT·program_id(0) ..` and channels
+/// `BC·program_id(1) ..` of sequence `program_id(2)` (`x`, `y`: `[batch,
+/// tokens, channels]`).
+pub fn conv_silu_kernel<T: Elem>(x: Ptr<T>, w: Ptr<T>, y: PtrMut<T>, tokens: usize, channels: usize, batch: usize) {
+    let _ = batch; // the grid
+    let (t0, c0, at) = (program_id(0) * BT, program_id(1) * BC, program_id(2) * tokens * channels);
+    let a = conv!(x.offset(at), w, tokens, channels, t0, c0);
+    store(&BlockPtr::<T, BT, BC>::rows(y.offset(at), tokens, channels, [t0, c0]), &a.map(math::silu).cast::<T>());
+}
+
+#[kernel(
+    configs = [(BT = 32, BC = 128, WARPS = 4)],
+    grid = [cdiv(tokens, BT), cdiv(channels, BC), batch],
+    dtypes = [bf16],
+)]
+/// The backward's first half for the block of [`conv_silu_kernel`]: `da =
+/// dy·silu'(a)` and the block's share of `dw` (`part[(s·blocks + i)·4 + j,
+/// c]` for sequence `s`, row block `i` of `blocks = cdiv(tokens, BT)`, tap `j`).
+pub fn conv_silu_bwd_kernel<T: Elem>(
+    x: Ptr<T>, w: Ptr<T>, dy: Ptr<T>, da: PtrMut<T>, part: PtrMut<f32>, tokens: usize, channels: usize, batch: usize,
+) {
+    let _ = batch; // the grid
+    let (t0, c0, s) = (program_id(0) * BT, program_id(1) * BC, program_id(2));
+    let at = s * tokens * channels;
+    let a = conv!(x.offset(at), w, tokens, channels, t0, c0);
+    let g = load(&BlockPtr::<T, BT, BC>::rows(dy.offset(at), tokens, channels, [t0, c0])).cast::<f32>() * a.map(math::silu_grad);
+    store(&BlockPtr::<T, BT, BC>::rows(da.offset(at), tokens, channels, [t0, c0]), &g.cast::<T>());
+    let block = s * tokens.div_ceil(BT) + program_id(0);
+    for j in 0..WIDTH {
+        let xj = rows_back!(x.offset(at), tokens, channels, t0, c0, WIDTH - 1 - j);
+        (g * xj).col_sum().store(part, (block * WIDTH + j) * channels + c0, (block * WIDTH + j + 1) * channels);
+    }
+}
+
+#[kernel(
+    configs = [(BT = 32, BC = 128, WARPS = 4)],
+    grid = [cdiv(tokens, BT), cdiv(channels, BC), batch],
+    dtypes = [bf16],
+)]
+/// The backward's second half: `dx[t] = Σ_j w[j]·da[t + 3 − j]` for the block.
+pub fn conv_dx_kernel<T: Elem>(da: Ptr<T>, w: Ptr<T>, dx: PtrMut<T>, tokens: usize, channels: usize, batch: usize) {
+    let _ = batch; // the grid
+    let (t0, c0, at) = (program_id(0) * BT, program_id(1) * BC, program_id(2) * tokens * channels);
+    let mut acc = Tile::<f32, BT, BC>::zeros();
+    for j in 0..WIDTH {
+        let wj = Row::<T, BT, BC>::load(w, j * channels + c0, (j + 1) * channels).cast::<f32>();
+        acc = acc + load(&BlockPtr::<T, BT, BC>::rows(da.offset(at), tokens, channels, [t0 + WIDTH - 1 - j, c0])).cast::<f32>() * wj;
+    }
+    store(&BlockPtr::<T, BT, BC>::rows(dx.offset(at), tokens, channels, [t0, c0]), &acc.cast::<T>());
+}
+
+// ---- the gated RMSNorm ------------------------------------------------------------------
+
+/// Tokens `t0 ..` of head `h` of `[tokens, heads·64]` rows at `p`.
+#[inline(always)]
+fn head_rows<T: Elem, const BT: usize, const TH: usize>(p: impl rustile::AsRaw<T>, tokens: usize, heads: usize, t0: usize, h: usize) -> BlockPtr<T, BT, HEAD, TH> {
+    BlockPtr::new(p, [tokens, (h + 1) * HEAD], [heads * HEAD, 1], [t0, h * HEAD])
+}
+
+#[kernel(
+    configs = [(BT = 32, WARPS = 4)],
+    grid = [cdiv(tokens, BT), heads],
+    dtypes = [bf16],
+)]
+/// `y = o·rstd·w ⊙ sigmoid(g)` for tokens `BT·program_id(0) ..` of head
+/// `h = program_id(1)` (`o`, `g`, `y`: `[tokens, heads·64]`), saving `rstd`
+/// (`[heads, tokens]`).
+pub fn gated_rms_norm_kernel<T: Elem>(o: Ptr<T>, g: Ptr<T>, w: Ptr<T>, y: PtrMut<T>, rstd_out: PtrMut<f32>, tokens: usize, heads: usize, eps: f32) {
+    let (t0, h) = (program_id(0) * BT, program_id(1));
+    let ot = load(&head_rows::<T, BT, THREADS>(o, tokens, heads, t0, h)).cast::<f32>();
+    let rstd = ((ot * ot).row_sum() * (1.0 / HEAD as f32) + eps).rsqrt();
+    rstd.store(rstd_out, h * tokens + t0, (h + 1) * tokens);
+    let gate = load(&head_rows::<T, BT, THREADS>(g, tokens, heads, t0, h)).cast::<f32>().map(math::sigmoid);
+    let wr = Row::<T, BT, HEAD>::load(w, 0, HEAD).cast::<f32>();
+    store(&head_rows::<T, BT, THREADS>(y, tokens, heads, t0, h), &(ot * rstd * wr * gate).cast::<T>());
+}
+
+#[kernel(
+    configs = [(BT = 32, WARPS = 4)],
+    grid = [cdiv(tokens, BT), heads],
+    dtypes = [bf16],
+)]
+/// The backward of [`gated_rms_norm_kernel`] for its block: `do`, `dg`, and
+/// the block's shares of `dw` (`part_w[program_id(0)·heads + h, ..64]`) and
+/// of `Σ_t dg` (`part_g[program_id(0), h·64 ..]`: a bias of `g`'s gradient).
+pub fn gated_rms_norm_bwd_kernel<T: Elem>(
+    dy: Ptr<T>, o: Ptr<T>, g: Ptr<T>, w: Ptr<T>, rstd: Ptr<f32>, d_o: PtrMut<T>, dg: PtrMut<T>, part_w: PtrMut<f32>, part_g: PtrMut<f32>,
+    tokens: usize, heads: usize,
+) {
+    let (p, h) = (program_id(0), program_id(1));
+    let t0 = p * BT;
+    let rows = |x| head_rows::<T, BT, THREADS>(x, tokens, heads, t0, h);
+    let rs = Col::<f32, BT, HEAD>::load(rstd, h * tokens + t0, (h + 1) * tokens);
+    let n = load(&rows(o)).cast::<f32>() * rs;
+    let s = load(&rows(g)).cast::<f32>().map(math::sigmoid);
+    let dyt = load(&rows(dy)).cast::<f32>();
+    let wr = Row::<T, BT, HEAD>::load(w, 0, HEAD).cast::<f32>();
+    let dz = dyt * s;
+    let at = (p * heads + h) * HEAD;
+    (dz * n).col_sum().store(part_w, at, at + HEAD);
+    let dgt = dyt * n * wr * s * (Tile::splat(1.0) - s);
+    dgt.col_sum().store(part_g, at, at + HEAD);
+    store(&head_rows::<T, BT, THREADS>(dg, tokens, heads, t0, h), &dgt.cast::<T>());
+    let dn = dz * wr;
+    let mean = (dn * n).row_sum() * (1.0 / HEAD as f32);
+    store(&head_rows::<T, BT, THREADS>(d_o, tokens, heads, t0, h), &((dn - n * mean) * rs).cast::<T>());
+}
+
+// ---- the step size's parameter ---------------------------------------------------------------
+
+#[kernel(
+    configs = [(WARPS = 1)],
+    grid = [cdiv(n, 256)],
+    dtypes = [bf16],
+)]
+/// `y = softplus(x) = log(1 + eˣ)` (f32 out): each head's `β` from its parameter.
+pub fn softplus_kernel<T: Elem>(x: Ptr<T>, y: PtrMut<f32>, n: usize) {
+    let i0 = program_id(0) * 256;
+    let x = Row::<T, 1, 256>::load(x, i0, n).cast::<f32>();
+    // Without overflow for large x.
+    x.map(|x| math::max(x, 0.0) + math::log(1.0 + math::exp(-math::abs(x)))).store(y, i0, n);
+}
+
+#[kernel(
+    configs = [(WARPS = 1)],
+    grid = [cdiv(n, 256)],
+    dtypes = [bf16],
+)]
+/// `dx = dy·sigmoid(x)`: [`softplus_kernel`]'s backward.
+pub fn softplus_bwd_kernel<T: Elem>(x: Ptr<T>, dy: Ptr<f32>, dx: PtrMut<f32>, n: usize) {
+    let i0 = program_id(0) * 256;
+    let x = Row::<T, 1, 256>::load(x, i0, n).cast::<f32>();
+    Row::<f32, 1, 256>::load(dy, i0, n).zip(x, |d, x| d * math::sigmoid(x)).store(dx, i0, n);
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+mod host;
+#[cfg(not(target_arch = "nvptx64"))]
+pub use host::*;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,101 @@
+//! CPU-interpreter checks of QuasarAttention's kernels against float64 on
+//! the same bf16 inputs, at odd lengths and channel counts.
+use super::*;
+use crate::testing::*;
+use rustile_host::Gpu;
+
+#[test]
+fn conv_silu_and_its_backward_match_float64() {
+    let gpu = Gpu::interpreter();
+    for (batch, tokens, channels) in [(1, 1, 8), (2, 3, 136), (2, 70, 200), (1, 33, 512)] {
+        let (mut rng, seed) = rng();
+        let shape = [batch, tokens, channels];
+        let n = batch * tokens * channels;
+        let x: Vec<rustile::bf16> = normal(&mut rng, n, 0.0, 1.0);
+        let dy: Vec<rustile::bf16> = normal(&mut rng, n, 0.0, 1.0);
+        let w: Vec<rustile::bf16> = normal(&mut rng, WIDTH * channels, 0.0, 0.5);
+        let (xt, dyt, wt) = (gpu.upload(&x, &shape).unwrap(), gpu.upload(&dy, &shape).unwrap(), gpu.upload(&w, &[WIDTH, channels]).unwrap());
+        let mut y = gpu.upload(&poisoned::<rustile::bf16>(n), &shape).unwrap();
+        conv_silu(&gpu, &xt, &wt, &mut y).unwrap();
+        let (xw, ww) = (wide(&x), wide(&w));
+        let ctx = format!("conv_silu [{batch}, {tokens}, {channels}] (seed {seed})");
+        let err = rel_err(&gpu.download(&y).unwrap(), &crate::reference::conv_silu(&xw, &ww, tokens, channels));
+        assert!(err < tolerance::<rustile::bf16>(), "{ctx}: y off by {err:.2e}");
+        let mut dx = gpu.upload(&poisoned::<rustile::bf16>(n), &shape).unwrap();
+        let mut dw = gpu.upload(&poisoned::<f32>(WIDTH * channels), &[WIDTH, channels]).unwrap();
+        let mut scratch = ConvScratch::new(&gpu, &shape).unwrap();
+        conv_silu_backward(&gpu, &xt, &wt, &dyt, &mut dx, &mut dw, &mut scratch).unwrap();
+        let (want_dx, want_dw) = crate::reference::conv_silu_backward(&xw, &ww, &wide(&dy), tokens, channels);
+        let (edx, edw) = (rel_err(&gpu.download(&dx).unwrap(), &want_dx), rel_err(&gpu.download(&dw).unwrap(), &want_dw));
+        // da is rounded to bf16 before both sums.
+        assert!(edx < 2e-2 && edw < 2e-2, "{ctx}: dx off by {edx:.2e}, dw by {edw:.2e}");
+    }
+}
+
+#[test]
+fn gated_rms_norm_and_its_backward_match_float64() {
+    let gpu = Gpu::interpreter();
+    for (rows, heads) in [(1, 1), (37, 8), (70, 3)] {
+        let (mut rng, seed) = rng();
+        let shape = [rows, heads * HEAD];
+        let n = rows * heads * HEAD;
+        let o: Vec<rustile::bf16> = normal(&mut rng, n, 0.0, 2.0);
+        let g: Vec<rustile::bf16> = normal(&mut rng, n, 0.0, 2.0);
+        let dy: Vec<rustile::bf16> = normal(&mut rng, n, 0.0, 1.0);
+        let w: Vec<rustile::bf16> = normal(&mut rng, HEAD, 1.0, 0.3);
+        let up = |x: &[rustile::bf16]| gpu.upload(x, &shape).unwrap();
+        let (ot, gt, dyt, wt) = (up(&o), up(&g), up(&dy), gpu.upload(&w, &[HEAD]).unwrap());
+        let mut y = up(&poisoned(n));
+        let mut rstd = gpu.upload(&poisoned::<f32>(rows * heads), &[heads, rows]).unwrap();
+        gated_rms_norm(&gpu, &ot, &gt, &wt, 1e-5, &mut y, &mut rstd).unwrap();
+        let (ow, gw, ww) = (wide(&o), wide(&g), wide(&w));
+        let ctx = format!("gated_rms_norm [{rows}, {heads}·64] (seed {seed})");
+        let err = rel_err(&gpu.download(&y).unwrap(), &crate::reference::gated_rms_norm(&ow, &gw, &ww, 1e-5));
+        assert!(err < tolerance::<rustile::bf16>(), "{ctx}: y off by {err:.2e}");
+        let (mut d_o, mut dg) = (up(&poisoned(n)), up(&poisoned(n)));
+        let mut dw = gpu.upload(&poisoned::<f32>(HEAD), &[HEAD]).unwrap();
+        let mut dg_sum = gpu.upload(&poisoned::<f32>(heads * HEAD), &[heads * HEAD]).unwrap();
+        let mut scratch = NormScratch::new(&gpu, rows, heads).unwrap();
+        gated_rms_norm_backward(&gpu, &dyt, &ot, &gt, &wt, &rstd, &mut d_o, &mut dg, &mut dw, Some(&mut dg_sum), &mut scratch).unwrap();
+        let (want_do, want_dg, want_dw) = crate::reference::gated_rms_norm_backward(&ow, &gw, &ww, 1e-5, &wide(&dy));
+        let want_sum: Vec<f64> = (0..heads * HEAD).map(|c| (0..rows).map(|r| want_dg[r * heads * HEAD + c]).sum()).collect();
+        let got = [gpu.download(&d_o).unwrap(), gpu.download(&dg).unwrap()];
+        let errs = [rel_err(&got[0], &want_do), rel_err(&got[1], &want_dg), rel_err(&gpu.download(&dw).unwrap(), &want_dw), rel_err(&gpu.download(&dg_sum).unwrap(), &want_sum)];
+        assert!(errs.iter().all(|&e| e < tolerance::<rustile::bf16>()), "{ctx}: [do, dg, dw, Σdg] off by {errs:?}");
+    }
+}
+
+#[test]
+fn refuses_bad_shapes() {
+    let gpu = Gpu::interpreter();
+    let x = gpu.alloc::<rustile::bf16>(&[1, 5, 16]).unwrap();
+    let mut y = gpu.alloc::<rustile::bf16>(&[1, 5, 16]).unwrap();
+    let bad_w = gpu.alloc::<rustile::bf16>(&[3, 16]).unwrap();
+    assert!(conv_silu(&gpu, &x, &bad_w, &mut y).unwrap_err().to_string().contains("w"));
+    let flat = gpu.alloc::<rustile::bf16>(&[80]).unwrap();
+    let w = gpu.alloc::<rustile::bf16>(&[WIDTH, 16]).unwrap();
+    assert!(conv_silu(&gpu, &flat, &w, &mut y).unwrap_err().to_string().contains("[batch, tokens, channels]"));
+    let o = gpu.alloc::<rustile::bf16>(&[3, 100]).unwrap();
+    let (mut yo, mut rstd) = (gpu.alloc::<rustile::bf16>(&[3, 100]).unwrap(), gpu.alloc::<f32>(&[1, 3]).unwrap());
+    let wn = gpu.alloc::<rustile::bf16>(&[HEAD]).unwrap();
+    assert!(gated_rms_norm(&gpu, &o, &o, &wn, 1e-5, &mut yo, &mut rstd).unwrap_err().to_string().contains("heads·64"));
+}
+
+#[test]
+fn softplus_and_its_backward() {
+    let gpu = Gpu::interpreter();
+    let x: Vec<rustile::bf16> = [-30.0f32, -2.0, -0.1, 0.0, 0.5, 3.0, 40.0].iter().map(|&v| rustile::bf16::from_f32(v)).collect();
+    let xt = gpu.upload(&x, &[x.len()]).unwrap();
+    let mut y = gpu.alloc::<f32>(&[x.len()]).unwrap();
+    softplus(&gpu, &xt, &mut y).unwrap();
+    let dy: Vec<f32> = (0..x.len()).map(|i| 1.0 + i as f32).collect();
+    let mut dx = gpu.alloc::<f32>(&[x.len()]).unwrap();
+    softplus_backward(&gpu, &xt, &gpu.upload(&dy, &[x.len()]).unwrap(), &mut dx).unwrap();
+    let (y, dx) = (gpu.download(&y).unwrap(), gpu.download(&dx).unwrap());
+    for i in 0..x.len() {
+        let v = x[i].to_f32() as f64;
+        let (want, want_d) = (v.exp().ln_1p(), dy[i] as f64 / (1.0 + (-v).exp()));
+        assert!((y[i] as f64 - want).abs() <= 1e-6 * (1.0 + want.abs()), "softplus({v}) = {}, not {want}", y[i]);
+        assert!((dx[i] as f64 - want_d).abs() <= 1e-6 * (1.0 + want_d.abs()), "softplus'({v})·{} = {}, not {want_d}", dy[i], dx[i]);
+    }
+}
