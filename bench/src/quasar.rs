@@ -48,6 +48,18 @@ pub fn bench_quasar(gpu: &Gpu, cfg: &MeasureCfg, tokens: &[usize]) -> Result<Vec
             t as f64 / both.median_ms / 1e3,
             layer.buffer_bytes() as f64 / 1e9,
         );
+        // Where the time goes: one forward and one backward, each launch timed apart.
+        for (what, backward) in [("forward", false), ("backward", true)] {
+            gpu.profile(true)?;
+            if backward { layer.backward(gpu)? } else { layer.forward(gpu)? }
+            let parts: Vec<String> = gpu
+                .profile_report()?
+                .iter()
+                .map(|(name, n, ms)| format!("{}{} {ms:.3}", name.split("_kernel").next().unwrap_or(name), if *n > 1 { format!("×{n}") } else { String::new() }))
+                .collect();
+            gpu.profile(false)?;
+            eprintln!("  the {what} by kernel (ms): {}", parts.join(", "));
+        }
         rows.push(Row::new("quasar", &shape, bf16::NAME, RUSTILE, fwd));
         rows.push(Row::new("quasar_fwd_bwd", &shape, bf16::NAME, RUSTILE, both));
     }
