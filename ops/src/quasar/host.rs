@@ -12,6 +12,14 @@ fn sequences<T: Elem>(what: &str, x: &Tensor<T>) -> Result<[usize; 3]> {
     }
 }
 
+/// Rows each backward program takes (its `BT·RB`), so one share of a weight's gradient each.
+const SHARE_ROWS: usize = 32 * 16;
+
+/// The weight-gradient shares of `batch` sequences of `tokens`.
+fn shares(batch: usize, tokens: usize) -> usize {
+    batch * tokens.div_ceil(SHARE_ROWS)
+}
+
 fn bf16_only<T: Elem>(what: &str) -> Result<()> {
     if T::NAME != "bf16" {
         return Err(Error::Invalid(format!("{what}: activations must be bf16, not {}", T::NAME)));
@@ -37,8 +45,7 @@ impl<T: Elem> ConvScratch<T> {
         let &[batch, tokens, channels] = shape else {
             return Err(Error::Shape(format!("ConvScratch: x must be [batch, tokens, channels], not {shape:?}")));
         };
-        let blocks = batch * tokens.div_ceil(32);
-        Ok(ConvScratch { da: gpu.alloc::<T>(shape)?, part: gpu.alloc::<f32>(&[blocks.max(1) * WIDTH, channels])? })
+        Ok(ConvScratch { da: gpu.alloc::<T>(shape)?, part: gpu.alloc::<f32>(&[shares(batch, tokens).max(1) * WIDTH, channels])? })
     }
 }
 
@@ -67,7 +74,10 @@ pub fn conv_silu_backward<T: Elem>(
         expect_shape(what, t, x.shape())?;
     }
     expect_shape("dw", dw, &[WIDTH, channels])?;
-    let blocks = batch * tokens.div_ceil(32);
+    let blocks = shares(batch, tokens);
+    if scratch.part.shape()[0] < blocks * WIDTH || scratch.part.shape()[1] != channels {
+        return Err(Error::Shape(format!("conv_silu_backward: the scratch is for {:?} shares × channels, not [{}, {channels}]", scratch.part.shape(), blocks * WIDTH)));
+    }
     if blocks == 0 {
         return gpu.fill_bytes(dw, 0);
     }
@@ -111,7 +121,7 @@ pub struct NormScratch {
 impl NormScratch {
     /// Scratch for `o` of `[tokens, heads·64]` (tokens over every leading dim).
     pub fn new(gpu: &Gpu, tokens: usize, heads: usize) -> Result<Self> {
-        let blocks = tokens.div_ceil(32).max(1);
+        let blocks = shares(1, tokens).max(1);
         Ok(NormScratch { part_w: gpu.alloc::<f32>(&[blocks * heads, HEAD])?, part_g: gpu.alloc::<f32>(&[blocks, heads * HEAD])? })
     }
 }
@@ -132,7 +142,7 @@ pub fn gated_rms_norm_backward<T: Elem>(
     expect_shape("w", w, &[HEAD])?;
     expect_shape("dw", dw, &[HEAD])?;
     expect_shape("rstd", rstd, &[heads, tokens])?;
-    let blocks = tokens.div_ceil(32);
+    let blocks = shares(1, tokens);
     if scratch.part_g.shape() != [blocks.max(1), heads * HEAD] {
         return Err(Error::Shape(format!("gated_rms_norm_backward: the scratch is for {:?} blocks × channels, not [{blocks}, {}]", scratch.part_g.shape(), heads * HEAD)));
     }

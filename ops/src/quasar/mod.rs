@@ -74,27 +74,39 @@ pub fn conv_silu_kernel<T: Elem>(x: Ptr<T>, w: Ptr<T>, y: PtrMut<T>, tokens: usi
     store(&BlockPtr::<T, BT, BC>::rows(y.offset(at), tokens, channels, [t0, c0]), &a.map(math::silu).cast::<T>());
 }
 
+// A program takes RB blocks of BT rows and writes one share of `dw`: a share
+// per 32 rows made the shares' reduction a quarter of the layer's backward.
 #[kernel(
-    configs = [(BT = 32, BC = 128, WARPS = 4)],
-    grid = [cdiv(tokens, BT), cdiv(channels, BC), batch],
+    configs = [(BT = 32, BC = 128, RB = 16, WARPS = 4)],
+    grid = [cdiv(tokens, BT * RB), cdiv(channels, BC), batch],
     dtypes = [bf16],
 )]
-/// The backward's first half for the block of [`conv_silu_kernel`]: `da =
-/// dy·silu'(a)` and the block's share of `dw` (`part[(s·blocks + i)·4 + j,
-/// c]` for sequence `s`, row block `i` of `blocks = cdiv(tokens, BT)`, tap `j`).
+/// The backward's first half for rows `BT·RB·program_id(0) ..` (`RB`
+/// blocks of [`conv_silu_kernel`]'s): `da = dy·silu'(a)` and their share of
+/// `dw` (`part[(s·programs + i)·4 + j, c]` for sequence `s`, program `i` of
+/// `programs = cdiv(tokens, BT·RB)`, tap `j`).
 pub fn conv_silu_bwd_kernel<T: Elem>(
     x: Ptr<T>, w: Ptr<T>, dy: Ptr<T>, da: PtrMut<T>, part: PtrMut<f32>, tokens: usize, channels: usize, batch: usize,
 ) {
     let _ = batch; // the grid
-    let (t0, c0, s) = (program_id(0) * BT, program_id(1) * BC, program_id(2));
+    let (c0, s) = (program_id(1) * BC, program_id(2));
     let at = s * tokens * channels;
-    let a = conv!(x.offset(at), w, tokens, channels, t0, c0);
-    let g = load(&BlockPtr::<T, BT, BC>::rows(dy.offset(at), tokens, channels, [t0, c0])).cast::<f32>() * a.map(math::silu_grad);
-    store(&BlockPtr::<T, BT, BC>::rows(da.offset(at), tokens, channels, [t0, c0]), &g.cast::<T>());
-    let block = s * tokens.div_ceil(BT) + program_id(0);
-    for j in 0..WIDTH {
-        let xj = rows_back!(x.offset(at), tokens, channels, t0, c0, WIDTH - 1 - j);
-        (g * xj).col_sum().store(part, (block * WIDTH + j) * channels + c0, (block * WIDTH + j + 1) * channels);
+    let mut shares = [Row::<f32, BT, BC>::splat(0.0); WIDTH];
+    for b in 0..RB {
+        let t0 = (program_id(0) * RB + b) * BT;
+        if t0 >= tokens {
+            break;
+        }
+        let a = conv!(x.offset(at), w, tokens, channels, t0, c0);
+        let g = load(&BlockPtr::<T, BT, BC>::rows(dy.offset(at), tokens, channels, [t0, c0])).cast::<f32>() * a.map(math::silu_grad);
+        store(&BlockPtr::<T, BT, BC>::rows(da.offset(at), tokens, channels, [t0, c0]), &g.cast::<T>());
+        for (j, share) in shares.iter_mut().enumerate() {
+            *share = *share + (g * rows_back!(x.offset(at), tokens, channels, t0, c0, WIDTH - 1 - j)).col_sum();
+        }
+    }
+    let program = s * tokens.div_ceil(BT * RB) + program_id(0);
+    for (j, share) in shares.iter().enumerate() {
+        share.store(part, (program * WIDTH + j) * channels + c0, (program * WIDTH + j + 1) * channels);
     }
 }
 
@@ -142,34 +154,43 @@ pub fn gated_rms_norm_kernel<T: Elem>(o: Ptr<T>, g: Ptr<T>, w: Ptr<T>, y: PtrMut
 }
 
 #[kernel(
-    configs = [(BT = 32, WARPS = 4)],
-    grid = [cdiv(tokens, BT), heads],
+    configs = [(BT = 32, RB = 16, WARPS = 4)],
+    grid = [cdiv(tokens, BT * RB), heads],
     dtypes = [bf16],
 )]
-/// The backward of [`gated_rms_norm_kernel`] for its block: `do`, `dg`, and
-/// the block's shares of `dw` (`part_w[program_id(0)·heads + h, ..64]`) and
-/// of `Σ_t dg` (`part_g[program_id(0), h·64 ..]`: a bias of `g`'s gradient).
+/// The backward of [`gated_rms_norm_kernel`] for tokens `BT·RB·program_id(0)
+/// ..` of head `h = program_id(1)` (`RB` of its blocks): `do`, `dg`, and
+/// their shares of `dw` (`part_w[program_id(0)·heads + h, ..64]`) and of
+/// `Σ_t dg` (`part_g[program_id(0), h·64 ..]`: a bias of `g`'s gradient).
 pub fn gated_rms_norm_bwd_kernel<T: Elem>(
     dy: Ptr<T>, o: Ptr<T>, g: Ptr<T>, w: Ptr<T>, rstd: Ptr<f32>, d_o: PtrMut<T>, dg: PtrMut<T>, part_w: PtrMut<f32>, part_g: PtrMut<f32>,
     tokens: usize, heads: usize,
 ) {
     let (p, h) = (program_id(0), program_id(1));
-    let t0 = p * BT;
-    let rows = |x| head_rows::<T, BT, THREADS>(x, tokens, heads, t0, h);
-    let rs = Col::<f32, BT, HEAD>::load(rstd, h * tokens + t0, (h + 1) * tokens);
-    let n = load(&rows(o)).cast::<f32>() * rs;
-    let s = load(&rows(g)).cast::<f32>().map(math::sigmoid);
-    let dyt = load(&rows(dy)).cast::<f32>();
     let wr = Row::<T, BT, HEAD>::load(w, 0, HEAD).cast::<f32>();
-    let dz = dyt * s;
+    let (mut share_w, mut share_g) = (Row::<f32, BT, HEAD>::splat(0.0), Row::<f32, BT, HEAD>::splat(0.0));
+    for b in 0..RB {
+        let t0 = (p * RB + b) * BT;
+        if t0 >= tokens {
+            break;
+        }
+        let rows = |x| head_rows::<T, BT, THREADS>(x, tokens, heads, t0, h);
+        let rs = Col::<f32, BT, HEAD>::load(rstd, h * tokens + t0, (h + 1) * tokens);
+        let n = load(&rows(o)).cast::<f32>() * rs;
+        let s = load(&rows(g)).cast::<f32>().map(math::sigmoid);
+        let dyt = load(&rows(dy)).cast::<f32>();
+        let dz = dyt * s;
+        share_w = share_w + (dz * n).col_sum();
+        let dgt = dyt * n * wr * s * (Tile::splat(1.0) - s);
+        share_g = share_g + dgt.col_sum();
+        store(&head_rows::<T, BT, THREADS>(dg, tokens, heads, t0, h), &dgt.cast::<T>());
+        let dn = dz * wr;
+        let mean = (dn * n).row_sum() * (1.0 / HEAD as f32);
+        store(&head_rows::<T, BT, THREADS>(d_o, tokens, heads, t0, h), &((dn - n * mean) * rs).cast::<T>());
+    }
     let at = (p * heads + h) * HEAD;
-    (dz * n).col_sum().store(part_w, at, at + HEAD);
-    let dgt = dyt * n * wr * s * (Tile::splat(1.0) - s);
-    dgt.col_sum().store(part_g, at, at + HEAD);
-    store(&head_rows::<T, BT, THREADS>(dg, tokens, heads, t0, h), &dgt.cast::<T>());
-    let dn = dz * wr;
-    let mean = (dn * n).row_sum() * (1.0 / HEAD as f32);
-    store(&head_rows::<T, BT, THREADS>(d_o, tokens, heads, t0, h), &((dn - n * mean) * rs).cast::<T>());
+    share_w.store(part_w, at, at + HEAD);
+    share_g.store(part_g, at, at + HEAD);
 }
 
 // ---- the step size's parameter ---------------------------------------------------------------

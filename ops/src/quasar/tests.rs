@@ -7,7 +7,7 @@ use rustile_host::Gpu;
 #[test]
 fn conv_silu_and_its_backward_match_float64() {
     let gpu = Gpu::interpreter();
-    for (batch, tokens, channels) in [(1, 1, 8), (2, 3, 136), (2, 70, 200), (1, 33, 512)] {
+    for (batch, tokens, channels) in [(1, 1, 8), (2, 3, 136), (2, 70, 200), (1, 33, 512), (2, 1100, 8)] {
         let (mut rng, seed) = rng();
         let shape = [batch, tokens, channels];
         let n = batch * tokens * channels;
@@ -35,7 +35,7 @@ fn conv_silu_and_its_backward_match_float64() {
 #[test]
 fn gated_rms_norm_and_its_backward_match_float64() {
     let gpu = Gpu::interpreter();
-    for (rows, heads) in [(1, 1), (37, 8), (70, 3)] {
+    for (rows, heads) in [(1, 1), (37, 8), (70, 3), (1100, 1)] {
         let (mut rng, seed) = rng();
         let shape = [rows, heads * HEAD];
         let n = rows * heads * HEAD;
