@@ -12,12 +12,14 @@ fn sequences<T: Elem>(what: &str, x: &Tensor<T>) -> Result<[usize; 3]> {
     }
 }
 
-/// Rows each backward program takes (its `BT·RB`), so one share of a weight's gradient each.
-const SHARE_ROWS: usize = 32 * 16;
+/// Rows each backward program of the convolution and of the gated norm
+/// takes (their `BT·RB`), so one share of a weight's gradient each.
+const CONV_SHARE_ROWS: usize = 32 * 16;
+const NORM_SHARE_ROWS: usize = 32;
 
-/// The weight-gradient shares of `batch` sequences of `tokens`.
+/// The convolution's weight-gradient shares for `batch` sequences of `tokens`.
 fn shares(batch: usize, tokens: usize) -> usize {
-    batch * tokens.div_ceil(SHARE_ROWS)
+    batch * tokens.div_ceil(CONV_SHARE_ROWS)
 }
 
 fn bf16_only<T: Elem>(what: &str) -> Result<()> {
@@ -121,7 +123,7 @@ pub struct NormScratch {
 impl NormScratch {
     /// Scratch for `o` of `[tokens, heads·64]` (tokens over every leading dim).
     pub fn new(gpu: &Gpu, tokens: usize, heads: usize) -> Result<Self> {
-        let blocks = shares(1, tokens).max(1);
+        let blocks = tokens.div_ceil(NORM_SHARE_ROWS).max(1);
         Ok(NormScratch { part_w: gpu.alloc::<f32>(&[blocks * heads, HEAD])?, part_g: gpu.alloc::<f32>(&[blocks, heads * HEAD])? })
     }
 }
@@ -142,7 +144,7 @@ pub fn gated_rms_norm_backward<T: Elem>(
     expect_shape("w", w, &[HEAD])?;
     expect_shape("dw", dw, &[HEAD])?;
     expect_shape("rstd", rstd, &[heads, tokens])?;
-    let blocks = shares(1, tokens);
+    let blocks = tokens.div_ceil(NORM_SHARE_ROWS);
     if scratch.part_g.shape() != [blocks.max(1), heads * HEAD] {
         return Err(Error::Shape(format!("gated_rms_norm_backward: the scratch is for {:?} blocks × channels, not [{blocks}, {}]", scratch.part_g.shape(), heads * HEAD)));
     }
