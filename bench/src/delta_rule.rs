@@ -49,7 +49,7 @@ pub fn fwd_bwd_bytes(t: usize) -> f64 {
 }
 
 /// `x` repeated to `n` elements.
-fn repeat<T: Copy>(x: &[T], n: usize) -> Vec<T> {
+pub(crate) fn repeat<T: Copy>(x: &[T], n: usize) -> Vec<T> {
     x.iter().copied().cycle().take(n).collect()
 }
 

@@ -6,6 +6,7 @@
 //! layer-equivalent: `nn.Linear`s, a depthwise causal `conv1d`, the gated
 //! RMSNorm in torch ops; bf16 autocast as the seed's script runs it) at the
 //! same lengths. Rows join by op `quasar` / `quasar_fwd_bwd` and shape `1xTx512`.
+use crate::delta_rule::repeat;
 use crate::harness::{measure, MeasureCfg, Row, RUSTILE};
 use rustile::{bf16, Elem};
 use rustile_host::{Error, Gpu, Result};
@@ -26,9 +27,8 @@ pub fn bench_quasar(gpu: &Gpu, cfg: &MeasureCfg, tokens: &[usize]) -> Result<Vec
     for &t in tokens {
         let shape = [1, t, hidden];
         let mut layer = Quasar::new(gpu, Config::SEED, 1, t, seed)?;
-        let repeat = |v: &[bf16]| v.iter().copied().cycle().take(t * hidden).collect::<Vec<_>>();
-        gpu.write(&mut layer.x, &repeat(&x))?;
-        gpu.write(&mut layer.d_out, &repeat(&dy))?;
+        gpu.write(&mut layer.x, &repeat(&x, t * hidden))?;
+        gpu.write(&mut layer.d_out, &repeat(&dy, t * hidden))?;
         layer.forward(gpu)?;
         layer.backward(gpu)?;
         let finite = gpu.download(&layer.out)?.iter().chain(&gpu.download(&layer.dx)?).all(|v| v.to_f32().is_finite());

@@ -69,12 +69,15 @@ pub fn norm_backward(dy: &[f64], x: &[f64], cols: usize, w: &[f64], eps: f64, rm
 
 /// `a·bᵀ` for `a` `[m, k]` and `b` `[n, k]`, row-major.
 pub fn matmul_nt(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
+    use rayon::prelude::*;
+    // Rows on their own threads (the layer's references run at 65,536 tokens); each sum in k order.
     let mut c = vec![0.0; m * n];
-    for i in 0..m {
-        for j in 0..n {
-            c[i * n + j] = (0..k).map(|p| a[i * k + p] * b[j * k + p]).sum();
+    c.par_chunks_mut(n.max(1)).enumerate().for_each(|(i, row)| {
+        let ai = &a[i * k..][..k];
+        for (j, cj) in row.iter_mut().enumerate() {
+            *cj = ai.iter().zip(&b[j * k..][..k]).map(|(x, y)| x * y).sum();
         }
-    }
+    });
     c
 }
 
@@ -531,22 +534,4 @@ pub fn gated_rms_norm_backward(o: &[f64], g: &[f64], w: &[f64], eps: f64, dy: &[
         }
     }
     (d_o, dg, dw)
-}
-
-/// `a·bᵀ` for `a` `m×k`, `b` `n×k`, rows in parallel (the layer's references run at 65,536 tokens).
-pub fn matmul_nt_par(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
-    use rayon::prelude::*;
-    let mut c = vec![0.0; m * n];
-    c.par_chunks_mut(n).enumerate().for_each(|(i, row)| {
-        let ai = &a[i * k..][..k];
-        for (j, cj) in row.iter_mut().enumerate() {
-            *cj = ai.iter().zip(&b[j * k..][..k]).map(|(x, y)| x * y).sum();
-        }
-    });
-    c
-}
-
-/// `aᵀ` of a row-major `rows×cols` matrix.
-pub fn transposed(a: &[f64], rows: usize, cols: usize) -> Vec<f64> {
-    (0..cols * rows).map(|i| a[(i % rows) * cols + i / rows]).collect()
 }

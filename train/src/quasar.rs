@@ -56,6 +56,24 @@ const BETA_LOG: usize = 9;
 const B_G: usize = 10;
 const NORM_W: usize = 11;
 
+/// The two views the layer takes of an activation: `[batch·tokens, width]`
+/// rows (for the GEMMs) and `[batch, tokens, heads, 64]` (for the delta rule).
+#[derive(Clone, Copy)]
+struct Views {
+    rows: usize,
+    heads: [usize; 4],
+}
+
+impl Views {
+    fn flat(&self, t: &Tensor<bf16>) -> Result<Tensor<bf16>> {
+        t.view(0, &[self.rows, t.numel() / self.rows.max(1)])
+    }
+
+    fn heads(&self, t: &Tensor<bf16>) -> Result<Tensor<bf16>> {
+        t.view(0, &self.heads)
+    }
+}
+
 /// The layer, its parameters and every buffer a forward and backward of
 /// `[batch, tokens, hidden]` use.
 pub struct Quasar {
@@ -165,6 +183,10 @@ impl Quasar {
         })
     }
 
+    fn views(&self) -> Views {
+        Views { rows: self.batch * self.tokens, heads: [self.batch, self.tokens, self.cfg.heads, D] }
+    }
+
     /// Bytes of the layer's buffers (parameters and their optimizer state aside).
     pub fn buffer_bytes(&self) -> usize {
         let bf = [&self.x, &self.o, &self.g1, &self.g, &self.y, &self.out, &self.d_out, &self.dx, &self.dy, &self.d_o, &self.dg, &self.dg1, &self.dpre];
@@ -182,22 +204,21 @@ impl Quasar {
     pub fn forward(&mut self, gpu: &Gpu) -> Result<()> {
         let p = &self.params;
         let w = |i: usize| &p.get(i).w;
-        let flat = |t: &Tensor<bf16>| t.view(0, &[self.batch * self.tokens, t.numel() / (self.batch * self.tokens).max(1)]);
-        let heads = |t: &Tensor<bf16>| t.view(0, &[self.batch, self.tokens, self.cfg.heads, D]);
-        let x = flat(&self.x)?;
+        let view = self.views();
+        let x = view.flat(&self.x)?;
         // q, k, v: projection, then the short convolution and SiLU.
         for (i, (wi, conv)) in [(WQ, CONV_Q), (WK, CONV_K), (WV, CONV_V)].into_iter().enumerate() {
-            gemm(gpu, &x, w(wi).t(), &mut flat(&self.pre[i])?, &Epilogue::new())?;
+            gemm(gpu, &x, w(wi).t(), &mut view.flat(&self.pre[i])?, &Epilogue::new())?;
             conv_silu(gpu, &self.pre[i], w(conv), &mut self.qkv[i])?;
         }
         softplus(gpu, w(BETA_LOG), &mut self.beta)?;
-        let [q, k, v] = [&self.qkv[0], &self.qkv[1], &self.qkv[2]].map(heads);
-        delta_rule_in(gpu, &mut self.delta, &q?, &k?, &v?, &self.beta, &mut heads(&self.o)?, None, DeltaRule::default())?;
+        let [q, k, v] = [&self.qkv[0], &self.qkv[1], &self.qkv[2]].map(|t| view.heads(t));
+        delta_rule_in(gpu, &mut self.delta, &q?, &k?, &v?, &self.beta, &mut view.heads(&self.o)?, None, DeltaRule::default())?;
         // The gate, through its bottleneck, and the gated norm.
         gemm(gpu, &x, w(WG1).t(), &mut self.g1, &Epilogue::new())?;
-        gemm(gpu, &self.g1, w(WG2).t(), &mut flat(&self.g)?, &Epilogue::new().bias_per_column(w(B_G)))?;
+        gemm(gpu, &self.g1, w(WG2).t(), &mut view.flat(&self.g)?, &Epilogue::new().bias_per_column(w(B_G)))?;
         gated_rms_norm(gpu, &self.o, &self.g, w(NORM_W), EPS, &mut self.y, &mut self.rstd)?;
-        gemm(gpu, &flat(&self.y)?, w(WO).t(), &mut flat(&self.out)?, &Epilogue::new())
+        gemm(gpu, &view.flat(&self.y)?, w(WO).t(), &mut view.flat(&self.out)?, &Epilogue::new())
     }
 
     // ---- backward -----------------------------------------------------------------------
@@ -209,36 +230,35 @@ impl Quasar {
         }
         let p = &self.params;
         let dw = |i: usize| p.get(i).grad.view(0, p.get(i).grad.shape());
-        let flat = |t: &Tensor<bf16>| t.view(0, &[self.batch * self.tokens, t.numel() / (self.batch * self.tokens).max(1)]);
-        let x = flat(&self.x)?;
+        let view = self.views();
+        let x = view.flat(&self.x)?;
 
         // out = y·Woᵀ.
-        let d_out = flat(&self.d_out)?;
-        gemm_split_k(gpu, d_out.t(), &flat(&self.y)?, &mut dw(WO)?, &mut self.split)?;
-        gemm(gpu, &d_out, self.wt[5].t(), &mut flat(&self.dy)?, &Epilogue::new())?;
+        let d_out = view.flat(&self.d_out)?;
+        gemm_split_k(gpu, d_out.t(), &view.flat(&self.y)?, &mut dw(WO)?, &mut self.split)?;
+        gemm(gpu, &d_out, self.wt[5].t(), &mut view.flat(&self.dy)?, &Epilogue::new())?;
         // y = RMSNorm(o)·w ⊙ sigmoid(g); g = g1·Wg2ᵀ + b_g; g1 = x·Wg1ᵀ.
         let w = |i: usize| &p.get(i).w;
         gated_rms_norm_backward(gpu, &self.dy, &self.o, &self.g, w(NORM_W), &self.rstd, &mut self.d_o, &mut self.dg, &mut dw(NORM_W)?, Some(&mut dw(B_G)?), &mut self.norm)?;
-        let dg = flat(&self.dg)?;
+        let dg = view.flat(&self.dg)?;
         gemm_split_k(gpu, dg.t(), &self.g1, &mut dw(WG2)?, &mut self.split)?;
         gemm(gpu, &dg, self.wt[4].t(), &mut self.dg1, &Epilogue::new())?;
         gemm_split_k(gpu, self.dg1.t(), &x, &mut dw(WG1)?, &mut self.split)?;
-        let mut dx = flat(&self.dx)?;
+        let mut dx = view.flat(&self.dx)?;
         gemm(gpu, &self.dg1, self.wt[3].t(), &mut dx, &Epilogue::new())?;
 
         // o = delta_rule(q, k, v, β), β = softplus(β_log).
-        let heads = |t: &Tensor<bf16>| t.view(0, &[self.batch, self.tokens, self.cfg.heads, D]);
         let [dq, dk, dv] = &mut self.dqkv;
-        let (mut dq4, mut dk4, mut dv4) = (heads(dq)?, heads(dk)?, heads(dv)?);
+        let (mut dq4, mut dk4, mut dv4) = (view.heads(dq)?, view.heads(dk)?, view.heads(dv)?);
         let grads = DeltaRuleGrads { dq: &mut dq4, dk: &mut dk4, dv: &mut dv4, dbeta: &mut self.dbeta, d_initial: None };
-        let [q, k, v] = [&self.qkv[0], &self.qkv[1], &self.qkv[2]].map(heads);
-        delta_rule_backward_in(gpu, &mut self.delta, &q?, &k?, &v?, &self.beta, &heads(&self.d_o)?, None, grads, DeltaRule::default())?;
+        let [q, k, v] = [&self.qkv[0], &self.qkv[1], &self.qkv[2]].map(|t| view.heads(t));
+        delta_rule_backward_in(gpu, &mut self.delta, &q?, &k?, &v?, &self.beta, &view.heads(&self.d_o)?, None, grads, DeltaRule::default())?;
         softplus_backward(gpu, w(BETA_LOG), &self.dbeta, &mut dw(BETA_LOG)?)?;
 
         // q, k, v = silu(conv(x·Wᵀ)): the convolution's backward, then the projection's.
         for (i, (wi, conv)) in [(WQ, CONV_Q), (WK, CONV_K), (WV, CONV_V)].into_iter().enumerate() {
             conv_silu_backward(gpu, &self.pre[i], w(conv), &self.dqkv[i], &mut self.dpre, &mut dw(conv)?, &mut self.conv)?;
-            let dpre = flat(&self.dpre)?;
+            let dpre = view.flat(&self.dpre)?;
             gemm_split_k(gpu, dpre.t(), &x, &mut dw(wi)?, &mut self.split)?;
             gemm(gpu, &dpre, self.wt[i].t(), &mut dx, &Epilogue::new().accumulate(1.0))?;
         }

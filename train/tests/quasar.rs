@@ -5,8 +5,8 @@
 //! similarity ≥ 0.999, relative L2 error ≤ 1e-2, max abs diff ≤ 0.1).
 use rustile::bf16;
 use rustile_host::Gpu;
-use rustile_ops::reference::{conv_silu, conv_silu_backward, delta_rule, delta_rule_backward, gated_rms_norm, gated_rms_norm_backward, matmul_nt_par, transposed};
-use rustile_ops::testing::{normal, rng, wide};
+use rustile_ops::reference::{conv_silu, conv_silu_backward, delta_rule, delta_rule_backward, gated_rms_norm, gated_rms_norm_backward, matmul_nt};
+use rustile_ops::testing::{normal, rng, transpose, wide};
 use rustile_train::quasar::{Config, Quasar, EPS};
 
 /// The layer's parameters and input in float64 (the bf16 values the layer reads).
@@ -35,15 +35,15 @@ fn at(name: &str) -> usize {
 fn forward(w: &Wide, cfg: Config, batch: usize, tokens: usize) -> Fwd {
     let (rows, h, r) = (batch * tokens, cfg.hidden, cfg.gate_rank);
     let p = |name: &str| &w.p[at(name)];
-    let pre = ["wq", "wk", "wv"].map(|n| matmul_nt_par(&w.x, p(n), rows, h, h));
+    let pre = ["wq", "wk", "wv"].map(|n| matmul_nt(&w.x, p(n), rows, h, h));
     let qkv = [0, 1, 2].map(|i| conv_silu(&pre[i], p(["conv_q", "conv_k", "conv_v"][i]), tokens, h));
     let beta: Vec<f64> = p("beta_log").iter().map(|&b| b.exp().ln_1p()).collect();
     let seqs: Vec<(usize, usize)> = (0..batch).map(|b| (b * tokens, tokens)).collect();
     let o = delta_rule(&qkv[0], &qkv[1], &qkv[2], &beta, &seqs, cfg.heads, None).0;
-    let g1 = matmul_nt_par(&w.x, p("wg1"), rows, r, h);
-    let g: Vec<f64> = matmul_nt_par(&g1, p("wg2"), rows, h, r).iter().enumerate().map(|(i, v)| v + p("b_g")[i % h]).collect();
+    let g1 = matmul_nt(&w.x, p("wg1"), rows, r, h);
+    let g: Vec<f64> = matmul_nt(&g1, p("wg2"), rows, h, r).iter().enumerate().map(|(i, v)| v + p("b_g")[i % h]).collect();
     let y = gated_rms_norm(&o, &g, p("norm_w"), EPS as f64);
-    let out = matmul_nt_par(&y, p("wo"), rows, h, h);
+    let out = matmul_nt(&y, p("wo"), rows, h, h);
     Fwd { pre, qkv, beta, o, g1, g, y, out }
 }
 
@@ -57,8 +57,8 @@ fn backward(w: &Wide, f: &Fwd, cfg: Config, batch: usize, tokens: usize, d_out: 
     let mut grads = vec![Vec::new(); Quasar::PARAMS.len()];
     let mut set = |name: &str, g: Vec<f64>| grads[at(name)] = g;
     // dW = dYᵀ·X and dX = dY·W for Y = X·Wᵀ.
-    let wgrad = |dy: &[f64], x: &[f64], out: usize, inp: usize| matmul_nt_par(&transposed(dy, rows, out), &transposed(x, rows, inp), out, inp, rows);
-    let xgrad = |dy: &[f64], w: &[f64], out: usize, inp: usize| matmul_nt_par(dy, &transposed(w, out, inp), rows, inp, out);
+    let wgrad = |dy: &[f64], x: &[f64], out: usize, inp: usize| matmul_nt(&transpose(dy, 1, rows, out), &transpose(x, 1, rows, inp), out, inp, rows);
+    let xgrad = |dy: &[f64], w: &[f64], out: usize, inp: usize| matmul_nt(dy, &transpose(w, 1, out, inp), rows, inp, out);
     set("wo", wgrad(d_out, &f.y, h, h));
     let dy = xgrad(d_out, p("wo"), h, h);
     let (d_o, dg, dnorm) = gated_rms_norm_backward(&f.o, &f.g, p("norm_w"), EPS as f64, &dy);
