@@ -2,7 +2,7 @@
 //! (on a GPU or the CPU interpreter). Host-only.
 use super::*;
 use crate::check::expect_shape;
-use crate::reduce::col_sum;
+use crate::reduce::{col_sum_split, col_sum_split_len};
 use rustile_host::{Error, Gpu, Result, Tensor};
 
 fn sequences<T: Elem>(what: &str, x: &Tensor<T>) -> Result<[usize; 3]> {
@@ -13,13 +13,21 @@ fn sequences<T: Elem>(what: &str, x: &Tensor<T>) -> Result<[usize; 3]> {
 }
 
 /// Rows each backward program of the convolution and of the gated norm
-/// takes (their `BT·RB`), so one share of a weight's gradient each.
-const CONV_SHARE_ROWS: usize = 32 * 16;
+/// takes (their `BT`, `BT·RB`), so one share of a weight's gradient each.
+const CONV_SHARE_ROWS: usize = 32;
 const NORM_SHARE_ROWS: usize = 32;
 
 /// The convolution's weight-gradient shares for `batch` sequences of `tokens`.
 fn shares(batch: usize, tokens: usize) -> usize {
     batch * tokens.div_ceil(CONV_SHARE_ROWS)
+}
+
+/// The convolution's config: the first, or the first whose name holds
+/// `RUSTILE_QUASAR_CONFIG` (say `WARPS8` or `BC64`), to measure them apart.
+fn conv_config(configs: &[rustile::KernelConfig]) -> usize {
+    static FORCED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let forced = FORCED.get_or_init(|| std::env::var("RUSTILE_QUASAR_CONFIG").ok());
+    forced.as_deref().and_then(|part| configs.iter().position(|c| c.name.contains(part))).unwrap_or(0)
 }
 
 fn bf16_only<T: Elem>(what: &str) -> Result<()> {
@@ -30,16 +38,18 @@ fn bf16_only<T: Elem>(what: &str) -> Result<()> {
 }
 
 /// What the backward of the convolution keeps between its launches: `da`
-/// (like `x`) and the per-block shares of `dw`. Reused across calls of one shape.
+/// (like `x`), the per-block shares of `dw` and their partial sums. Reused
+/// across calls of one shape.
 pub struct ConvScratch<T: Elem> {
     da: Tensor<T>,
     part: Tensor<f32>,
+    sums: Tensor<f32>,
 }
 
 impl<T: Elem> ConvScratch<T> {
     /// Bytes it holds.
     pub fn bytes(&self) -> usize {
-        self.da.numel() * core::mem::size_of::<T>() + self.part.numel() * 4
+        self.da.numel() * core::mem::size_of::<T>() + (self.part.numel() + self.sums.numel()) * 4
     }
 
     /// Scratch for `x` of `[batch, tokens, channels]`.
@@ -47,7 +57,9 @@ impl<T: Elem> ConvScratch<T> {
         let &[batch, tokens, channels] = shape else {
             return Err(Error::Shape(format!("ConvScratch: x must be [batch, tokens, channels], not {shape:?}")));
         };
-        Ok(ConvScratch { da: gpu.alloc::<T>(shape)?, part: gpu.alloc::<f32>(&[shares(batch, tokens).max(1) * WIDTH, channels])? })
+        let blocks = shares(batch, tokens).max(1);
+        let sums = gpu.alloc::<f32>(&[col_sum_split_len([blocks, WIDTH * channels]).max(1)])?;
+        Ok(ConvScratch { da: gpu.alloc::<T>(shape)?, part: gpu.alloc::<f32>(&[blocks * WIDTH, channels])?, sums })
     }
 }
 
@@ -62,7 +74,7 @@ pub fn conv_silu<T: Elem>(gpu: &Gpu, x: &Tensor<T>, w: &Tensor<T>, y: &mut Tenso
     if batch * tokens == 0 {
         return Ok(());
     }
-    conv_silu_kernel::launch(gpu, 0, x, w, y, tokens, channels, batch)
+    conv_silu_kernel::launch(gpu, conv_config(conv_silu_kernel::CONFIGS), x, w, y, tokens, channels, batch)
 }
 
 /// The gradients of [`conv_silu`]: `dx` (like `x`) and `dw` (`[4, channels]` f32, overwritten) from `dy`.
@@ -83,10 +95,10 @@ pub fn conv_silu_backward<T: Elem>(
     if blocks == 0 {
         return gpu.fill_bytes(dw, 0);
     }
-    conv_silu_bwd_kernel::launch(gpu, 0, x, w, dy, &mut scratch.da, &mut scratch.part, tokens, channels, batch)?;
-    conv_dx_kernel::launch(gpu, 0, &scratch.da, w, dx, tokens, channels, batch)?;
+    conv_silu_bwd_kernel::launch(gpu, conv_config(conv_silu_bwd_kernel::CONFIGS), x, w, dy, &mut scratch.da, &mut scratch.part, tokens, channels, batch)?;
+    conv_dx_kernel::launch(gpu, conv_config(conv_dx_kernel::CONFIGS), &scratch.da, w, dx, tokens, channels, batch)?;
     let mut flat = dw.view(0, &[WIDTH * channels])?;
-    col_sum(gpu, &scratch.part, [blocks, WIDTH * channels], [WIDTH * channels, 0], &mut flat)
+    col_sum_split(gpu, &scratch.part, [blocks, WIDTH * channels], [WIDTH * channels, 0], &mut scratch.sums, &mut flat)
 }
 
 /// `[tokens, heads]` of `o` `[.., heads·64]`.
@@ -114,17 +126,20 @@ pub fn gated_rms_norm<T: Elem>(gpu: &Gpu, o: &Tensor<T>, g: &Tensor<T>, w: &Tens
     gated_rms_norm_kernel::launch(gpu, 0, o, g, w, y, rstd, tokens, heads, eps)
 }
 
-/// What the gated norm's backward keeps: the per-block shares of `dw` and of `Σ dg`.
+/// What the gated norm's backward keeps: the per-block shares of `dw` and
+/// of `Σ dg`, and their partial sums.
 pub struct NormScratch {
     part_w: Tensor<f32>,
     part_g: Tensor<f32>,
+    sums: Tensor<f32>,
 }
 
 impl NormScratch {
     /// Scratch for `o` of `[tokens, heads·64]` (tokens over every leading dim).
     pub fn new(gpu: &Gpu, tokens: usize, heads: usize) -> Result<Self> {
         let blocks = tokens.div_ceil(NORM_SHARE_ROWS).max(1);
-        Ok(NormScratch { part_w: gpu.alloc::<f32>(&[blocks * heads, HEAD])?, part_g: gpu.alloc::<f32>(&[blocks, heads * HEAD])? })
+        let sums = col_sum_split_len([blocks * heads, HEAD]).max(col_sum_split_len([blocks, heads * HEAD])).max(1);
+        Ok(NormScratch { part_w: gpu.alloc::<f32>(&[blocks * heads, HEAD])?, part_g: gpu.alloc::<f32>(&[blocks, heads * HEAD])?, sums: gpu.alloc::<f32>(&[sums])? })
     }
 }
 
@@ -153,11 +168,11 @@ pub fn gated_rms_norm_backward<T: Elem>(
         return dg_sum.map_or(Ok(()), |s| gpu.fill_bytes(s, 0));
     }
     gated_rms_norm_bwd_kernel::launch(gpu, 0, dy, o, g, w, rstd, d_o, dg, &mut scratch.part_w, &mut scratch.part_g, tokens, heads)?;
-    col_sum(gpu, &scratch.part_w, [blocks * heads, HEAD], [HEAD, 0], dw)?;
+    col_sum_split(gpu, &scratch.part_w, [blocks * heads, HEAD], [HEAD, 0], &mut scratch.sums, dw)?;
     match dg_sum {
         Some(s) => {
             expect_shape("dg_sum", s, &[heads * HEAD])?;
-            col_sum(gpu, &scratch.part_g, [blocks, heads * HEAD], [heads * HEAD, 0], s)
+            col_sum_split(gpu, &scratch.part_g, [blocks, heads * HEAD], [heads * HEAD, 0], &mut scratch.sums, s)
         }
         None => Ok(()),
     }

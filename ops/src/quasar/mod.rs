@@ -19,7 +19,7 @@
 //!   `dw = Σ dy·s·n`.
 //!
 //! Everything is elementwise or a 64-wide row: tiles of rows, loaded once.
-//! Weight gradients are summed in a fixed order by `reduce::col_sum`.
+//! Weight gradients are summed in a fixed order by `reduce::col_sum_split`.
 use rustile::prelude::*;
 
 /// The convolution's width.
@@ -45,22 +45,32 @@ macro_rules! rows_back {
     }};
 }
 
-/// The convolution's pre-activation `a` of rows `t0 ..` and channels `c0 ..`.
+/// The four blocks of `x` that the convolution of rows `t0 ..` (channels
+/// `c0 ..`) reads: tap `j` is rows `t0 − 3 + j ..`.
+macro_rules! taps {
+    ($x:expr, $tokens:expr, $channels:expr, $t0:expr, $c0:expr) => {
+        core::array::from_fn::<_, WIDTH, _>(|j| rows_back!($x, $tokens, $channels, $t0, $c0, WIDTH - 1 - j))
+    };
+}
+
+/// The convolution's pre-activation `a = Σ_j w[j]·tap_j` of channels `c0 ..`.
 macro_rules! conv {
-    ($x:expr, $w:expr, $tokens:expr, $channels:expr, $t0:expr, $c0:expr) => {{
+    ($taps:expr, $w:expr, $channels:expr, $c0:expr) => {{
         let mut a = Tile::<f32, BT, BC>::zeros();
-        for j in 0..WIDTH {
-            let wj = Row::<T, BT, BC>::load($w, j * $channels + $c0, (j + 1) * $channels).cast::<f32>();
-            a = a + rows_back!($x, $tokens, $channels, $t0, $c0, WIDTH - 1 - j) * wj;
+        for (j, tap) in $taps.iter().enumerate() {
+            a = a + *tap * Row::<T, BT, BC>::load($w, j * $channels + $c0, (j + 1) * $channels).cast::<f32>();
         }
         a
     }};
 }
 
 // ---- the short convolution ----------------------------------------------------------------
+// Three configs of each, the same 32-row blocks (so the same shares of
+// `dw`): a program's 32×128 tile by four warps or eight, or 32×64 by four.
+// The host takes the first unless `RUSTILE_QUASAR_CONFIG` names another.
 
 #[kernel(
-    configs = [(BT = 32, BC = 128, WARPS = 4)],
+    configs = [(BT = 32, BC = 128, WARPS = 4), (BT = 32, BC = 128, WARPS = 8), (BT = 32, BC = 64, WARPS = 4)],
     grid = [cdiv(tokens, BT), cdiv(channels, BC), batch],
     dtypes = [bf16],
 )]
@@ -70,48 +80,42 @@ macro_rules! conv {
 pub fn conv_silu_kernel<T: Elem>(x: Ptr<T>, w: Ptr<T>, y: PtrMut<T>, tokens: usize, channels: usize, batch: usize) {
     let _ = batch; // the grid
     let (t0, c0, at) = (program_id(0) * BT, program_id(1) * BC, program_id(2) * tokens * channels);
-    let a = conv!(x.offset(at), w, tokens, channels, t0, c0);
+    let a = conv!(taps!(x.offset(at), tokens, channels, t0, c0), w, channels, c0);
     store(&BlockPtr::<T, BT, BC>::rows(y.offset(at), tokens, channels, [t0, c0]), &a.map(math::silu).cast::<T>());
 }
 
-// A program takes RB blocks of BT rows and writes one share of `dw`: a share
-// per 32 rows made the shares' reduction a quarter of the layer's backward.
+// A program per block of rows, each writing a share of `dw`: programs
+// taking 16 blocks (a share per 512 rows) were 4× slower at 4096 tokens (too
+// few programs) and no faster at a million; the shares' two-pass
+// `col_sum_split` keeps their reduction short.
 #[kernel(
-    configs = [(BT = 32, BC = 128, RB = 16, WARPS = 4)],
-    grid = [cdiv(tokens, BT * RB), cdiv(channels, BC), batch],
+    configs = [(BT = 32, BC = 128, WARPS = 4), (BT = 32, BC = 128, WARPS = 8), (BT = 32, BC = 64, WARPS = 4)],
+    grid = [cdiv(tokens, BT), cdiv(channels, BC), batch],
     dtypes = [bf16],
 )]
-/// The backward's first half for rows `BT·RB·program_id(0) ..` (`RB`
-/// blocks of [`conv_silu_kernel`]'s): `da = dy·silu'(a)` and their share of
-/// `dw` (`part[(s·programs + i)·4 + j, c]` for sequence `s`, program `i` of
-/// `programs = cdiv(tokens, BT·RB)`, tap `j`).
+/// The backward's first half for rows `BT·program_id(0) ..` (a block of
+/// [`conv_silu_kernel`]'s): `da = dy·silu'(a)` and the block's share of `dw`
+/// (`part[(s·blocks + i)·4 + j, c]` for sequence `s`, block `i` of
+/// `blocks = cdiv(tokens, BT)`, tap `j`).
 pub fn conv_silu_bwd_kernel<T: Elem>(
     x: Ptr<T>, w: Ptr<T>, dy: Ptr<T>, da: PtrMut<T>, part: PtrMut<f32>, tokens: usize, channels: usize, batch: usize,
 ) {
     let _ = batch; // the grid
-    let (c0, s) = (program_id(1) * BC, program_id(2));
+    let (t0, c0, s) = (program_id(0) * BT, program_id(1) * BC, program_id(2));
     let at = s * tokens * channels;
-    let mut shares = [Row::<f32, BT, BC>::splat(0.0); WIDTH];
-    for b in 0..RB {
-        let t0 = (program_id(0) * RB + b) * BT;
-        if t0 >= tokens {
-            break;
-        }
-        let a = conv!(x.offset(at), w, tokens, channels, t0, c0);
-        let g = load(&BlockPtr::<T, BT, BC>::rows(dy.offset(at), tokens, channels, [t0, c0])).cast::<f32>() * a.map(math::silu_grad);
-        store(&BlockPtr::<T, BT, BC>::rows(da.offset(at), tokens, channels, [t0, c0]), &g.cast::<T>());
-        for (j, share) in shares.iter_mut().enumerate() {
-            *share = *share + (g * rows_back!(x.offset(at), tokens, channels, t0, c0, WIDTH - 1 - j)).col_sum();
-        }
-    }
-    let program = s * tokens.div_ceil(BT * RB) + program_id(0);
-    for (j, share) in shares.iter().enumerate() {
-        share.store(part, (program * WIDTH + j) * channels + c0, (program * WIDTH + j + 1) * channels);
+    // Loaded once: the convolution and the shares both read the taps.
+    let xs = taps!(x.offset(at), tokens, channels, t0, c0);
+    let a = conv!(xs, w, channels, c0);
+    let g = load(&BlockPtr::<T, BT, BC>::rows(dy.offset(at), tokens, channels, [t0, c0])).cast::<f32>() * a.map(math::silu_grad);
+    store(&BlockPtr::<T, BT, BC>::rows(da.offset(at), tokens, channels, [t0, c0]), &g.cast::<T>());
+    let block = s * tokens.div_ceil(BT) + program_id(0);
+    for (j, xj) in xs.iter().enumerate() {
+        (g * *xj).col_sum().store(part, (block * WIDTH + j) * channels + c0, (block * WIDTH + j + 1) * channels);
     }
 }
 
 #[kernel(
-    configs = [(BT = 32, BC = 128, WARPS = 4)],
+    configs = [(BT = 32, BC = 128, WARPS = 4), (BT = 32, BC = 128, WARPS = 8), (BT = 32, BC = 64, WARPS = 4)],
     grid = [cdiv(tokens, BT), cdiv(channels, BC), batch],
     dtypes = [bf16],
 )]

@@ -35,7 +35,8 @@ fn conv_silu_and_its_backward_match_float64() {
 #[test]
 fn gated_rms_norm_and_its_backward_match_float64() {
     let gpu = Gpu::interpreter();
-    for (rows, heads) in [(1, 1), (37, 8), (70, 3), (1100, 1)] {
+    // 2200 rows of 8 heads: 552 shares of dw, summed in two passes.
+    for (rows, heads) in [(1, 1), (37, 8), (70, 3), (1100, 1), (2200, 8)] {
         let (mut rng, seed) = rng();
         let shape = [rows, heads * HEAD];
         let n = rows * heads * HEAD;
@@ -97,5 +98,38 @@ fn softplus_and_its_backward() {
         let (want, want_d) = (v.exp().ln_1p(), dy[i] as f64 / (1.0 + (-v).exp()));
         assert!((y[i] as f64 - want).abs() <= 1e-6 * (1.0 + want.abs()), "softplus({v}) = {}, not {want}", y[i]);
         assert!((dx[i] as f64 - want_d).abs() <= 1e-6 * (1.0 + want_d.abs()), "softplus'({v})·{} = {}, not {want_d}", dy[i], dx[i]);
+    }
+}
+
+#[test]
+fn every_conv_config_agrees_with_the_first() {
+    let gpu = Gpu::interpreter();
+    let (batch, tokens, channels) = (2, 75, 200);
+    let (mut rng, seed) = rng();
+    let shape = [batch, tokens, channels];
+    let n = batch * tokens * channels;
+    let up = |v: &[rustile::bf16], s: &[usize]| gpu.upload(v, s).unwrap();
+    let (x, dy) = (up(&normal(&mut rng, n, 0.0, 1.0), &shape), up(&normal(&mut rng, n, 0.0, 1.0), &shape));
+    let w = up(&normal(&mut rng, WIDTH * channels, 0.0, 0.5), &[WIDTH, channels]);
+    let parts = batch * tokens.div_ceil(32) * WIDTH * channels;
+    // y, da, the shares of dw and dx of config `cfg`.
+    let run = |cfg: usize| {
+        let mut y = up(&poisoned(n), &shape);
+        let (mut da, mut dx) = (up(&poisoned(n), &shape), up(&poisoned(n), &shape));
+        let mut part = gpu.upload(&poisoned::<f32>(parts), &[parts]).unwrap();
+        conv_silu_kernel::launch(&gpu, cfg, &x, &w, &mut y, tokens, channels, batch).unwrap();
+        conv_silu_bwd_kernel::launch(&gpu, cfg, &x, &w, &dy, &mut da, &mut part, tokens, channels, batch).unwrap();
+        conv_dx_kernel::launch(&gpu, cfg, &da, &w, &mut dx, tokens, channels, batch).unwrap();
+        let f = |t: &rustile_host::Tensor<rustile::bf16>| wide(&gpu.download(t).unwrap());
+        (f(&y), f(&da), gpu.download(&part).unwrap(), f(&dx))
+    };
+    let first = run(0);
+    for (cfg, c) in conv_silu_kernel::CONFIGS.iter().enumerate().skip(1) {
+        let got = run(cfg);
+        let ctx = format!("{} (seed {seed})", c.name);
+        // Each value is the same sum in the same order; only the shares' sums over a block's rows may be ordered otherwise.
+        assert!(got.0 == first.0 && got.1 == first.1 && got.3 == first.3, "{ctx}: y, da or dx differ from the first config's");
+        let err = rel_err(&got.2, &first.2.iter().map(|&v| v as f64).collect::<Vec<_>>());
+        assert!(err < 1e-6, "{ctx}: the shares of dw differ by {err:.2e}");
     }
 }
