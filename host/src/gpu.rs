@@ -45,6 +45,9 @@ pub(crate) struct Cuda {
     stream: Arc<CudaStream>,
     /// The second stream of [`Gpu::concurrently`], made on first use.
     side: OnceLock<Arc<CudaStream>>,
+    /// Streams of other libraries that [`Gpu::on_stream`] has run work on,
+    /// wrapped once each (never destroyed by us; a handful a process).
+    foreign: Mutex<Vec<&'static Arc<CudaStream>>>,
     /// Stream-ordered allocation (cuMemAllocAsync) avoids the implicit device
     /// sync of cuMemFree, so freeing a temporary does not stall timed work.
     stream_alloc: bool,
@@ -202,6 +205,7 @@ impl Gpu {
                 stream_alloc: ctx.has_async_alloc(),
                 stream: ctx.new_stream().map_err(cuda("creating a stream"))?,
                 side: OnceLock::new(),
+                foreign: Mutex::new(Vec::new()),
                 modules: Mutex::new(HashMap::new()),
                 tensor_maps: Mutex::new(lru::LruCache::new(crate::tma::MAPS_KEPT)),
                 capturing: false.into(),
@@ -283,13 +287,63 @@ impl Gpu {
     }
 
     /// Where this thread's work goes now: the side stream inside
-    /// [`Gpu::concurrently`]'s second closure, else the stream.
+    /// [`Gpu::concurrently`]'s second closure, the caller's inside
+    /// [`Gpu::on_stream`], else the stream.
     fn queue(&self) -> &Arc<CudaStream> {
         let c = self.cuda.as_ref().expect("queue() is only used on a GPU");
+        let me = self as *const Gpu as usize;
         match c.side.get() {
-            Some(side) if ON_SIDE.with(|g| g.get()) == self as *const Gpu as usize => side,
-            _ => &c.stream,
+            Some(side) if ON_SIDE.with(|g| g.get()) == me => side,
+            _ => match ON_FOREIGN.with(|f| f.get()) {
+                Some((gpu, stream)) if gpu == me => c.foreign.lock().unwrap_or_else(|p| p.into_inner())[stream],
+                _ => &c.stream,
+            },
         }
+    }
+
+    /// Runs `f` with this thread's work on this GPU (launches, copies,
+    /// allocations and their frees, [`Gpu::sync`]) queued on `stream`, a
+    /// `CUstream` of another library (PyTorch's current stream, as
+    /// `torch.cuda.current_stream().cuda_stream`; 0 is the legacy default
+    /// stream), so that it is ordered with that library's work. Launches
+    /// made while `stream` is being captured into a CUDA graph skip their
+    /// error query, which would end the capture. On the interpreter, `f` just runs.
+    ///
+    /// # Safety
+    /// `stream` must be a stream of this device's primary context (the one
+    /// PyTorch and the CUDA runtime use), alive until `f`'s work is done.
+    pub unsafe fn on_stream<R>(&self, stream: u64, f: impl FnOnce() -> Result<R>) -> Result<R> {
+        let Some(c) = &self.cuda else { return f() };
+        self.bind()?;
+        let index = {
+            let mut known = c.foreign.lock().unwrap_or_else(|p| p.into_inner());
+            match known.iter().position(|s| s.cu_stream() as u64 == stream) {
+                Some(i) => i,
+                None => {
+                    let ctx = c.stream.context();
+                    known.push(Box::leak(Box::new(unsafe { ctx.wrap_borrowed_stream(stream as sys::CUstream) })));
+                    known.len() - 1
+                }
+            }
+        };
+        let me = self as *const Gpu as usize;
+        let _on = OnForeign(ON_FOREIGN.with(|g| g.replace(Some((me, index)))));
+        f()
+    }
+
+    /// Whether this thread's queue is being captured into a CUDA graph
+    /// (by [`Gpu::capture`], or by another library on its stream).
+    fn capturing(&self) -> bool {
+        let Some(c) = &self.cuda else { return false };
+        if c.capturing.load(std::sync::atomic::Ordering::Relaxed) {
+            return true;
+        }
+        if ON_FOREIGN.with(|f| f.get()).is_none() {
+            return false;
+        }
+        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        let asked = unsafe { sys::cuStreamIsCapturing(self.raw_stream(), &mut status) };
+        asked != CUresult::CUDA_SUCCESS || status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
     }
 
     /// Runs `a`, then `b`, whose GPU work may overlap: what `b` queues goes to
@@ -493,7 +547,7 @@ impl Gpu {
     /// reported here (run with RUSTILE_LAUNCH_BLOCKING=1 to pin it down).
     pub fn sync(&self) -> Result<()> {
         match &self.cuda {
-            Some(c) => c.stream.synchronize().map_err(cuda("waiting for the GPU")),
+            Some(_) => self.queue().synchronize().map_err(cuda("waiting for the GPU")),
             None => Ok(()),
         }
     }
@@ -536,7 +590,7 @@ impl Gpu {
             self.profile_record(kernel, start)?;
         }
 
-        if self.cuda.as_ref().is_some_and(|c| c.capturing.load(std::sync::atomic::Ordering::Relaxed)) {
+        if self.capturing() {
             return Ok(());
         }
         // Faults of earlier kernels only surface on a later call; a query
@@ -843,6 +897,21 @@ thread_local! {
     static ON_SIDE: Cell<usize> = const { Cell::new(0) };
 }
 
+thread_local! {
+    /// The `Gpu` (its address) and the foreign stream (its index) this
+    /// thread's work goes to: inside [`Gpu::on_stream`]; `None` outside.
+    static ON_FOREIGN: Cell<Option<(usize, usize)>> = const { Cell::new(None) };
+}
+
+/// Restores the thread's previous foreign stream when dropped.
+struct OnForeign(Option<(usize, usize)>);
+
+impl Drop for OnForeign {
+    fn drop(&mut self) {
+        ON_FOREIGN.with(|g| g.set(self.0));
+    }
+}
+
 /// Sends this thread's work on a GPU to its side stream until dropped (so
 /// also when `concurrently`'s second closure panics).
 struct OnSide(usize);
@@ -874,6 +943,9 @@ enum Buf {
     },
     /// The interpreter's memory.
     Host(Vec<u128>),
+    /// Memory another owner (PyTorch, NumPy) keeps alive: on the device, or
+    /// (`host`) the interpreter's host memory. Never freed by us.
+    Borrowed { ptr: u64, host: bool },
     Empty,
 }
 
@@ -882,6 +954,7 @@ impl Buf {
         match self {
             Buf::Device { ptr, .. } => *ptr,
             Buf::Host(v) => v.as_ptr() as u64,
+            Buf::Borrowed { ptr, .. } => *ptr,
             Buf::Empty => 0,
         }
     }
@@ -959,10 +1032,54 @@ impl<T: Elem> Tensor<T> {
         Ok(Tensor { buf: self.buf.clone(), ptr, shape: shape.to_vec(), strides: row_major(shape), _elem: PhantomData })
     }
 
+    /// A tensor over memory another owner keeps alive (a PyTorch tensor's
+    /// `data_ptr()`, a NumPy array's buffer): `ptr` is a device address on a
+    /// GPU and a host address on the interpreter, `shape` and `strides` (in
+    /// elements) as the owner states them. Ops read and write it as any
+    /// tensor; dropping it frees nothing. Refused with an error: strides
+    /// that are not row-major (ops take contiguous tensors; make the owner's
+    /// copy contiguous first), a null or misaligned address, and on a GPU
+    /// an address that is not device memory of this GPU.
+    ///
+    /// # Safety
+    /// The memory must hold the whole tensor and outlive every use of the
+    /// returned tensor, including GPU work queued with it.
+    pub unsafe fn borrowed(gpu: &Gpu, ptr: u64, shape: &[usize], strides: &[usize]) -> Result<Tensor<T>> {
+        if strides.len() != shape.len() {
+            return Err(Error::Shape(format!("a borrowed tensor of shape {shape:?} needs one stride a dim, not {strides:?}")));
+        }
+        let numel = checked_numel(shape)?;
+        let t = Tensor::<T> { buf: Arc::new(Buf::Empty), ptr, shape: shape.to_vec(), strides: strides.to_vec(), _elem: PhantomData };
+        if numel == 0 {
+            return Ok(Tensor { strides: row_major(shape), ..t });
+        }
+        t.require_contiguous("a borrowed tensor")?;
+        let align = core::mem::align_of::<T>() as u64;
+        if ptr == 0 || ptr % align != 0 {
+            return Err(Error::Invalid(format!("a borrowed {} tensor at address {ptr:#x} is not aligned to its {align} bytes", T::NAME)));
+        }
+        if !gpu.is_interpreter() {
+            gpu.bind()?;
+            let mut kind = 0u32;
+            let asked = unsafe {
+                sys::cuPointerGetAttribute(&mut kind as *mut u32 as *mut c_void, sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr)
+            };
+            let device = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32;
+            if asked != CUresult::CUDA_SUCCESS || kind != device {
+                return Err(Error::Invalid(format!(
+                    "a borrowed tensor at {ptr:#x} is not device memory of {} (a CPU tensor runs on the interpreter)",
+                    gpu.name()
+                )));
+            }
+        }
+        Ok(Tensor { buf: Arc::new(Buf::Borrowed { ptr, host: gpu.is_interpreter() }), strides: row_major(shape), ..t })
+    }
+
     /// The elements of a tensor of the interpreter ([`Gpu::interpreter`]);
     /// `None` for device memory.
     pub fn host_slice(&self) -> Option<&[T]> {
-        matches!(*self.buf, Buf::Host(_)).then(|| unsafe { std::slice::from_raw_parts(self.ptr as *const T, self.numel()) })
+        matches!(*self.buf, Buf::Host(_) | Buf::Borrowed { host: true, .. })
+            .then(|| unsafe { std::slice::from_raw_parts(self.ptr as *const T, self.numel()) })
     }
 
     fn host(&self, what: &str) -> &[T] {
@@ -1037,6 +1154,29 @@ mod tests {
             }
             Err(e) => panic!("unexpected error without a GPU: {e}"),
         }
+    }
+
+    #[test]
+    fn borrowed_memory_is_read_and_written_in_place() {
+        let gpu = Gpu::interpreter();
+        let mut owner: Vec<f32> = (0..12).map(|i| i as f32).collect();
+        let mut t = unsafe { Tensor::<f32>::borrowed(&gpu, owner.as_mut_ptr() as u64, &[3, 4], &[4, 1]) }.unwrap();
+        assert_eq!(gpu.download(&t).unwrap(), owner);
+        gpu.write(&mut t, &[7.0; 12]).unwrap();
+        drop(t); // frees nothing: the owner's memory is still there
+        assert_eq!(owner, vec![7.0; 12]);
+        // Size-1 dims may carry any stride; empty tensors any address.
+        assert!(unsafe { Tensor::<f32>::borrowed(&gpu, owner.as_ptr() as u64, &[1, 12], &[99, 1]) }.is_ok());
+        assert!(unsafe { Tensor::<f32>::borrowed(&gpu, 0, &[0, 4], &[4, 1]) }.is_ok());
+        let refused = |ptr: u64, shape: &[usize], strides: &[usize], what: &str| {
+            let e = unsafe { Tensor::<f32>::borrowed(&gpu, ptr, shape, strides) }.err().expect(what).to_string();
+            assert!(e.contains(what), "{e}");
+        };
+        let at = owner.as_ptr() as u64;
+        refused(at, &[4, 3], &[1, 4], "contiguous");
+        refused(at, &[3, 4], &[4], "one stride a dim");
+        refused(at + 2, &[3, 4], &[4, 1], "aligned");
+        refused(0, &[3, 4], &[4, 1], "aligned");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 mod bounds;
 mod device;
 mod ptxas;
+mod python;
 mod setup;
 
 use std::path::{Path, PathBuf};
@@ -31,7 +32,8 @@ enum Cmd {
     /// Builds every kernel to PTX and cubins in target/cubins/<arch>/, with a
     /// ptxas resource report; fails when a kernel spills or uses a stack frame.
     Build(BuildArgs),
-    /// The one test command: setup, `build --arch all`, then `cargo test --workspace [ARGS]`.
+    /// The one test command: setup, `build --arch all`, `cargo test --workspace [ARGS]`, then
+    /// (no package named) the Python package built and its tests run.
     Test {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
@@ -137,7 +139,9 @@ fn run(command: Cmd) -> Result<()> {
             }
             cmd.args(&args);
             let host = run_step("cargo test", cmd);
-            let failures: Vec<String> = [device, host].into_iter().filter_map(Result::err).collect();
+            // The package links the same kernels; it is built and tested when no package is named.
+            let python = if names_a_package { Ok(()) } else { python::test(&repo) };
+            let failures: Vec<String> = [device, host, python].into_iter().filter_map(Result::err).collect();
             if !failures.is_empty() {
                 return Err(failures.join("\n"));
             }

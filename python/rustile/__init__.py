@@ -1,0 +1,103 @@
+"""Rustile's GPU kernels on PyTorch tensors and NumPy arrays.
+
+Every op takes CUDA tensors (run on device 0, on PyTorch's current stream,
+outputs allocated by PyTorch's allocator) or host arrays and CPU tensors
+(run by Rust's CPU interpreter of the same kernels: slow, exact to the GPU's
+math, for tests and machines without a GPU). Shapes, dtypes and strides are
+checked in Rust; an error there is a ``ValueError`` (bad arguments) or a
+``RuntimeError`` (CUDA) with Rust's message.
+
+dtypes: ``bfloat16``, ``float16`` and ``float32`` where an op has them
+(NumPy's bfloat16 is ``ml_dtypes.bfloat16``). Inputs must be contiguous:
+``.contiguous()`` (or ``numpy.ascontiguousarray``) first.
+
+With PyTorch installed, ``import rustile.torch`` registers the ops as
+``torch.library`` custom ops with autograd (``torch.ops.rustile.*``).
+"""
+
+import math
+
+from . import _rustile
+from ._arrays import desc, empty, stream_of
+
+__all__ = ["softmax", "rms_norm", "layer_norm", "gemm", "attention", "attention_backward", "gpu_name"]
+
+
+def gpu_name():
+    """The CUDA device the ops run on, or a ``RuntimeError`` saying why there is none."""
+    return _rustile.gpu_name()
+
+
+def softmax(x):
+    """``softmax(x)`` over the last dim of a 2-D ``x``."""
+    xd = desc(x)
+    y = empty(x, xd[1])
+    _rustile.softmax(xd, desc(y), stream_of(x))
+    return y
+
+
+def rms_norm(x, w, eps=1e-6, return_rstd=False):
+    """RMSNorm over the last dim of a 2-D ``x``: ``x / sqrt(mean(x²) + eps) · w``.
+    With ``return_rstd``, also each row's ``1/sqrt(mean(x²) + eps)`` (float32)."""
+    xd = desc(x)
+    y, rstd = empty(x, xd[1]), empty(x, xd[1][:1], "f32")
+    _rustile.rms_norm(xd, desc(w), float(eps), desc(y), desc(rstd), stream_of(x))
+    return (y, rstd) if return_rstd else y
+
+
+def layer_norm(x, w, b=None, eps=1e-5, return_stats=False):
+    """LayerNorm over the last dim of a 2-D ``x`` (``b`` optional). With
+    ``return_stats``, also each row's mean and ``1/std`` (float32)."""
+    xd = desc(x)
+    y, mean, rstd = empty(x, xd[1]), empty(x, xd[1][:1], "f32"), empty(x, xd[1][:1], "f32")
+    _rustile.layer_norm(xd, desc(w), None if b is None else desc(b), float(eps), desc(y), desc(mean), desc(rstd), stream_of(x))
+    return (y, mean, rstd) if return_stats else y
+
+
+def gemm(a, w, bias=None, act="none", residual=None, alpha=1.0, w_kn=False):
+    """``act(alpha·a·wᵀ + bias) + residual`` with the epilogue fused into the
+    GEMM: ``a`` ``[m, k]`` (or a batch ``[z, m, k]``), ``w`` ``[n, k]`` as
+    ``nn.Linear`` stores it (``[k, n]`` with ``w_kn``), ``bias`` ``[n]``,
+    ``residual`` like the output. ``act``: none, relu, relu2, silu, gelu_tanh."""
+    ad, wd = desc(a), desc(w)
+    if len(wd[1]) != 2:
+        raise ValueError(f"gemm: w must be 2-D, not of shape {wd[1]}")
+    c = empty(a, ad[1][:-1] + [wd[1][1] if w_kn else wd[1][0]])
+    _rustile.gemm(ad, wd, desc(c), bool(w_kn), None if bias is None else desc(bias), act,
+                  None if residual is None else desc(residual), float(alpha), stream_of(a))
+    return c
+
+
+def attention(q, k, v, causal=False, scale=None, keys=None, return_lse=False):
+    """Softmax attention, FlashAttention's layout: ``q`` ``[batch, sq, heads,
+    d]``, ``k`` and ``v`` ``[batch, sk, kv_heads, d]`` (``heads`` a multiple
+    of ``kv_heads``: GQA). ``causal``: query ``i`` sees keys ``j ≤ i``;
+    ``scale`` defaults to ``1/sqrt(d)``; ``keys``: only the first ``keys``
+    keys of each sequence. With ``return_lse``, also the log-sum-exp of each
+    query's scores, ``[batch, heads, sq]`` float32 (what the backward needs)."""
+    qd = desc(q)
+    if len(qd[1]) != 4:
+        raise ValueError(f"attention: q must be [batch, sq, heads, d], not of shape {qd[1]}")
+    batch, sq, heads, _ = qd[1]
+    o, lse = empty(q, qd[1]), empty(q, (batch, heads, sq), "f32")
+    _rustile.attention(qd, desc(k), desc(v), desc(o), desc(lse), bool(causal), _scale(scale), keys, stream_of(q))
+    return (o, lse) if return_lse else o
+
+
+def attention_backward(q, k, v, o, do, lse, causal=False, scale=None, keys=None):
+    """``(dq, dk, dv)`` of :func:`attention` from the output's gradient ``do``
+    and the forward's ``o`` and ``lse``."""
+    qd, kd, vd = desc(q), desc(k), desc(v)
+    dq, dk, dv = empty(q, qd[1]), empty(k, kd[1]), empty(v, vd[1])
+    _rustile.attention_backward(qd, kd, vd, desc(o), desc(do), desc(lse), desc(dq), desc(dk), desc(dv),
+                                bool(causal), _scale(scale), keys, stream_of(q))
+    return dq, dk, dv
+
+
+def _scale(scale):
+    if scale is None:
+        return None
+    scale = float(scale)
+    if not (scale > 0 and math.isfinite(scale)):
+        raise ValueError(f"attention: the scale must be positive and finite, not {scale}")
+    return scale

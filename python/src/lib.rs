@@ -1,0 +1,264 @@
+//! `rustile._rustile`, the extension module under the `rustile` Python
+//! package: Rustile's ops on memory that Python owns (PyTorch tensors,
+//! NumPy arrays), on the caller's stream.
+//!
+//! Principles:
+//! * **Python allocates, Rust runs.** Every op takes its outputs (and any
+//!   saved statistics) as arguments, allocated by the caller, so PyTorch's
+//!   caching allocator and graph capture see every byte. The package's
+//!   Python layer (`rustile/__init__.py`) allocates them.
+//! * **An array is a tuple** `(address, shape, strides, dtype, device)`:
+//!   strides in elements, dtype `"bf16"`, `"f16"` or `"f32"`, device the CUDA
+//!   ordinal or -1 for host memory. Host arrays run in the CPU interpreter,
+//!   so the package works, slowly, without a GPU.
+//! * **The same checks and messages as Rust.** Arrays become borrowed
+//!   [`Tensor`]s ([`Tensor::borrowed`]): shapes, dtypes, strides and
+//!   alignment are checked by the ops themselves. A Rust error becomes a
+//!   Python `ValueError` (shapes, arguments) or `RuntimeError` (CUDA, a
+//!   launch), with the same text; a panic is caught and raised as a
+//!   `RuntimeError`, never unwound into Python.
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::OnceLock;
+
+use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use rustile::{bf16, f16};
+use rustile_host::{Elem, Error, Gpu, Tensor};
+use rustile_ops::attention::{attention as attention_fwd, attention_backward as attention_bwd, Attention};
+use rustile_ops::gemm::{gemm as gemm_op, Act, Epilogue, Transpose};
+use rustile_ops::norm::{layer_norm as layer_norm_op, rms_norm as rms_norm_op};
+use rustile_ops::softmax::softmax as softmax_op;
+
+// ---- arrays and devices -------------------------------------------------------------------
+
+/// An array as the Python layer describes it.
+#[derive(FromPyObject)]
+struct Arr(u64, Vec<usize>, Vec<i64>, String, i64);
+
+impl Arr {
+    fn dtype(&self) -> &str {
+        &self.3
+    }
+
+    fn device(&self) -> i64 {
+        self.4
+    }
+
+    /// The borrowed tensor over this array's memory, as `T`.
+    fn tensor<T: Elem>(&self, gpu: &Gpu) -> rustile_host::Result<Tensor<T>> {
+        if self.3 != T::NAME {
+            return Err(Error::DType(format!("an array of {} where {} is expected (all of an op's arrays share its dtype, statistics are f32)", self.3, T::NAME)));
+        }
+        let strides = self
+            .2
+            .iter()
+            .map(|&s| usize::try_from(s).map_err(|_| Error::Shape(format!("negative strides {:?} (make the array contiguous)", self.2))))
+            .collect::<rustile_host::Result<Vec<usize>>>()?;
+        // SAFETY: the Python layer passes live arrays and keeps them alive
+        // across the call; on a GPU it waits on nothing, and PyTorch's
+        // allocator keeps memory alive for work queued on its stream.
+        unsafe { Tensor::borrowed(gpu, self.0, &self.1, &strides) }
+    }
+}
+
+/// Device 0 of this process (opened on first use) or the interpreter.
+fn device(ordinal: i64) -> rustile_host::Result<&'static Gpu> {
+    static INTERPRETER: OnceLock<Gpu> = OnceLock::new();
+    static CUDA: OnceLock<Result<Gpu, String>> = OnceLock::new();
+    match ordinal {
+        -1 => Ok(INTERPRETER.get_or_init(Gpu::interpreter)),
+        // Opened once; without a GPU every call says why, in the driver's words.
+        0 => CUDA.get_or_init(|| Gpu::new().map_err(|e| e.to_string())).as_ref().map_err(|e| Error::NoDriver(e.clone())),
+        n => Err(Error::Invalid(format!("rustile runs on CUDA device 0 (or host memory); this array is on cuda:{n}"))),
+    }
+}
+
+fn to_py(e: Error) -> PyErr {
+    match e {
+        Error::Shape(_) | Error::DType(_) | Error::Misaligned(_) | Error::Invalid(_) => PyValueError::new_err(e.to_string()),
+        // Opening the GPU failed: its message, as it was.
+        Error::NoDriver(why) => PyRuntimeError::new_err(why),
+        Error::OutOfMemory { .. } => PyMemoryError::new_err(e.to_string()),
+        _ => PyRuntimeError::new_err(e.to_string()),
+    }
+}
+
+/// Runs `f` on the device all of `arrays` live on, with the GIL released,
+/// its work on `stream` (a CUDA stream handle; ignored for host arrays);
+/// errors and panics become Python exceptions.
+fn run(py: Python<'_>, arrays: &[&Arr], stream: u64, f: impl FnOnce(&Gpu) -> rustile_host::Result<()> + Send) -> PyResult<()> {
+    let ordinal = arrays.first().map_or(-1, |a| a.device());
+    if let Some(other) = arrays.iter().find(|a| a.device() != ordinal) {
+        return Err(PyValueError::new_err(format!(
+            "arrays on different devices ({} and {}): all of an op's arrays must be on one",
+            where_(ordinal),
+            where_(other.device())
+        )));
+    }
+    py.detach(|| {
+        catch_unwind(AssertUnwindSafe(|| {
+            let gpu = device(ordinal)?;
+            // SAFETY: the handle is the caller's current stream on device 0.
+            unsafe { gpu.on_stream(stream, || f(gpu)) }
+        }))
+        .unwrap_or_else(|p| {
+            let text = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
+            Err(Error::Invalid(format!("rustile panicked (a bug; please report it): {}", text.unwrap_or_default())))
+        })
+    })
+    .map_err(|e| match e {
+        Error::Invalid(ref m) if m.starts_with("rustile panicked") => PyRuntimeError::new_err(m.clone()),
+        e => to_py(e),
+    })
+}
+
+fn where_(ordinal: i64) -> String {
+    if ordinal < 0 { "host memory".into() } else { format!("cuda:{ordinal}") }
+}
+
+/// Runs `$body` with `$t` the element type named by `$dtype` (bf16, f16, f32).
+macro_rules! with_dtype {
+    ($dtype:expr, $t:ident => $body:expr) => {
+        match $dtype {
+            "bf16" => {
+                type $t = bf16;
+                $body
+            }
+            "f16" => {
+                type $t = f16;
+                $body
+            }
+            "f32" => {
+                type $t = f32;
+                $body
+            }
+            other => Err(Error::Invalid(format!("dtype {other} is not supported (bf16, f16, f32)"))),
+        }
+    };
+}
+
+// ---- ops ------------------------------------------------------------------------------------
+
+/// `y = softmax(x)` over the last dim of the 2-D `x`.
+#[pyfunction]
+fn softmax(py: Python<'_>, x: Arr, y: Arr, stream: u64) -> PyResult<()> {
+    run(py, &[&x, &y], stream, |gpu| with_dtype!(x.dtype(), T => softmax_op(gpu, &x.tensor::<T>(gpu)?, &mut y.tensor::<T>(gpu)?)))
+}
+
+/// RMSNorm of the 2-D `x` over its last dim: `y`, and `rstd` (f32, a row each).
+#[pyfunction]
+fn rms_norm(py: Python<'_>, x: Arr, w: Arr, eps: f32, y: Arr, rstd: Arr, stream: u64) -> PyResult<()> {
+    run(py, &[&x, &w, &y, &rstd], stream, |gpu| {
+        with_dtype!(x.dtype(), T => rms_norm_op(gpu, &x.tensor::<T>(gpu)?, &w.tensor::<T>(gpu)?, eps, &mut y.tensor::<T>(gpu)?, &mut rstd.tensor(gpu)?))
+    })
+}
+
+/// LayerNorm of the 2-D `x` over its last dim (bias `b` optional): `y`, `mean` and `rstd` (f32).
+#[pyfunction]
+#[pyo3(signature = (x, w, b, eps, y, mean, rstd, stream))]
+#[allow(clippy::too_many_arguments)]
+fn layer_norm(py: Python<'_>, x: Arr, w: Arr, b: Option<Arr>, eps: f32, y: Arr, mean: Arr, rstd: Arr, stream: u64) -> PyResult<()> {
+    let mut all = vec![&x, &w, &y, &mean, &rstd];
+    all.extend(b.as_ref());
+    run(py, &all, stream, |gpu| {
+        with_dtype!(x.dtype(), T => {
+            let b = b.as_ref().map(|b| b.tensor::<T>(gpu)).transpose()?;
+            layer_norm_op(gpu, &x.tensor::<T>(gpu)?, &w.tensor::<T>(gpu)?, b.as_ref(), eps, &mut y.tensor::<T>(gpu)?, &mut mean.tensor(gpu)?, &mut rstd.tensor(gpu)?)
+        })
+    })
+}
+
+fn activation(name: &str) -> rustile_host::Result<Act> {
+    Ok(match name {
+        "none" => Act::None,
+        "relu" => Act::Relu,
+        "relu2" => Act::Relu2,
+        "silu" => Act::Silu,
+        "gelu_tanh" => Act::GeluTanh,
+        other => return Err(Error::Invalid(format!("activation {other:?} is not one of none, relu, relu2, silu, gelu_tanh"))),
+    })
+}
+
+/// `c = act(alpha·a·bᵀ + bias) + residual` (`b` as `[n, k]`, or `[k, n]`
+/// with `b_kn`), in the GEMM's fused epilogue. `a` `[m, k]` or a batch `[z, m, k]`.
+#[pyfunction]
+#[pyo3(signature = (a, b, c, b_kn, bias, act, residual, alpha, stream))]
+#[allow(clippy::too_many_arguments)]
+fn gemm(py: Python<'_>, a: Arr, b: Arr, c: Arr, b_kn: bool, bias: Option<Arr>, act: &str, residual: Option<Arr>, alpha: f32, stream: u64) -> PyResult<()> {
+    let mut all = vec![&a, &b, &c];
+    all.extend(bias.as_ref());
+    all.extend(residual.as_ref());
+    run(py, &all, stream, |gpu| {
+        with_dtype!(a.dtype(), T => {
+            let (at, bt) = (a.tensor::<T>(gpu)?, b.tensor::<T>(gpu)?);
+            let (bias, residual) = (bias.as_ref().map(|t| t.tensor::<T>(gpu)).transpose()?, residual.as_ref().map(|t| t.tensor::<T>(gpu)).transpose()?);
+            let mut epi = Epilogue::new().act(activation(act)?).scale(alpha);
+            if let Some(bias) = &bias {
+                epi = epi.bias_per_column(bias);
+            }
+            if let Some(residual) = &residual {
+                epi = epi.residual(residual);
+            }
+            let mut ct = c.tensor::<T>(gpu)?;
+            if b_kn { gemm_op(gpu, &at, &bt, &mut ct, &epi) } else { gemm_op(gpu, &at, bt.t(), &mut ct, &epi) }
+        })
+    })
+}
+
+fn attention_options(causal: bool, scale: Option<f32>, keys: Option<usize>) -> Attention {
+    Attention { causal, scale, keys, config: None }
+}
+
+/// Attention of `q` `[batch, sq, heads, d]` over `k`, `v` `[batch, sk,
+/// kv_heads, d]`: `o` like `q`, and `lse` `[batch, heads, sq]` (f32, for the backward).
+#[pyfunction]
+#[pyo3(signature = (q, k, v, o, lse, causal, scale, keys, stream))]
+#[allow(clippy::too_many_arguments)]
+fn attention(py: Python<'_>, q: Arr, k: Arr, v: Arr, o: Arr, lse: Arr, causal: bool, scale: Option<f32>, keys: Option<usize>, stream: u64) -> PyResult<()> {
+    run(py, &[&q, &k, &v, &o, &lse], stream, |gpu| {
+        with_dtype!(q.dtype(), T => attention_fwd(
+            gpu, &q.tensor::<T>(gpu)?, &k.tensor::<T>(gpu)?, &v.tensor::<T>(gpu)?, &mut o.tensor::<T>(gpu)?, &mut lse.tensor(gpu)?,
+            attention_options(causal, scale, keys),
+        ))
+    })
+}
+
+/// [`attention`]'s backward: `dq`, `dk`, `dv` from `do` and the forward's `o` and `lse`.
+#[pyfunction]
+#[pyo3(signature = (q, k, v, o, d_o, lse, dq, dk, dv, causal, scale, keys, stream))]
+#[allow(clippy::too_many_arguments)]
+fn attention_backward(
+    py: Python<'_>, q: Arr, k: Arr, v: Arr, o: Arr, d_o: Arr, lse: Arr, dq: Arr, dk: Arr, dv: Arr, causal: bool, scale: Option<f32>, keys: Option<usize>,
+    stream: u64,
+) -> PyResult<()> {
+    run(py, &[&q, &k, &v, &o, &d_o, &lse, &dq, &dk, &dv], stream, |gpu| {
+        with_dtype!(q.dtype(), T => {
+            let ins = [q.tensor::<T>(gpu)?, k.tensor::<T>(gpu)?, v.tensor::<T>(gpu)?, o.tensor::<T>(gpu)?, d_o.tensor::<T>(gpu)?];
+            let [ins_q, ins_k, ins_v, ins_o, ins_do] = &ins;
+            let (mut gq, mut gk, mut gv) = (dq.tensor::<T>(gpu)?, dk.tensor::<T>(gpu)?, dv.tensor::<T>(gpu)?);
+            attention_bwd(gpu, [ins_q, ins_k, ins_v, ins_o, ins_do], &lse.tensor(gpu)?, [&mut gq, &mut gk, &mut gv], attention_options(causal, scale, keys))
+        })
+    })
+}
+
+/// What runs the ops on CUDA tensors: the GPU's name, or a `RuntimeError` saying why there is none.
+#[pyfunction]
+fn gpu_name() -> PyResult<String> {
+    device(0).map(|g| g.name().to_string()).map_err(to_py)
+}
+
+#[pymodule]
+fn _rustile(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    for f in [
+        wrap_pyfunction!(softmax, m)?,
+        wrap_pyfunction!(rms_norm, m)?,
+        wrap_pyfunction!(layer_norm, m)?,
+        wrap_pyfunction!(gemm, m)?,
+        wrap_pyfunction!(attention, m)?,
+        wrap_pyfunction!(attention_backward, m)?,
+        wrap_pyfunction!(gpu_name, m)?,
+    ] {
+        m.add_function(f)?;
+    }
+    Ok(())
+}

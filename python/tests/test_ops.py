@@ -1,0 +1,180 @@
+"""The package's ops against float64 references at small odd shapes.
+
+On NumPy arrays (host memory: Rust's CPU interpreter runs the same kernels
+as the GPU); with ``RUSTILE_TEST_CUDA=1`` and PyTorch, on CUDA tensors too
+(the GPU machine's run). Fresh random inputs each run; the seed is printed
+on failure."""
+
+import os
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import rustile
+
+# Relative L2 tolerances: a few roundings of the output's type.
+DTYPES = {"f32": (np.float32, 1e-5), "f16": (np.float16, 1e-3), "bf16": (ml_dtypes.bfloat16, 8e-3)}
+SEED = int.from_bytes(os.urandom(4), "little")
+CUDA = os.environ.get("RUSTILE_TEST_CUDA") == "1"
+
+
+@pytest.fixture
+def rng(request):
+    seed = SEED ^ (hash(request.node.name) & 0xFFFFFFFF)
+    print(f"seed {seed}")
+    return np.random.default_rng(seed)
+
+
+def arrays(*xs):
+    """``xs`` as the ops' inputs: NumPy arrays, or CUDA tensors under RUSTILE_TEST_CUDA."""
+    if not CUDA:
+        return xs
+    import torch
+
+    def cuda(x):
+        if x is None:
+            return None
+        if x.dtype == ml_dtypes.bfloat16:
+            return torch.from_numpy(x.astype(np.float32)).to("cuda", torch.bfloat16)
+        return torch.from_numpy(x).cuda()
+
+    return tuple(cuda(x) for x in xs)
+
+
+def wide(x):
+    """``x`` (a NumPy array or a tensor) as float64 on the host."""
+    if not isinstance(x, np.ndarray):
+        x = x.float().cpu().numpy()
+    return np.asarray(x, dtype=np.float64)
+
+
+def rel_err(got, want):
+    got, want = wide(got), np.asarray(want, dtype=np.float64)
+    assert np.isfinite(got).all(), "non-finite output"
+    return np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30)
+
+
+def normal(rng, shape, dtype, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("shape", [(1, 1), (7, 33), (3, 1000)])
+def test_softmax(rng, dtype, shape):
+    t, tol = DTYPES[dtype]
+    x = normal(rng, shape, t, 3.0)
+    (xa,) = arrays(x)
+    want = np.exp(wide(x) - wide(x).max(1, keepdims=True))
+    want /= want.sum(1, keepdims=True)
+    assert rel_err(rustile.softmax(xa), want) < tol
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("shape", [(5, 64), (9, 200)])
+def test_norms(rng, dtype, shape):
+    t, tol = DTYPES[dtype]
+    x, w, b = normal(rng, shape, t), normal(rng, shape[1:], t), normal(rng, shape[1:], t)
+    xa, wa, ba = arrays(x, w, b)
+    xw = wide(x)
+    rstd = 1 / np.sqrt((xw**2).mean(1, keepdims=True) + 1e-6)
+    y, got_rstd = rustile.rms_norm(xa, wa, 1e-6, return_rstd=True)
+    assert rel_err(y, xw * rstd * wide(w)) < tol and rel_err(got_rstd, rstd[:, 0]) < 1e-5
+    mean, var = xw.mean(1, keepdims=True), xw.var(1, keepdims=True)
+    for bias in (None, ba):
+        want = (xw - mean) / np.sqrt(var + 1e-5) * wide(w) + (0 if bias is None else wide(b))
+        assert rel_err(rustile.layer_norm(xa, wa, bias, 1e-5), want) < tol
+
+
+def _act(name, x):
+    return {
+        "none": x,
+        "relu": np.maximum(x, 0),
+        "silu": x / (1 + np.exp(-x)),
+        "gelu_tanh": 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3))),
+    }[name]
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("act", ["none", "relu", "silu", "gelu_tanh"])
+def test_gemm_with_its_epilogue(rng, dtype, act):
+    t, tol = DTYPES[dtype]
+    m, n, k = 37, 72, 40
+    a, w, bias, res = normal(rng, (m, k), t), normal(rng, (n, k), t, 0.2), normal(rng, (n,), t), normal(rng, (m, n), t)
+    aa, wa, biasa, resa = arrays(a, w, bias, res)
+    want = _act(act, 0.5 * wide(a) @ wide(w).T + wide(bias)) + wide(res)
+    got = rustile.gemm(aa, wa, bias=biasa, act=act, residual=resa, alpha=0.5)
+    assert rel_err(got, want) < 2 * tol
+    # The same weights stored [k, n].
+    (wt,) = arrays(np.ascontiguousarray(w.T))
+    assert rel_err(rustile.gemm(aa, wt, w_kn=True), wide(a) @ wide(w).T) < 2 * tol
+
+
+def _attention_ref(q, k, v, causal, scale, do=None):
+    """float64 attention (and its gradients when ``do`` is given), GQA by repeating heads."""
+    q, k, v = wide(q), wide(k), wide(v)
+    rep = q.shape[2] // k.shape[2]
+    k, v = np.repeat(k, rep, axis=2), np.repeat(v, rep, axis=2)
+    s = np.einsum("bqhd,bkhd->bhqk", q, k) * scale
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], dtype=bool)), s, -np.inf)
+    m = s.max(-1, keepdims=True)
+    p = np.exp(s - m)
+    lse = (m + np.log(p.sum(-1, keepdims=True)))[..., 0]
+    p /= p.sum(-1, keepdims=True)
+    o = np.einsum("bhqk,bkhd->bqhd", p, v)
+    if do is None:
+        return o, lse
+    do = wide(do)
+    dv = np.einsum("bhqk,bqhd->bkhd", p, do)
+    dp = np.einsum("bqhd,bkhd->bhqk", do, v)
+    ds = p * (dp - (dp * p).sum(-1, keepdims=True)) * scale
+    dq = np.einsum("bhqk,bkhd->bqhd", ds, k)
+    dk = np.einsum("bhqk,bqhd->bkhd", ds, q)
+    fold = lambda g: g.reshape(g.shape[0], g.shape[1], -1, rep, g.shape[3]).sum(3)
+    return dq, fold(dk), fold(dv)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dims", [(2, 7, 7, 4, 2, 64), (1, 33, 33, 2, 2, 128), (1, 5, 70, 2, 1, 64)])
+def test_attention_and_its_backward(rng, causal, dims):
+    batch, sq, sk, heads, kv_heads, d = dims  # causal masks are top-left aligned, as PyTorch's
+    t, tol = DTYPES["bf16"]
+    q, k, v, do = (normal(rng, (batch, s, h, d), t) for s, h in [(sq, heads), (sk, kv_heads), (sk, kv_heads), (sq, heads)])
+    qa, ka, va, doa = arrays(q, k, v, do)
+    scale = 1 / np.sqrt(d)
+    o, lse = rustile.attention(qa, ka, va, causal=causal, return_lse=True)
+    want_o, want_lse = _attention_ref(q, k, v, causal, scale)
+    assert rel_err(o, want_o) < tol and rel_err(lse, want_lse) < 1e-3
+    dq, dk, dv = rustile.attention_backward(qa, ka, va, o, doa, lse, causal=causal)
+    for got, want in zip((dq, dk, dv), _attention_ref(q, k, v, causal, scale, do)):
+        assert rel_err(got, want) < 2 * tol
+
+
+def test_errors_are_python_exceptions_with_rusts_message():
+    x = np.zeros((4, 8), np.float32)
+    with pytest.raises(TypeError, match="float64 is not supported"):
+        rustile.softmax(x.astype(np.float64))
+    with pytest.raises(TypeError, match="expected a torch.Tensor or numpy.ndarray"):
+        rustile.softmax([[1.0]])
+    with pytest.raises(ValueError, match="contiguous"):
+        rustile.softmax(np.zeros((4, 16), np.float32)[:, ::2])
+    with pytest.raises(ValueError, match="w"):
+        rustile.rms_norm(x, np.ones(7, np.float32))
+    with pytest.raises(ValueError, match="dtype"):
+        rustile.rms_norm(x, np.ones(8, np.float16))
+    with pytest.raises(ValueError, match="activation"):
+        rustile.gemm(np.zeros((4, 8), np.float16), np.zeros((8, 8), np.float16), act="tanh")
+    with pytest.raises(ValueError, match="scale"):
+        q = np.zeros((1, 4, 1, 64), ml_dtypes.bfloat16)
+        rustile.attention(q, q, q, scale=-1.0)
+
+
+def test_import_and_gpu_name_without_a_gpu():
+    # On a machine without a GPU, asking for it is a clear error, not a crash.
+    try:
+        name = rustile.gpu_name()
+    except RuntimeError as e:
+        assert "GPU" in str(e) or "CUDA" in str(e) or "driver" in str(e)
+    else:
+        assert isinstance(name, str) and name

@@ -1,0 +1,129 @@
+"""The torch layer on CUDA tensors: custom-op checks, autograd against
+float64, ``torch.compile(fullgraph=True)``, CUDA-graph capture and replay,
+and the Python call's overhead. Runs where PyTorch and a GPU are (the GPU
+machine); elsewhere each test skips, saying why."""
+
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed here (the GPU machine has it)")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device here", allow_module_level=True)
+
+import rustile
+import rustile.torch as rt
+
+
+def rel_err(got, want):
+    got, want = got.double(), want.double()
+    assert torch.isfinite(got).all()
+    return ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
+
+
+def qkv(batch, sq, sk, heads, kv_heads, d, grad=False):
+    g = torch.Generator(device="cuda").manual_seed(torch.seed() & 0xFFFFFFFF)
+    make = lambda s, h: torch.randn(batch, s, h, d, device="cuda", generator=g).bfloat16().requires_grad_(grad)
+    return make(sq, heads), make(sk, kv_heads), make(sk, kv_heads)
+
+
+def reference(q, k, v, causal):
+    """float64 SDPA on [batch, heads, seq, d], GQA by repeating heads."""
+    rep = q.shape[2] // k.shape[2]
+    qd, kd, vd = (t.detach().double().transpose(1, 2).requires_grad_() for t in (q, k, v))
+    o = torch.nn.functional.scaled_dot_product_attention(
+        qd, kd.repeat_interleave(rep, 1), vd.repeat_interleave(rep, 1), is_causal=causal
+    )
+    return o.transpose(1, 2), (qd, kd, vd)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dims", [(2, 129, 129, 8, 2, 64), (1, 1000, 1000, 4, 4, 128), (3, 7, 7, 2, 1, 64)])
+def test_attention_autograd_matches_float64(causal, dims):
+    q, k, v = qkv(*dims, grad=True)
+    o = rt.attention(q, k, v, causal=causal)
+    want, leaves = reference(q, k, v, causal)
+    assert rel_err(o, want) < 8e-3
+    do = torch.randn_like(o)
+    o.backward(do)
+    want.backward(do.double())
+    for got, ref in zip((q.grad, k.grad, v.grad), leaves):
+        assert rel_err(got, ref.grad.transpose(1, 2)) < 1.5e-2
+
+
+def test_custom_ops_pass_opcheck():
+    q, k, v = qkv(1, 65, 65, 4, 2, 64, grad=True)
+    torch.library.opcheck(torch.ops.rustile.attention.default, (q, k, v, True, None, None))
+    x = torch.randn(9, 300, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(300, device="cuda", dtype=torch.bfloat16)
+    torch.library.opcheck(torch.ops.rustile.softmax.default, (x,))
+    torch.library.opcheck(torch.ops.rustile.rms_norm.default, (x, w, 1e-6))
+    a, lw = torch.randn(33, 64, device="cuda", dtype=torch.bfloat16), torch.randn(48, 64, device="cuda", dtype=torch.bfloat16)
+    torch.library.opcheck(torch.ops.rustile.linear.default, (a, lw, None, "silu", None))
+
+
+def test_attention_under_torch_compile_fullgraph():
+    q, k, v = qkv(2, 256, 256, 8, 8, 64)
+
+    @torch.compile(fullgraph=True)
+    def block(q, k, v):
+        return rt.attention(q * 0.5, k, v, causal=True).float().square().sum()
+
+    want = rt.attention(q * 0.5, k, v, causal=True).float().square().sum()
+    assert abs(block(q, k, v).item() - want.item()) <= 1e-3 * abs(want.item())
+
+
+def test_cuda_graph_capture_and_replay():
+    q, k, v = qkv(2, 300, 300, 4, 4, 64)
+    x = torch.randn(64, 512, device="cuda", dtype=torch.bfloat16)
+    # Warm-up on a side stream (PyTorch's recipe): loads the kernels before capture.
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        rt.attention(q, k, v)
+        rt.softmax(x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o = rt.attention(q, k, v)
+        y = rt.softmax(x)
+    for _ in range(2):
+        for t in (q, k, v, x):
+            t.copy_(torch.randn_like(t))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert rel_err(o, reference(q, k, v, False)[0]) < 8e-3
+        assert rel_err(y, torch.softmax(x.double(), -1)) < 8e-3
+
+
+def test_python_call_overhead(capsys):
+    """Host time a call of a tiny op takes: the extension alone (descriptions
+    made once, output given), the NumPy-style wrapper, the custom op. The
+    difference over the extension alone is what the Python layer adds."""
+    from rustile import _rustile
+    from rustile._arrays import desc, stream_of
+
+    x = torch.randn(8, 256, device="cuda", dtype=torch.bfloat16)
+    y = torch.empty_like(x)
+    xd, yd, s = desc(x), desc(y), stream_of(x)
+
+    def per_call(f, n=2000):
+        for _ in range(100):
+            f()
+        torch.cuda.synchronize()
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                f()
+            best = min(best, (time.perf_counter() - t0) / n)
+            torch.cuda.synchronize()
+        return best * 1e6
+
+    ext = per_call(lambda: _rustile.softmax(xd, yd, s))
+    wrapper = per_call(lambda: rustile.softmax(x))
+    op = per_call(lambda: torch.ops.rustile.softmax(x))
+    eager = per_call(lambda: torch.softmax(x, -1))
+    with capsys.disabled():
+        print(f"\nper call (µs, host): extension {ext:.1f}, rustile.softmax {wrapper:.1f}, torch.ops.rustile.softmax {op:.1f}, torch.softmax {eager:.1f}")
+    assert wrapper - ext < 10, f"the Python wrapper adds {wrapper - ext:.1f} µs a call"
