@@ -62,7 +62,7 @@ def gemm(a, w, bias=None, act="none", residual=None, alpha=1.0, w_kn=False):
     ad, wd = desc(a), desc(w)
     if len(wd[1]) != 2:
         raise ValueError(f"gemm: w must be 2-D, not of shape {wd[1]}")
-    c = empty(a, ad[1][:-1] + [wd[1][1] if w_kn else wd[1][0]])
+    c = empty(a, tuple(ad[1][:-1]) + (wd[1][1] if w_kn else wd[1][0],))
     _rustile.gemm(ad, wd, desc(c), bool(w_kn), None if bias is None else desc(bias), act,
                   None if residual is None else desc(residual), float(alpha), stream_of(a))
     return c
