@@ -28,6 +28,7 @@ use rustile_ops::attention::{attention as attention_fwd, attention_backward as a
 use rustile_ops::gemm::{gemm as gemm_op, Act, Epilogue, Transpose};
 use rustile_ops::norm::{layer_norm as layer_norm_op, rms_norm as rms_norm_op};
 use rustile_ops::softmax::softmax as softmax_op;
+use rustile_ops::trimul::{Params as TriMulParams, TriMul as TriMulOp, Workspace as TriMulWorkspace};
 
 // ---- arrays and devices -------------------------------------------------------------------
 
@@ -241,6 +242,61 @@ fn attention_backward(
     })
 }
 
+/// AlphaFold3's outgoing triangle multiplicative update with its weights
+/// prepared once (`rustile_ops::trimul::TriMul`): made from the ten fp32
+/// parameters in `rustile_ops::trimul::PARAM_NAMES` order, then run on
+/// `x` `[batch, n, n, dim]` fp32 and a `mask` `[batch, n, n]` into `out`.
+/// Its intermediates are kept for the last `[batch, n]` seen.
+#[pyclass]
+struct TriMul {
+    op: TriMulOp,
+    device: i64,
+    /// The intermediates, for the `[batch, n]` they were made for.
+    workspace: std::sync::Mutex<Option<([usize; 2], TriMulWorkspace)>>,
+}
+
+#[pymethods]
+impl TriMul {
+    #[new]
+    fn new(py: Python<'_>, params: Vec<Arr>, dim: usize, hidden: usize) -> PyResult<TriMul> {
+        let device = params.first().map_or(-1, |p| p.device());
+        let mut made = None;
+        run(py, &params.iter().collect::<Vec<_>>(), 0, |gpu| {
+            let tensors = params.iter().map(|p| p.tensor::<f32>(gpu)).collect::<rustile_host::Result<Vec<_>>>()?;
+            let fields: [&Tensor<f32>; 10] = tensors
+                .iter()
+                .collect::<Vec<_>>()
+                .try_into()
+                .map_err(|v: Vec<_>| Error::Invalid(format!("TriMul takes 10 parameters, not {}", v.len())))?;
+            made = Some(TriMulOp::new(gpu, &TriMulParams::from_fields(fields), dim, hidden)?);
+            Ok(())
+        })?;
+        Ok(TriMul { op: made.expect("made when run succeeds"), device, workspace: std::sync::Mutex::new(None) })
+    }
+
+    #[pyo3(signature = (x, mask, out, stream))]
+    fn forward(&self, py: Python<'_>, x: Arr, mask: Option<Arr>, out: Arr, stream: u64) -> PyResult<()> {
+        let mut all = vec![&x, &out];
+        all.extend(mask.as_ref());
+        if x.device() != self.device {
+            return Err(PyValueError::new_err(format!("TriMul: its weights are on {}, x on {}", where_(self.device), where_(x.device()))));
+        }
+        run(py, &all, stream, |gpu| {
+            let (xt, mut ot) = (x.tensor::<f32>(gpu)?, out.tensor::<f32>(gpu)?);
+            let mt = mask.as_ref().map(|m| m.tensor::<f32>(gpu)).transpose()?;
+            let &[batch, n, ..] = xt.shape() else {
+                return Err(Error::Shape(format!("trimul: x must be [batch, n, n, dim]; it has shape {:?}", xt.shape())));
+            };
+            let mut kept = self.workspace.lock().unwrap_or_else(|p| p.into_inner());
+            if kept.as_ref().is_none_or(|(made_for, _)| *made_for != [batch, n]) {
+                *kept = Some(([batch, n], self.op.workspace(gpu, batch, n)?));
+            }
+            let (_, ws) = kept.as_mut().expect("made above");
+            self.op.forward_into(gpu, &xt, mt.as_ref(), ws, &mut ot)
+        })
+    }
+}
+
 /// What runs the ops on CUDA tensors: the GPU's name, or a `RuntimeError` saying why there is none.
 #[pyfunction]
 fn gpu_name() -> PyResult<String> {
@@ -260,5 +316,5 @@ fn _rustile(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ] {
         m.add_function(f)?;
     }
-    Ok(())
+    m.add_class::<TriMul>()
 }

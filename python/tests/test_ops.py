@@ -178,3 +178,31 @@ def test_import_and_gpu_name_without_a_gpu():
         assert "GPU" in str(e) or "CUDA" in str(e) or "driver" in str(e)
     else:
         assert isinstance(name, str) and name
+
+
+def _layer_norm(x, w, b, eps=1e-5):
+    return (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + eps) * w + b
+
+
+def test_trimul_custom_kernel(rng):
+    from rustile.trimul import WEIGHTS, custom_kernel
+
+    batch, n, dim, hidden = 2, 7, 32, 16
+    shapes = [(dim,), (dim,)] + [(hidden, dim)] * 5 + [(hidden,), (hidden,), (dim, hidden)]
+    w = {k: normal(rng, s, np.float32, 0.3) for k, s in zip(WEIGHTS, shapes)}
+    x = normal(rng, (batch, n, n, dim), np.float32)
+    mask = (rng.random((batch, n, n)) < 0.7).astype(np.float32)
+    xa, ma = arrays(x, mask)
+    wa = dict(zip(w, arrays(*w.values())))
+    got = custom_kernel((xa, ma, wa, {"dim": dim, "hidden_dim": hidden}))
+    W = {k: wide(v) for k, v in w.items()}
+    xn = _layer_norm(wide(x), W["norm.weight"], W["norm.bias"])
+    sig = lambda z: 1 / (1 + np.exp(-z))
+    m = wide(mask)[..., None]
+    left = xn @ W["left_proj.weight"].T * m * sig(xn @ W["left_gate.weight"].T)
+    right = xn @ W["right_proj.weight"].T * m * sig(xn @ W["right_gate.weight"].T)
+    t = np.einsum("bikd,bjkd->bijd", left, right)
+    u = _layer_norm(t, W["to_out_norm.weight"], W["to_out_norm.bias"]) * sig(xn @ W["out_gate.weight"].T)
+    want = u @ W["to_out.weight"].T
+    # GPU MODE's check (the projections run in bf16).
+    assert np.allclose(wide(got), want, rtol=2e-2, atol=2e-2)

@@ -93,3 +93,43 @@ def test_cuda_graph_capture_and_replay():
         torch.cuda.synchronize()
         assert rel_err(o, reference(q, k, v, False)[0]) < 8e-3
         assert rel_err(y, torch.softmax(x.double(), -1)) < 8e-3
+
+
+def trimul_reference(x, mask, w):
+    """The update as the math reads, in float64."""
+    F = torch.nn.functional
+    x, mask, w = x.double(), mask.double(), {k: v.double() for k, v in w.items()}
+    dim, hidden = x.shape[-1], w["to_out_norm.weight"].shape[0]
+    x = F.layer_norm(x, (dim,), w["norm.weight"], w["norm.bias"], eps=1e-5)
+    m = mask.unsqueeze(-1)
+    left = F.linear(x, w["left_proj.weight"]) * m * torch.sigmoid(F.linear(x, w["left_gate.weight"]))
+    right = F.linear(x, w["right_proj.weight"]) * m * torch.sigmoid(F.linear(x, w["right_gate.weight"]))
+    t = torch.einsum("bikd,bjkd->bijd", left, right)
+    u = F.layer_norm(t, (hidden,), w["to_out_norm.weight"], w["to_out_norm.bias"], eps=1e-5) * torch.sigmoid(F.linear(x, w["out_gate.weight"]))
+    return F.linear(u, w["to_out.weight"])
+
+
+def trimul_data(batch, n, dim, hidden, masked):
+    x = torch.randn(batch, n, n, dim, device="cuda")
+    mask = torch.randint(0, 2, (batch, n, n), device="cuda").float() if masked else torch.ones(batch, n, n, device="cuda")
+    lin = lambda o, i: torch.randn(o, i, device="cuda") / i**0.5
+    w = {"norm.weight": 1 + 0.2 * torch.randn(dim, device="cuda"), "norm.bias": 0.2 * torch.randn(dim, device="cuda"),
+         "to_out_norm.weight": 1 + 0.2 * torch.randn(hidden, device="cuda"), "to_out_norm.bias": 0.2 * torch.randn(hidden, device="cuda"),
+         "to_out.weight": lin(dim, hidden)}
+    for k in ("left_proj", "left_gate", "right_proj", "right_gate", "out_gate"):
+        w[k + ".weight"] = lin(hidden, dim)
+    return x, mask, w, {"dim": dim, "hidden_dim": hidden}
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_trimul_custom_kernel_as_gpu_mode_calls_it(masked):
+    from rustile.trimul import custom_kernel
+
+    data = trimul_data(2, 67, 128, 128, masked)
+    out = custom_kernel(data)
+    want = trimul_reference(*data[:3])
+    # GPU MODE's check: rtol = atol = 2e-2 elementwise.
+    assert torch.allclose(out.double(), want, rtol=2e-2, atol=2e-2)
+    # The prepared weights follow an in-place change of one of them.
+    data[2]["to_out.weight"].mul_(-1)
+    assert torch.allclose(custom_kernel(data).double(), -want, rtol=2e-2, atol=2e-2)
