@@ -20,7 +20,7 @@ import math
 from . import _rustile
 from ._arrays import desc, empty, stream_of
 
-__all__ = ["softmax", "rms_norm", "layer_norm", "gemm", "attention", "attention_backward", "gpu_name"]
+__all__ = ["softmax", "rms_norm", "layer_norm", "norm_backward", "gemm", "attention", "attention_backward", "gpu_name"]
 
 
 def gpu_name():
@@ -52,6 +52,18 @@ def layer_norm(x, w, b=None, eps=1e-5, return_stats=False):
     y, mean, rstd = empty(x, xd[1]), empty(x, xd[1][:1], "f32"), empty(x, xd[1][:1], "f32")
     _rustile.layer_norm(xd, desc(w), None if b is None else desc(b), float(eps), desc(y), desc(mean), desc(rstd), stream_of(x))
     return (y, mean, rstd) if return_stats else y
+
+
+def norm_backward(dy, x, w, rstd, mean=None, bias=False):
+    """The backward of :func:`rms_norm` (``mean`` None) or :func:`layer_norm`
+    (its ``mean``; with ``bias``, ``db`` too): ``(dx, dw, db)``, ``dw`` and
+    ``db`` float32 (``db`` None without a bias), from the forward's statistics."""
+    xd = desc(x)
+    dx, dw = empty(x, xd[1]), empty(x, xd[1][-1:], "f32")
+    db = empty(x, xd[1][-1:], "f32") if bias else None
+    _rustile.norm_backward(desc(dy), xd, desc(w), None if mean is None else desc(mean), desc(rstd), desc(dx), desc(dw),
+                           None if db is None else desc(db), stream_of(x))
+    return dx, dw, db
 
 
 def gemm(a, w, bias=None, act="none", residual=None, alpha=1.0, w_kn=False):

@@ -65,8 +65,7 @@ def attention(q, k, v, causal=False, scale=None, keys=None):
     return torch.ops.rustile.attention(q, k, v, causal, scale, keys)[0]
 
 
-# ---- forward-only ops -------------------------------------------------------------------------
-# (Their backward kernels exist in Rust; exposing them is the package's next step.)
+# ---- softmax (forward only: Rust has no softmax backward yet) ---------------------------------
 
 
 @torch.library.custom_op("rustile::softmax", mutates_args=())
@@ -80,26 +79,82 @@ def _(x):
     return torch.empty_like(x)
 
 
+# ---- norms (forward and backward) --------------------------------------------------------------
+
+
 @torch.library.custom_op("rustile::rms_norm", mutates_args=())
-def rms_norm(x: Tensor, w: Tensor, eps: float) -> Tensor:
-    """RMSNorm over the last dim of a 2-D ``x`` (no autograd yet)."""
-    return rustile.rms_norm(x, w, eps)
+def _rms_norm(x: Tensor, w: Tensor, eps: float) -> Tuple[Tensor, Tensor]:
+    return rustile.rms_norm(x, w, eps, return_rstd=True)
 
 
-@rms_norm.register_fake
+@_rms_norm.register_fake
 def _(x, w, eps):
-    return torch.empty_like(x)
+    return torch.empty_like(x), x.new_empty(x.shape[:1], dtype=torch.float32)
 
 
 @torch.library.custom_op("rustile::layer_norm", mutates_args=())
-def layer_norm(x: Tensor, w: Tensor, b: Optional[Tensor], eps: float) -> Tensor:
-    """LayerNorm over the last dim of a 2-D ``x`` (no autograd yet)."""
-    return rustile.layer_norm(x, w, b, eps)
+def _layer_norm(x: Tensor, w: Tensor, b: Optional[Tensor], eps: float) -> Tuple[Tensor, Tensor, Tensor]:
+    return rustile.layer_norm(x, w, b, eps, return_stats=True)
 
 
-@layer_norm.register_fake
+@_layer_norm.register_fake
 def _(x, w, b, eps):
-    return torch.empty_like(x)
+    stat = lambda: x.new_empty(x.shape[:1], dtype=torch.float32)
+    return torch.empty_like(x), stat(), stat()
+
+
+@torch.library.custom_op("rustile::norm_backward", mutates_args=())
+def _norm_backward(dy: Tensor, x: Tensor, w: Tensor, mean: Optional[Tensor], rstd: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    """``(dx, dw, db)``; ``db`` is computed with ``mean`` (LayerNorm) and empty for RMSNorm."""
+    dx, dw, db = rustile.norm_backward(dy, x, w, rstd, mean=mean, bias=mean is not None)
+    return dx, dw, db if db is not None else dw.new_empty(0)
+
+
+@_norm_backward.register_fake
+def _(dy, x, w, mean, rstd):
+    cols = x.shape[-1]
+    return torch.empty_like(x), x.new_empty((cols,), dtype=torch.float32), x.new_empty((cols if mean is not None else 0,), dtype=torch.float32)
+
+
+def _rms_setup(ctx, inputs, output):
+    x, w, _eps = inputs
+    ctx.save_for_backward(x, w, output[1])
+
+
+def _rms_grad(ctx, dy, _drstd):
+    x, w, rstd = ctx.saved_tensors
+    dx, dw, _ = torch.ops.rustile.norm_backward(dy.contiguous(), x, w, None, rstd)
+    return dx, dw.to(w.dtype), None
+
+
+def _layer_setup(ctx, inputs, output):
+    x, w, b, _eps = inputs
+    ctx.save_for_backward(x, w, output[1], output[2])
+    ctx.has_bias = b is not None
+
+
+def _layer_grad(ctx, dy, _dmean, _drstd):
+    x, w, mean, rstd = ctx.saved_tensors
+    dx, dw, db = torch.ops.rustile.norm_backward(dy.contiguous(), x, w, mean, rstd)
+    return dx, dw.to(w.dtype), db.to(w.dtype) if ctx.has_bias else None, None
+
+
+_rms_norm.register_autograd(_rms_grad, setup_context=_rms_setup)
+_layer_norm.register_autograd(_layer_grad, setup_context=_layer_setup)
+
+
+def rms_norm(x, w, eps=1e-6):
+    """:func:`rustile.rms_norm` on tensors, differentiable in ``x`` and ``w``."""
+    return torch.ops.rustile.rms_norm(x, w, eps)[0]
+
+
+def layer_norm(x, w, b=None, eps=1e-5):
+    """:func:`rustile.layer_norm` on tensors, differentiable in ``x``, ``w`` and ``b``."""
+    return torch.ops.rustile.layer_norm(x, w, b, eps)[0]
+
+
+# ---- forward-only ops -------------------------------------------------------------------------
+# (Their backward is the package's next step: the GEMM's is two more GEMMs.)
 
 
 @torch.library.custom_op("rustile::linear", mutates_args=())

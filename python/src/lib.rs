@@ -26,7 +26,7 @@ use rustile::{bf16, f16};
 use rustile_host::{Elem, Error, Gpu, Tensor};
 use rustile_ops::attention::{attention as attention_fwd, attention_backward as attention_bwd, Attention};
 use rustile_ops::gemm::{gemm as gemm_op, Act, Epilogue, Transpose};
-use rustile_ops::norm::{layer_norm as layer_norm_op, rms_norm as rms_norm_op};
+use rustile_ops::norm::{layer_norm as layer_norm_op, norm_backward as norm_backward_op, norm_backward_scratch, rms_norm as rms_norm_op, NormGrads, Saved};
 use rustile_ops::softmax::softmax as softmax_op;
 use rustile_ops::trimul::{Params as TriMulParams, TriMul as TriMulOp, Workspace as TriMulWorkspace};
 
@@ -165,6 +165,36 @@ fn layer_norm(py: Python<'_>, x: Arr, w: Arr, b: Option<Arr>, eps: f32, y: Arr, 
         with_dtype!(x.dtype(), T => {
             let b = b.as_ref().map(|b| b.tensor::<T>(gpu)).transpose()?;
             layer_norm_op(gpu, &x.tensor::<T>(gpu)?, &w.tensor::<T>(gpu)?, b.as_ref(), eps, &mut y.tensor::<T>(gpu)?, &mut mean.tensor(gpu)?, &mut rstd.tensor(gpu)?)
+        })
+    })
+}
+
+/// The backward of [`rms_norm`] (no `mean`) or [`layer_norm`] (its `mean`;
+/// `db` when it had a bias): `dx` like `x`, `dw` and `db` `[cols]` f32, from
+/// `dy` and the forward's statistics. Its scratch is allocated here, on the stream.
+#[pyfunction]
+#[pyo3(signature = (dy, x, w, mean, rstd, dx, dw, db, stream))]
+#[allow(clippy::too_many_arguments)]
+fn norm_backward(py: Python<'_>, dy: Arr, x: Arr, w: Arr, mean: Option<Arr>, rstd: Arr, dx: Arr, dw: Arr, db: Option<Arr>, stream: u64) -> PyResult<()> {
+    let mut all = vec![&dy, &x, &w, &rstd, &dx, &dw];
+    all.extend(mean.as_ref());
+    all.extend(db.as_ref());
+    run(py, &all, stream, |gpu| {
+        with_dtype!(x.dtype(), T => {
+            let (xt, rstd) = (x.tensor::<T>(gpu)?, rstd.tensor::<f32>(gpu)?);
+            let mean = mean.as_ref().map(|m| m.tensor::<f32>(gpu)).transpose()?;
+            let saved = match &mean {
+                Some(mean) => Saved::LayerNorm { mean, rstd: &rstd },
+                None => Saved::RmsNorm { rstd: &rstd },
+            };
+            let (mut gx, mut gw) = (dx.tensor::<T>(gpu)?, dw.tensor::<f32>(gpu)?);
+            let mut gb = db.as_ref().map(|b| b.tensor::<f32>(gpu)).transpose()?;
+            let &[rows, cols] = xt.shape() else {
+                return Err(Error::Shape(format!("norm_backward: x must be [rows, cols]; it has shape {:?}", xt.shape())));
+            };
+            let mut scratch = norm_backward_scratch(gpu, rows, cols)?;
+            let grads = NormGrads { dx: &mut gx, dw: &mut gw, db: gb.as_mut() };
+            norm_backward_op(gpu, &dy.tensor::<T>(gpu)?, &xt, &w.tensor::<T>(gpu)?, saved, None, grads, &mut scratch)
         })
     })
 }
@@ -309,6 +339,7 @@ fn _rustile(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(softmax, m)?,
         wrap_pyfunction!(rms_norm, m)?,
         wrap_pyfunction!(layer_norm, m)?,
+        wrap_pyfunction!(norm_backward, m)?,
         wrap_pyfunction!(gemm, m)?,
         wrap_pyfunction!(attention, m)?,
         wrap_pyfunction!(attention_backward, m)?,

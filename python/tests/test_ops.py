@@ -206,3 +206,33 @@ def test_trimul_custom_kernel(rng):
     want = u @ W["to_out.weight"].T
     # GPU MODE's check (the projections run in bf16).
     assert np.allclose(wide(got), want, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("kind", ["rms", "layer", "layer_no_bias"])
+def test_norm_backward(rng, dtype, kind):
+    t, tol = DTYPES[dtype]
+    rows, cols = 13, 200
+    x, w, b, dy = normal(rng, (rows, cols), t), normal(rng, (cols,), t), normal(rng, (cols,), t), normal(rng, (rows, cols), t)
+    xa, wa, ba, dya = arrays(x, w, b, dy)
+    X, W, DY = wide(x), wide(w), wide(dy)
+    if kind == "rms":
+        _, rstd = rustile.rms_norm(xa, wa, 1e-6, return_rstd=True)
+        dx, dw, db = rustile.norm_backward(dya, xa, wa, rstd)
+        r = 1 / np.sqrt((X**2).mean(1, keepdims=True) + 1e-6)
+        xhat = X * r
+    else:
+        bias = ba if kind == "layer" else None
+        _, mean, rstd = rustile.layer_norm(xa, wa, bias, 1e-5, return_stats=True)
+        dx, dw, db = rustile.norm_backward(dya, xa, wa, rstd, mean=mean, bias=bias is not None)
+        r = 1 / np.sqrt(X.var(1, keepdims=True) + 1e-5)
+        xhat = (X - X.mean(1, keepdims=True)) * r
+    g = DY * W
+    # dx = r·(g − xhat·mean(g·xhat)) for RMSNorm; LayerNorm also subtracts mean(g).
+    want_dx = r * (g - xhat * (g * xhat).mean(1, keepdims=True) - (0 if kind == "rms" else g.mean(1, keepdims=True)))
+    assert rel_err(dx, want_dx) < 2 * tol
+    assert rel_err(dw, (DY * xhat).sum(0)) < 2 * tol
+    if kind == "layer":
+        assert rel_err(db, DY.sum(0)) < 2 * tol
+    else:
+        assert db is None

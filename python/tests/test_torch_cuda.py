@@ -50,13 +50,35 @@ def test_attention_autograd_matches_float64(causal, dims):
         assert rel_err(got, ref.grad.transpose(1, 2)) < 1.5e-2
 
 
+@pytest.mark.parametrize("kind", ["rms", "layer", "layer_no_bias"])
+def test_norm_autograd_matches_float64(kind):
+    rows, cols = 37, 768
+    x = torch.randn(rows, cols, device="cuda").bfloat16().requires_grad_()
+    w = (1 + 0.2 * torch.randn(cols, device="cuda")).bfloat16().requires_grad_()
+    b = (0.2 * torch.randn(cols, device="cuda")).bfloat16().requires_grad_() if kind == "layer" else None
+    leaves = [t for t in (x, w, b) if t is not None]
+    wide = [t.detach().double().requires_grad_() for t in leaves]
+    if kind == "rms":
+        y, want = rt.rms_norm(x, w, 1e-6), torch.nn.functional.rms_norm(wide[0], (cols,), wide[1], eps=1e-6)
+    else:
+        y = rt.layer_norm(x, w, b, 1e-5)
+        want = torch.nn.functional.layer_norm(wide[0], (cols,), wide[1], wide[2] if b is not None else None, eps=1e-5)
+    assert rel_err(y, want) < 8e-3
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    want.backward(dy.double())
+    for got, ref in zip(leaves, wide):
+        assert rel_err(got.grad, ref.grad) < 1.5e-2
+
+
 def test_custom_ops_pass_opcheck():
     q, k, v = qkv(1, 65, 65, 4, 2, 64, grad=True)
     torch.library.opcheck(torch.ops.rustile.attention.default, (q, k, v, True, None, None))
     x = torch.randn(9, 300, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(300, device="cuda", dtype=torch.bfloat16)
     torch.library.opcheck(torch.ops.rustile.softmax.default, (x,))
-    torch.library.opcheck(torch.ops.rustile.rms_norm.default, (x, w, 1e-6))
+    torch.library.opcheck(torch.ops.rustile.rms_norm.default, (x.requires_grad_(), w.requires_grad_(), 1e-6))
+    torch.library.opcheck(torch.ops.rustile.layer_norm.default, (x, w, w.detach().clone().requires_grad_(), 1e-5))
     a, lw = torch.randn(33, 64, device="cuda", dtype=torch.bfloat16), torch.randn(48, 64, device="cuda", dtype=torch.bfloat16)
     torch.library.opcheck(torch.ops.rustile.linear.default, (a, lw, None, "silu", None))
 
