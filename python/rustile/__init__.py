@@ -66,16 +66,18 @@ def norm_backward(dy, x, w, rstd, mean=None, bias=False):
     return dx, dw, db
 
 
-def gemm(a, w, bias=None, act="none", residual=None, alpha=1.0, w_kn=False):
+def gemm(a, w, bias=None, act="none", residual=None, alpha=1.0, w_kn=False, a_km=False):
     """``act(alpha·a·wᵀ + bias) + residual`` with the epilogue fused into the
-    GEMM: ``a`` ``[m, k]`` (or a batch ``[z, m, k]``), ``w`` ``[n, k]`` as
-    ``nn.Linear`` stores it (``[k, n]`` with ``w_kn``), ``bias`` ``[n]``,
+    GEMM: ``a`` ``[m, k]`` (or a batch ``[z, m, k]``; ``[k, m]`` with
+    ``a_km``, as a weight gradient ``dyᵀ·x`` reads ``dy``), ``w`` ``[n, k]``
+    as ``nn.Linear`` stores it (``[k, n]`` with ``w_kn``), ``bias`` ``[n]``,
     ``residual`` like the output. ``act``: none, relu, relu2, silu, gelu_tanh."""
     ad, wd = desc(a), desc(w)
-    if len(wd[1]) != 2:
-        raise ValueError(f"gemm: w must be 2-D, not of shape {wd[1]}")
-    c = empty(a, tuple(ad[1][:-1]) + (wd[1][1] if w_kn else wd[1][0],))
-    _rustile.gemm(ad, wd, desc(c), bool(w_kn), None if bias is None else desc(bias), act,
+    if len(wd[1]) != 2 or (a_km and len(ad[1]) != 2):
+        raise ValueError(f"gemm: w (and a with a_km) must be 2-D, not of shapes {ad[1]} and {wd[1]}")
+    m = ad[1][-1] if a_km else ad[1][-2]
+    c = empty(a, tuple(ad[1][:-2]) + (m, wd[1][1] if w_kn else wd[1][0]))
+    _rustile.gemm(ad, wd, desc(c), bool(a_km), bool(w_kn), None if bias is None else desc(bias), act,
                   None if residual is None else desc(residual), float(alpha), stream_of(a))
     return c
 

@@ -153,17 +153,51 @@ def layer_norm(x, w, b=None, eps=1e-5):
     return torch.ops.rustile.layer_norm(x, w, b, eps)[0]
 
 
-# ---- forward-only ops -------------------------------------------------------------------------
-# (Their backward is the package's next step: the GEMM's is two more GEMMs.)
+# ---- the linear layer: one GEMM with its fused epilogue --------------------------------------------
 
 
 @torch.library.custom_op("rustile::linear", mutates_args=())
 def linear(x: Tensor, w: Tensor, bias: Optional[Tensor], act: str, residual: Optional[Tensor]) -> Tensor:
     """``act(x·wᵀ + bias) + residual`` in one GEMM with a fused epilogue
-    (``w`` as ``nn.Linear`` stores it; no autograd yet)."""
+    (``w`` as ``nn.Linear`` stores it). Differentiable where ``act`` is
+    ``"none"`` (the others would need the pre-activation kept)."""
     return rustile.gemm(x, w, bias=bias, act=act, residual=residual)
 
 
 @linear.register_fake
 def _(x, w, bias, act, residual):
     return x.new_empty(tuple(x.shape[:-1]) + (w.shape[0],))
+
+
+@torch.library.custom_op("rustile::linear_backward", mutates_args=())
+def _linear_backward(dy: Tensor, x: Tensor, w: Tensor) -> Tuple[Tensor, Tensor]:
+    """``dx = dy·w`` and ``dw = dyᵀ·x`` (over every leading dim), two GEMMs."""
+    n, k = w.shape
+    dy2, x2 = dy.reshape(-1, n), x.reshape(-1, k)
+    dx = rustile.gemm(dy2, w, w_kn=True).reshape(x.shape)
+    return dx, rustile.gemm(dy2, x2, a_km=True, w_kn=True)
+
+
+@_linear_backward.register_fake
+def _(dy, x, w):
+    return torch.empty_like(x), torch.empty_like(w)
+
+
+def _linear_setup(ctx, inputs, output):
+    x, w, bias, act, residual = inputs
+    ctx.save_for_backward(x, w)
+    ctx.act, ctx.has = act, (bias is not None, residual is not None)
+
+
+def _linear_grad(ctx, dy):
+    if ctx.act != "none":
+        raise NotImplementedError(f"rustile.torch.linear: the backward covers act='none', not {ctx.act!r}")
+    x, w = ctx.saved_tensors
+    dy = dy.contiguous()
+    dx, dw = torch.ops.rustile.linear_backward(dy, x, w)
+    has_bias, has_residual = ctx.has
+    dbias = dy.reshape(-1, w.shape[0]).sum(0) if has_bias else None
+    return dx, dw, dbias, None, dy if has_residual else None
+
+
+linear.register_autograd(_linear_grad, setup_context=_linear_setup)

@@ -211,11 +211,14 @@ fn activation(name: &str) -> rustile_host::Result<Act> {
 }
 
 /// `c = act(alpha·a·bᵀ + bias) + residual` (`b` as `[n, k]`, or `[k, n]`
-/// with `b_kn`), in the GEMM's fused epilogue. `a` `[m, k]` or a batch `[z, m, k]`.
+/// with `b_kn`), in the GEMM's fused epilogue. `a` `[m, k]` (a batch `[z,
+/// m, k]`), or `[k, m]` with `a_km` (a weight gradient's `dyᵀ·x`).
 #[pyfunction]
-#[pyo3(signature = (a, b, c, b_kn, bias, act, residual, alpha, stream))]
+#[pyo3(signature = (a, b, c, a_km, b_kn, bias, act, residual, alpha, stream))]
 #[allow(clippy::too_many_arguments)]
-fn gemm(py: Python<'_>, a: Arr, b: Arr, c: Arr, b_kn: bool, bias: Option<Arr>, act: &str, residual: Option<Arr>, alpha: f32, stream: u64) -> PyResult<()> {
+fn gemm(
+    py: Python<'_>, a: Arr, b: Arr, c: Arr, a_km: bool, b_kn: bool, bias: Option<Arr>, act: &str, residual: Option<Arr>, alpha: f32, stream: u64,
+) -> PyResult<()> {
     let mut all = vec![&a, &b, &c];
     all.extend(bias.as_ref());
     all.extend(residual.as_ref());
@@ -231,7 +234,12 @@ fn gemm(py: Python<'_>, a: Arr, b: Arr, c: Arr, b_kn: bool, bias: Option<Arr>, a
                 epi = epi.residual(residual);
             }
             let mut ct = c.tensor::<T>(gpu)?;
-            if b_kn { gemm_op(gpu, &at, &bt, &mut ct, &epi) } else { gemm_op(gpu, &at, bt.t(), &mut ct, &epi) }
+            match (a_km, b_kn) {
+                (false, false) => gemm_op(gpu, &at, bt.t(), &mut ct, &epi),
+                (false, true) => gemm_op(gpu, &at, &bt, &mut ct, &epi),
+                (true, false) => gemm_op(gpu, at.t(), bt.t(), &mut ct, &epi),
+                (true, true) => gemm_op(gpu, at.t(), &bt, &mut ct, &epi),
+            }
         })
     })
 }

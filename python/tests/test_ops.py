@@ -236,3 +236,12 @@ def test_norm_backward(rng, dtype, kind):
         assert rel_err(db, DY.sum(0)) < 2 * tol
     else:
         assert db is None
+
+
+def test_gemm_with_a_transposed(rng):
+    # A weight gradient dw = dyᵀ·x: dy [m, n] read as [k, m].
+    t, tol = DTYPES["bf16"]
+    m, n, k = 45, 24, 40
+    dy, x = normal(rng, (m, n), t), normal(rng, (m, k), t)
+    dya, xa = arrays(dy, x)
+    assert rel_err(rustile.gemm(dya, xa, a_km=True, w_kn=True), wide(dy).T @ wide(x)) < 2 * tol

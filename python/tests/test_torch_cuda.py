@@ -71,6 +71,23 @@ def test_norm_autograd_matches_float64(kind):
         assert rel_err(got.grad, ref.grad) < 1.5e-2
 
 
+def test_linear_autograd_matches_float64():
+    x = torch.randn(3, 41, 64, device="cuda").bfloat16().requires_grad_()
+    w = (torch.randn(48, 64, device="cuda") / 8).bfloat16().requires_grad_()
+    b = torch.randn(48, device="cuda").bfloat16().requires_grad_()
+    r = torch.randn(3, 41, 48, device="cuda").bfloat16().requires_grad_()
+    leaves = (x, w, b, r)
+    wide = [t.detach().double().requires_grad_() for t in leaves]
+    y = rt.linear(x, w, b, "none", r)
+    want = torch.nn.functional.linear(wide[0], wide[1], wide[2]) + wide[3]
+    assert rel_err(y, want) < 8e-3
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    want.backward(dy.double())
+    for got, ref in zip(leaves, wide):
+        assert rel_err(got.grad, ref.grad) < 1.5e-2
+
+
 def test_custom_ops_pass_opcheck():
     q, k, v = qkv(1, 65, 65, 4, 2, 64, grad=True)
     torch.library.opcheck(torch.ops.rustile.attention.default, (q, k, v, True, None, None))
