@@ -323,11 +323,13 @@ pub fn tune(gpu: &Gpu, kernel: &str, quick: bool) -> Result<rustile_ops::tune::O
     let report = report(&rustile_host::native_arch(gpu.compute_capability()));
     let (mcfg, shapes) = (measure_cfg(quick), tune_shapes(quick));
     let mut buckets = vec![];
+    let bar = crate::harness::progress(shapes.len(), "tune attention");
     for (si, s) in shapes.iter().enumerate() {
         let d = s.dims.d;
         let dp = configs.iter().filter_map(|c| c.get("D")).filter(|&dp| dp >= d).min().expect("a config holds every head dim up to 128");
         let candidates: Vec<usize> = (0..configs.len()).filter(|&i| configs[i].get("D") == Some(dp)).collect();
         let tag = format!("[{}/{}] attention {}", si + 1, shapes.len(), spec(&[*s]));
+        bar.set_message(format!("{}: checking and timing {} configs", spec(&[*s]), candidates.len()));
         let mut p = Problem::new(gpu, *s)?;
         let verdict = |p: &mut Problem, i: usize| pruned(gpu, report.as_ref(), kernel, &configs[i], "bf16").or_else(|| p.check(i).err().map(|e| e.to_string()));
         let bucket = attention::forward_bucket(dp, s.causal, s.dims.sq, s.dims.sk);
@@ -338,6 +340,8 @@ pub fn tune(gpu: &Gpu, kernel: &str, quick: bool) -> Result<rustile_ops::tune::O
             }
             None => eprintln!("    attention {}: no valid candidate; the bucket stays untuned", spec(&[*s])),
         }
+        bar.inc(1);
     }
+    bar.finish_and_clear();
     Ok(op_table(gpu, "attention", kernel, report, buckets))
 }

@@ -406,3 +406,14 @@ mod tests {
         assert_eq!((r.imp.as_str(), r.bytes), ("torch eager", Some(1.6e9)));
     }
 }
+
+/// A progress bar on stderr over `len` steps of `what` (the op being tuned
+/// or benched), its message saying what runs now. Drawn only on a terminal,
+/// so logs written to a file stay plain lines.
+pub fn progress(len: usize, what: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len as u64);
+    let style = indicatif::ProgressStyle::with_template("{prefix} [{bar:24}] {pos}/{len} {wide_msg} ({elapsed})").expect("a valid template");
+    bar.set_style(style.progress_chars("=> "));
+    bar.set_prefix(what.to_string());
+    bar
+}

@@ -1,6 +1,6 @@
 //! The bench and the tuner share this: measuring and reporting (`harness`),
 //! our side of each op's bench (`ops`, `gemm`), the baselines (`cublas`,
-//! `torch`) and the autotuner (`tune`).
+//! `torch`), the autotuner (`tune`) and the charts and headline table (`report`).
 
 // Much of the harness is only used by some of the binaries.
 #[allow(dead_code)]
@@ -13,6 +13,7 @@ pub mod gemm;
 pub mod grouped;
 pub mod ops;
 pub mod quasar;
+pub mod report;
 pub mod torch;
 pub mod trimul;
 pub mod tune;

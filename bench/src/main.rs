@@ -176,7 +176,10 @@ fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes, shapes: &[[usize; 3]], attn_
     eprintln!("device copy bandwidth (read + write): {copy:.0} GB/s");
 
     let mut report = Report::new(gpu.name(), Some(copy));
+    let bar = harness::progress(args.ops.len(), "bench");
     for op in &args.ops {
+        bar.set_message(op.clone());
+        bar.inc(1);
         if GEMM_OPS.contains(&op.as_str()) {
             report.rows.extend(run_gemm(op, false)?);
         } else if op == "attention" {
@@ -193,6 +196,7 @@ fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes, shapes: &[[usize; 3]], attn_
             report.rows.extend(ops::bench_op(gpu, &cfg, op, sizes, args.sweep)?);
         }
     }
+    bar.finish_and_clear();
     // (SDPA has no FP8 attention: that op's baseline is our bf16 forward, timed beside it.)
     let torch_ops: Vec<String> = args.ops.iter().filter(|o| !GEMM_OPS.contains(&o.as_str()) && *o != "attention_fp8").cloned().collect();
 
@@ -238,6 +242,11 @@ fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes, shapes: &[[usize; 3]], attn_
     match report.write_json(&args.json) {
         Ok(()) => eprintln!("wrote {}", args.json.display()),
         Err(e) => eprintln!("could not write {}: {e}", args.json.display()),
+    }
+    // Beside the JSON: a chart a op against its baselines, and the roofline.
+    match rustile_bench::report::charts(&report, &args.json) {
+        Ok(written) => written.iter().for_each(|p| eprintln!("wrote {}", p.display())),
+        Err(e) => eprintln!("could not write the charts beside {}: {e}", args.json.display()),
     }
     Ok(())
 }

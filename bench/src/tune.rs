@@ -172,7 +172,9 @@ pub fn tune_op(gpu: &Gpu, blas: &Blas, op: &str, quick: bool) -> Result<OpTable>
     let mcfg = measure_cfg(quick);
     let shapes = shapes(op, quick);
     let mut buckets = vec![];
+    let bar = crate::harness::progress(shapes.len(), &format!("tune {op}"));
     for (si, &shape) in shapes.iter().enumerate() {
+        bar.set_message(format!("{}: checking and timing {} configs", shape_str(&shape), configs.len()));
         let mut p = Problem::new(gpu, blas, op, shape)?;
         let tag = format!("[{}/{}] {op} {}", si + 1, shapes.len(), shape_str(&shape));
         let verdict = |p: &mut Problem, i: usize| pruned(gpu, report.as_ref(), kernel, &configs[i], dtype).or_else(|| p.check(i).err().map(|e| e.to_string()));
@@ -185,7 +187,9 @@ pub fn tune_op(gpu: &Gpu, blas: &Blas, op: &str, quick: bool) -> Result<OpTable>
             }
             None => eprintln!("    {op} {}: no valid candidate; the bucket stays untuned", shape_str(&shape)),
         }
+        bar.inc(1);
     }
+    bar.finish_and_clear();
     Ok(op_table(gpu, op, kernel, report, buckets))
 }
 
