@@ -20,7 +20,8 @@ import math
 from . import _rustile
 from ._arrays import desc, empty, stream_of
 
-__all__ = ["softmax", "rms_norm", "layer_norm", "norm_backward", "gemm", "attention", "attention_backward", "gpu_name"]
+__all__ = ["softmax", "rms_norm", "layer_norm", "norm_backward", "gemm", "attention", "attention_backward", "delta_rule",
+           "delta_rule_backward", "gpu_name"]
 
 
 def gpu_name():
@@ -106,6 +107,36 @@ def attention_backward(q, k, v, o, do, lse, causal=False, scale=None, keys=None)
     _rustile.attention_backward(qd, kd, vd, desc(o), desc(do), desc(lse), desc(dq), desc(dk), desc(dv),
                                 bool(causal), _scale(scale), keys, stream_of(q))
     return dq, dk, dv
+
+
+def delta_rule(q, k, v, beta, initial=None, return_final_state=False):
+    """The delta rule of QuasarAttention, chunked: ``q``, ``k``, ``v``
+    ``[batch, tokens, heads, 64]``, ``beta`` ``[heads]`` float32 (each head's
+    step size β: ``α_t = (1 − e^{−β‖k_t‖²}) / (‖k_t‖² + 1e-8)``,
+    ``S_t = S_{t−1} + α_t·k_t·(v_t − S_{t−1}ᵀk_t)ᵀ``, ``o_t = S_tᵀ·q_t``), from
+    ``initial`` ``[batch, heads, 64, 64]`` float32 or zeros. With
+    ``return_final_state``, also the state after the last token."""
+    qd = desc(q)
+    batch, _, heads, d = qd[1]
+    o = empty(q, qd[1])
+    final = empty(q, (batch, heads, d, d), "f32") if return_final_state else None
+    _rustile.delta_rule(qd, desc(k), desc(v), desc(beta), desc(o), None if initial is None else desc(initial),
+                        None if final is None else desc(final), stream_of(q))
+    return (o, final) if return_final_state else o
+
+
+def delta_rule_backward(q, k, v, beta, do, initial=None, d_final=None, want_d_initial=False):
+    """``(dq, dk, dv, dbeta, d_initial)`` of :func:`delta_rule` from ``do``
+    (and the final state's gradient ``d_final``); ``d_initial`` is None
+    unless ``want_d_initial``."""
+    qd, kd, vd = desc(q), desc(k), desc(v)
+    batch, _, heads, d = qd[1]
+    dq, dk, dv, dbeta = empty(q, qd[1]), empty(k, kd[1]), empty(v, vd[1]), empty(q, (heads,), "f32")
+    d_initial = empty(q, (batch, heads, d, d), "f32") if want_d_initial else None
+    opt = lambda t: None if t is None else desc(t)
+    _rustile.delta_rule_backward(qd, kd, vd, desc(beta), desc(do), opt(initial), opt(d_final), desc(dq), desc(dk), desc(dv),
+                                 desc(dbeta), opt(d_initial), stream_of(q))
+    return dq, dk, dv, dbeta, d_initial
 
 
 def _scale(scale):

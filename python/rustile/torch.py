@@ -65,6 +65,50 @@ def attention(q, k, v, causal=False, scale=None, keys=None):
     return torch.ops.rustile.attention(q, k, v, causal, scale, keys)[0]
 
 
+# ---- the delta rule (QuasarAttention's op; forward and backward) -------------------------------
+
+
+@torch.library.custom_op("rustile::delta_rule", mutates_args=())
+def _delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor) -> Tensor:
+    return rustile.delta_rule(q, k, v, beta)
+
+
+@_delta_rule.register_fake
+def _(q, k, v, beta):
+    return torch.empty_like(q)
+
+
+@torch.library.custom_op("rustile::delta_rule_backward", mutates_args=())
+def _delta_rule_backward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, do: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    dq, dk, dv, dbeta, _ = rustile.delta_rule_backward(q, k, v, beta, do)
+    return dq, dk, dv, dbeta
+
+
+@_delta_rule_backward.register_fake
+def _(q, k, v, beta, do):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), beta.new_empty(beta.shape, dtype=torch.float32)
+
+
+def _delta_setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _delta_grad(ctx, do):
+    q, k, v, beta = ctx.saved_tensors
+    dq, dk, dv, dbeta = torch.ops.rustile.delta_rule_backward(q, k, v, beta, do.contiguous())
+    return dq, dk, dv, dbeta.to(beta.dtype)
+
+
+_delta_rule.register_autograd(_delta_grad, setup_context=_delta_setup)
+
+
+def delta_rule(q, k, v, beta):
+    """:func:`rustile.delta_rule` on tensors (``[batch, tokens, heads, 64]``
+    bf16, ``beta`` ``[heads]`` float32, from a zero state), differentiable
+    in ``q``, ``k``, ``v`` and ``beta``."""
+    return torch.ops.rustile.delta_rule(q, k, v, beta)
+
+
 # ---- softmax (forward only: Rust has no softmax backward yet) ---------------------------------
 
 

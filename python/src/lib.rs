@@ -25,6 +25,7 @@ use pyo3::prelude::*;
 use rustile::{bf16, f16};
 use rustile_host::{Elem, Error, Gpu, Tensor};
 use rustile_ops::attention::{attention as attention_fwd, attention_backward as attention_bwd, Attention};
+use rustile_ops::delta_rule::{delta_rule as delta_rule_op, delta_rule_backward as delta_rule_backward_op, DeltaRule, DeltaRuleGrads};
 use rustile_ops::gemm::{gemm as gemm_op, Act, Epilogue, Transpose};
 use rustile_ops::norm::{layer_norm as layer_norm_op, norm_backward as norm_backward_op, norm_backward_scratch, rms_norm as rms_norm_op, NormGrads, Saved};
 use rustile_ops::softmax::softmax as softmax_op;
@@ -280,6 +281,53 @@ fn attention_backward(
     })
 }
 
+/// The delta rule (QuasarAttention's op): `o` from `q`, `k`, `v` `[batch,
+/// tokens, heads, 64]` and each head's `beta` (f32), from `initial`
+/// (`[batch, heads, 64, 64]` f32) or zeros, the final state into `final_state`.
+#[pyfunction]
+#[pyo3(signature = (q, k, v, beta, o, initial, final_state, stream))]
+#[allow(clippy::too_many_arguments)]
+fn delta_rule(py: Python<'_>, q: Arr, k: Arr, v: Arr, beta: Arr, o: Arr, initial: Option<Arr>, final_state: Option<Arr>, stream: u64) -> PyResult<()> {
+    let mut all = vec![&q, &k, &v, &beta, &o];
+    all.extend(initial.as_ref());
+    all.extend(final_state.as_ref());
+    run(py, &all, stream, |gpu| {
+        with_dtype!(q.dtype(), T => {
+            let s0 = initial.as_ref().map(|t| t.tensor::<f32>(gpu)).transpose()?;
+            let mut s1 = final_state.as_ref().map(|t| t.tensor::<f32>(gpu)).transpose()?;
+            let opt = DeltaRule { initial: s0.as_ref(), ..DeltaRule::default() };
+            delta_rule_op(gpu, &q.tensor::<T>(gpu)?, &k.tensor::<T>(gpu)?, &v.tensor::<T>(gpu)?, &beta.tensor(gpu)?, &mut o.tensor::<T>(gpu)?, s1.as_mut(), opt)
+        })
+    })
+}
+
+/// [`delta_rule`]'s backward: `dq`, `dk`, `dv` (like `q`), `dbeta`
+/// (`[heads]` f32) and, with `d_initial`, the initial state's gradient, from
+/// `do` and, optionally, the final state's gradient `d_final`.
+#[pyfunction]
+#[pyo3(signature = (q, k, v, beta, d_o, initial, d_final, dq, dk, dv, dbeta, d_initial, stream))]
+#[allow(clippy::too_many_arguments)]
+fn delta_rule_backward(
+    py: Python<'_>, q: Arr, k: Arr, v: Arr, beta: Arr, d_o: Arr, initial: Option<Arr>, d_final: Option<Arr>, dq: Arr, dk: Arr, dv: Arr, dbeta: Arr,
+    d_initial: Option<Arr>, stream: u64,
+) -> PyResult<()> {
+    let mut all = vec![&q, &k, &v, &beta, &d_o, &dq, &dk, &dv, &dbeta];
+    all.extend(initial.as_ref());
+    all.extend(d_final.as_ref());
+    all.extend(d_initial.as_ref());
+    run(py, &all, stream, |gpu| {
+        with_dtype!(q.dtype(), T => {
+            let s0 = initial.as_ref().map(|t| t.tensor::<f32>(gpu)).transpose()?;
+            let ds1 = d_final.as_ref().map(|t| t.tensor::<f32>(gpu)).transpose()?;
+            let mut ds0 = d_initial.as_ref().map(|t| t.tensor::<f32>(gpu)).transpose()?;
+            let (mut gq, mut gk, mut gv, mut gb) = (dq.tensor::<T>(gpu)?, dk.tensor::<T>(gpu)?, dv.tensor::<T>(gpu)?, dbeta.tensor::<f32>(gpu)?);
+            let grads = DeltaRuleGrads { dq: &mut gq, dk: &mut gk, dv: &mut gv, dbeta: &mut gb, d_initial: ds0.as_mut() };
+            let opt = DeltaRule { initial: s0.as_ref(), ..DeltaRule::default() };
+            delta_rule_backward_op(gpu, &q.tensor::<T>(gpu)?, &k.tensor::<T>(gpu)?, &v.tensor::<T>(gpu)?, &beta.tensor(gpu)?, &d_o.tensor::<T>(gpu)?, ds1.as_ref(), grads, opt)
+        })
+    })
+}
+
 /// AlphaFold3's outgoing triangle multiplicative update with its weights
 /// prepared once (`rustile_ops::trimul::TriMul`): made from the ten fp32
 /// parameters in `rustile_ops::trimul::PARAM_NAMES` order, then run on
@@ -351,6 +399,8 @@ fn _rustile(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(gemm, m)?,
         wrap_pyfunction!(attention, m)?,
         wrap_pyfunction!(attention_backward, m)?,
+        wrap_pyfunction!(delta_rule, m)?,
+        wrap_pyfunction!(delta_rule_backward, m)?,
         wrap_pyfunction!(gpu_name, m)?,
     ] {
         m.add_function(f)?;

@@ -245,3 +245,48 @@ def test_gemm_with_a_transposed(rng):
     dy, x = normal(rng, (m, n), t), normal(rng, (m, k), t)
     dya, xa = arrays(dy, x)
     assert rel_err(rustile.gemm(dya, xa, a_km=True, w_kn=True), wide(dy).T @ wide(x)) < 2 * tol
+
+
+def _delta_rule_ref(q, k, v, beta):
+    """The per-token recurrence in float64 (batch, tokens, heads, 64)."""
+    q, k, v = wide(q), wide(k), wide(v)
+    b, t, h, d = q.shape
+    o = np.zeros_like(q)
+    for bi in range(b):
+        for hi in range(h):
+            s = np.zeros((d, d))
+            for ti in range(t):
+                kt, vt = k[bi, ti, hi], v[bi, ti, hi]
+                lam = kt @ kt
+                alpha = -np.expm1(-beta[hi] * lam) / (lam + 1e-8)
+                s = s + alpha * np.outer(kt, vt - s.T @ kt)
+                o[bi, ti, hi] = s.T @ q[bi, ti, hi]
+    return o
+
+
+def test_delta_rule_and_its_backward(rng):
+    bf16 = ml_dtypes.bfloat16
+    batch, tokens, heads = 2, 70, 2
+    q, v, do = (normal(rng, (batch, tokens, heads, 64), bf16) for _ in range(3))
+    k = normal(rng, (batch, tokens, heads, 64), bf16, 0.125)
+    beta = np.array([0.5, 2.0], np.float32)
+    qa, ka, va, ba, doa = arrays(q, k, v, beta, do)
+    o = rustile.delta_rule(qa, ka, va, ba)
+    want = _delta_rule_ref(q, k, v, beta.astype(np.float64))
+    assert rel_err(o, want) < 1e-2
+    dq, dk, dv, dbeta, _ = rustile.delta_rule_backward(qa, ka, va, ba, doa)
+    # Against central differences of sum(o·do) in float64, at a few coordinates of each input.
+    loss = lambda q_, k_, v_, b_: (_delta_rule_ref(q_, k_, v_, b_) * wide(do)).sum()
+    base = [wide(q), wide(k), wide(v), beta.astype(np.float64)]
+    for which, got in enumerate([dq, dk, dv, dbeta]):
+        got = wide(got)
+        idx = [tuple(rng.integers(0, n) for n in got.shape) for _ in range(4)]
+        fd = []
+        for i in idx:
+            eps = 1e-4
+            plus, minus = [x.copy() for x in base], [x.copy() for x in base]
+            plus[which][i] += eps
+            minus[which][i] -= eps
+            fd.append((loss(*plus) - loss(*minus)) / (2 * eps))
+        got_i = np.array([got[i] for i in idx])
+        assert np.linalg.norm(got_i - np.array(fd)) <= 3e-2 * np.linalg.norm(fd) + 1e-3, (which, got_i, fd)

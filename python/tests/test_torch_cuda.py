@@ -88,6 +88,36 @@ def test_linear_autograd_matches_float64():
         assert rel_err(got.grad, ref.grad) < 1.5e-2
 
 
+def delta_rule_reference(q, k, v, beta):
+    """The per-token recurrence in float64, differentiable (autograd through the loop)."""
+    b, t, h, d = q.shape
+    s = q.new_zeros(b, h, d, d)
+    out = []
+    for i in range(t):
+        kt, vt, qt = k[:, i], v[:, i], q[:, i]
+        lam = (kt * kt).sum(-1, keepdim=True)
+        alpha = -torch.expm1(-beta.view(1, h, 1) * lam) / (lam + 1e-8)
+        s = s + alpha.unsqueeze(-1) * kt.unsqueeze(-1) * (vt - torch.einsum("bhkv,bhk->bhv", s, kt)).unsqueeze(-2)
+        out.append(torch.einsum("bhkv,bhk->bhv", s, qt))
+    return torch.stack(out, 1)
+
+
+def test_delta_rule_autograd_matches_float64():
+    batch, tokens, heads = 1, 130, 2
+    q, v = (torch.randn(batch, tokens, heads, 64, device="cuda").bfloat16().requires_grad_() for _ in range(2))
+    k = (torch.randn(batch, tokens, heads, 64, device="cuda") / 8).bfloat16().requires_grad_()
+    beta = torch.tensor([0.5, 2.0], device="cuda").requires_grad_()
+    leaves = (q, k, v, beta)
+    wide = [t.detach().double().requires_grad_() for t in leaves]
+    o, want = rt.delta_rule(q, k, v, beta), delta_rule_reference(*wide)
+    assert rel_err(o, want) < 1e-2
+    do = torch.randn_like(o)
+    o.backward(do)
+    want.backward(do.double())
+    for got, ref in zip(leaves, wide):
+        assert rel_err(got.grad, ref.grad) < 3e-2
+
+
 def test_custom_ops_pass_opcheck():
     q, k, v = qkv(1, 65, 65, 4, 2, 64, grad=True)
     torch.library.opcheck(torch.ops.rustile.attention.default, (q, k, v, True, None, None))
@@ -98,6 +128,8 @@ def test_custom_ops_pass_opcheck():
     torch.library.opcheck(torch.ops.rustile.layer_norm.default, (x, w, w.detach().clone().requires_grad_(), 1e-5))
     a, lw = torch.randn(33, 64, device="cuda", dtype=torch.bfloat16), torch.randn(48, 64, device="cuda", dtype=torch.bfloat16)
     torch.library.opcheck(torch.ops.rustile.linear.default, (a, lw, None, "silu", None))
+    dq, dk, dv = qkv(1, 67, 67, 2, 2, 64, grad=True)
+    torch.library.opcheck(torch.ops.rustile.delta_rule.default, (dq, dk / 8, dv, torch.tensor([0.5, 1.0], device="cuda", requires_grad=True)))
 
 
 def test_attention_under_torch_compile_fullgraph():
