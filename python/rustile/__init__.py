@@ -20,7 +20,8 @@ import math
 from . import _rustile
 from ._arrays import desc, empty, stream_of
 
-__all__ = ["softmax", "rms_norm", "layer_norm", "norm_backward", "gemm", "attention", "attention_backward", "delta_rule",
+__all__ = ["softmax", "rms_norm", "layer_norm", "norm_backward", "gemm", "attention", "attention_backward",
+           "attention_varlen", "attention_varlen_backward", "dual_gemm", "delta_rule",
            "delta_rule_backward", "gpu_name"]
 
 
@@ -107,6 +108,40 @@ def attention_backward(q, k, v, o, do, lse, causal=False, scale=None, keys=None)
     _rustile.attention_backward(qd, kd, vd, desc(o), desc(do), desc(lse), desc(dq), desc(dk), desc(dv),
                                 bool(causal), _scale(scale), keys, stream_of(q))
     return dq, dk, dv
+
+
+def attention_varlen(q, k, v, q_lens, k_lens, causal=False, scale=None, return_lse=False):
+    """:func:`attention` over sequences of different lengths packed back to
+    back (``flash_attn_varlen_func``'s layout): ``q`` ``[Σ q_lens, heads, d]``,
+    ``k``, ``v`` ``[Σ k_lens, kv_heads, d]``; ``q_lens``, ``k_lens`` lists of
+    ints (sequence ``i`` has ``q_lens[i]`` queries over ``k_lens[i]`` keys;
+    causal masks are per sequence). With ``return_lse``, also the
+    log-sum-exp, ``[heads, Σ q_lens]`` float32."""
+    qd = desc(q)
+    if len(qd[1]) != 3:
+        raise ValueError(f"attention_varlen: q must be [tokens, heads, d], not of shape {qd[1]}")
+    o, lse = empty(q, qd[1]), empty(q, (qd[1][1], qd[1][0]), "f32")
+    _rustile.attention_packed(qd, desc(k), desc(v), [int(n) for n in q_lens], [int(n) for n in k_lens], desc(o), desc(lse),
+                              bool(causal), _scale(scale), stream_of(q))
+    return (o, lse) if return_lse else o
+
+
+def attention_varlen_backward(q, k, v, o, do, lse, q_lens, k_lens, causal=False, scale=None):
+    """``(dq, dk, dv)`` of :func:`attention_varlen`."""
+    qd, kd, vd = desc(q), desc(k), desc(v)
+    dq, dk, dv = empty(q, qd[1]), empty(k, kd[1]), empty(v, vd[1])
+    _rustile.attention_packed_backward(qd, kd, vd, desc(o), desc(do), desc(lse), [int(n) for n in q_lens], [int(n) for n in k_lens],
+                                       desc(dq), desc(dk), desc(dv), bool(causal), _scale(scale), stream_of(q))
+    return dq, dk, dv
+
+
+def dual_gemm(a, b1, b2):
+    """``silu(a·b1ᵀ) ⊙ (a·b2ᵀ)`` in one kernel (a SwiGLU's gate and up
+    projections): ``a`` ``[m, k]``, ``b1``, ``b2`` ``[n, k]`` as ``nn.Linear`` stores them."""
+    ad, b1d = desc(a), desc(b1)
+    c = empty(a, (ad[1][0], b1d[1][0]))
+    _rustile.dual_gemm(ad, b1d, desc(b2), desc(c), stream_of(a))
+    return c
 
 
 def delta_rule(q, k, v, beta, initial=None, return_final_state=False):

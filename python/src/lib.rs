@@ -24,7 +24,8 @@ use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use rustile::{bf16, f16};
 use rustile_host::{Elem, Error, Gpu, Tensor};
-use rustile_ops::attention::{attention as attention_fwd, attention_backward as attention_bwd, Attention};
+use rustile_ops::attention::{attention as attention_fwd, attention_backward as attention_bwd, attention_varlen, attention_varlen_backward, Attention, SeqLens};
+use rustile_ops::dual_gemm::dual_gemm as dual_gemm_op;
 use rustile_ops::delta_rule::{delta_rule as delta_rule_op, delta_rule_backward as delta_rule_backward_op, DeltaRule, DeltaRuleGrads};
 use rustile_ops::gemm::{gemm as gemm_op, Act, Epilogue, Transpose};
 use rustile_ops::norm::{layer_norm as layer_norm_op, norm_backward as norm_backward_op, norm_backward_scratch, rms_norm as rms_norm_op, NormGrads, Saved};
@@ -281,6 +282,52 @@ fn attention_backward(
     })
 }
 
+/// [`attention`] over sequences of different lengths packed back to back:
+/// `q`, `o` `[Σ q_lens, heads, d]`, `k`, `v` `[Σ k_lens, kv_heads, d]`,
+/// `lse` `[heads, Σ q_lens]`. The lengths are uploaded on each call.
+#[pyfunction]
+#[pyo3(signature = (q, k, v, q_lens, k_lens, o, lse, causal, scale, stream))]
+#[allow(clippy::too_many_arguments)]
+fn attention_packed(
+    py: Python<'_>, q: Arr, k: Arr, v: Arr, q_lens: Vec<usize>, k_lens: Vec<usize>, o: Arr, lse: Arr, causal: bool, scale: Option<f32>, stream: u64,
+) -> PyResult<()> {
+    run(py, &[&q, &k, &v, &o, &lse], stream, |gpu| {
+        let seqs = SeqLens::new(gpu, &q_lens, &k_lens)?;
+        with_dtype!(q.dtype(), T => attention_varlen(
+            gpu, &q.tensor::<T>(gpu)?, &k.tensor::<T>(gpu)?, &v.tensor::<T>(gpu)?, &seqs, &mut o.tensor::<T>(gpu)?, &mut lse.tensor(gpu)?,
+            attention_options(causal, scale, None),
+        ))
+    })
+}
+
+/// [`attention_packed`]'s backward.
+#[pyfunction]
+#[pyo3(signature = (q, k, v, o, d_o, lse, q_lens, k_lens, dq, dk, dv, causal, scale, stream))]
+#[allow(clippy::too_many_arguments)]
+fn attention_packed_backward(
+    py: Python<'_>, q: Arr, k: Arr, v: Arr, o: Arr, d_o: Arr, lse: Arr, q_lens: Vec<usize>, k_lens: Vec<usize>, dq: Arr, dk: Arr, dv: Arr, causal: bool,
+    scale: Option<f32>, stream: u64,
+) -> PyResult<()> {
+    run(py, &[&q, &k, &v, &o, &d_o, &lse, &dq, &dk, &dv], stream, |gpu| {
+        let seqs = SeqLens::new(gpu, &q_lens, &k_lens)?;
+        with_dtype!(q.dtype(), T => {
+            let ins = [q.tensor::<T>(gpu)?, k.tensor::<T>(gpu)?, v.tensor::<T>(gpu)?, o.tensor::<T>(gpu)?, d_o.tensor::<T>(gpu)?];
+            let [iq, ik, iv, io, ido] = &ins;
+            let (mut gq, mut gk, mut gv) = (dq.tensor::<T>(gpu)?, dk.tensor::<T>(gpu)?, dv.tensor::<T>(gpu)?);
+            attention_varlen_backward(gpu, [iq, ik, iv, io, ido], &lse.tensor(gpu)?, &seqs, [&mut gq, &mut gk, &mut gv], attention_options(causal, scale, None))
+        })
+    })
+}
+
+/// `c = silu(a·b1ᵀ) ⊙ (a·b2ᵀ)` (a SwiGLU's gate and up projections in one
+/// kernel): `a` `[m, k]`, `b1`, `b2` `[n, k]`, `c` `[m, n]`.
+#[pyfunction]
+fn dual_gemm(py: Python<'_>, a: Arr, b1: Arr, b2: Arr, c: Arr, stream: u64) -> PyResult<()> {
+    run(py, &[&a, &b1, &b2, &c], stream, |gpu| {
+        with_dtype!(a.dtype(), T => dual_gemm_op(gpu, &a.tensor::<T>(gpu)?, &b1.tensor::<T>(gpu)?, &b2.tensor::<T>(gpu)?, &mut c.tensor::<T>(gpu)?))
+    })
+}
+
 /// The delta rule (QuasarAttention's op): `o` from `q`, `k`, `v` `[batch,
 /// tokens, heads, 64]` and each head's `beta` (f32), from `initial`
 /// (`[batch, heads, 64, 64]` f32) or zeros, the final state into `final_state`.
@@ -399,6 +446,9 @@ fn _rustile(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(gemm, m)?,
         wrap_pyfunction!(attention, m)?,
         wrap_pyfunction!(attention_backward, m)?,
+        wrap_pyfunction!(attention_packed, m)?,
+        wrap_pyfunction!(attention_packed_backward, m)?,
+        wrap_pyfunction!(dual_gemm, m)?,
         wrap_pyfunction!(delta_rule, m)?,
         wrap_pyfunction!(delta_rule_backward, m)?,
         wrap_pyfunction!(gpu_name, m)?,

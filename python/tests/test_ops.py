@@ -290,3 +290,39 @@ def test_delta_rule_and_its_backward(rng):
             fd.append((loss(*plus) - loss(*minus)) / (2 * eps))
         got_i = np.array([got[i] for i in idx])
         assert np.linalg.norm(got_i - np.array(fd)) <= 3e-2 * np.linalg.norm(fd) + 1e-3, (which, got_i, fd)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_varlen_and_its_backward(rng, causal):
+    t, tol = DTYPES["bf16"]
+    heads, kv_heads, d = 4, 2, 64
+    q_lens, k_lens = [5, 1, 70], [9, 1, 70]
+    q, do = (normal(rng, (sum(q_lens), heads, d), t) for _ in range(2))
+    k, v = (normal(rng, (sum(k_lens), kv_heads, d), t) for _ in range(2))
+    qa, ka, va, doa = arrays(q, k, v, do)
+    o, lse = rustile.attention_varlen(qa, ka, va, q_lens, k_lens, causal=causal, return_lse=True)
+    grads = rustile.attention_varlen_backward(qa, ka, va, o, doa, lse, q_lens, k_lens, causal=causal)
+    want = [np.zeros(x.shape) for x in (q, k, v)]
+    want_o, want_lse = np.zeros(q.shape), np.zeros((heads, sum(q_lens)))
+    (q0, k0) = (0, 0)
+    for nq, nk in zip(q_lens, k_lens):
+        piece = lambda x, at, n: x[None, at:at + n]
+        sq = [piece(x, q0, nq) for x in (q, do)]
+        sk = [piece(x, k0, nk) for x in (k, v)]
+        o1, l1 = _attention_ref(sq[0], sk[0], sk[1], causal, 1 / np.sqrt(d))
+        g = _attention_ref(sq[0], sk[0], sk[1], causal, 1 / np.sqrt(d), sq[1])
+        want_o[q0:q0 + nq], want_lse[:, q0:q0 + nq] = o1[0], l1[0]
+        want[0][q0:q0 + nq], want[1][k0:k0 + nk], want[2][k0:k0 + nk] = g[0][0], g[1][0], g[2][0]
+        q0, k0 = q0 + nq, k0 + nk
+    assert rel_err(o, want_o) < tol and rel_err(lse, want_lse) < 1e-3
+    for got, w in zip(grads, want):
+        assert rel_err(got, w) < 2 * tol
+
+
+def test_dual_gemm(rng):
+    t, tol = DTYPES["bf16"]
+    m, n, k = 33, 80, 64
+    a, b1, b2 = normal(rng, (m, k), t), normal(rng, (n, k), t, 0.2), normal(rng, (n, k), t, 0.2)
+    aa, b1a, b2a = arrays(a, b1, b2)
+    g, u = wide(a) @ wide(b1).T, wide(a) @ wide(b2).T
+    assert rel_err(rustile.dual_gemm(aa, b1a, b2a), g / (1 + np.exp(-g)) * u) < 2 * tol
