@@ -64,6 +64,11 @@ impl Arr {
     }
 }
 
+/// The borrowed tensor of an optional array.
+fn optional<T: Elem>(a: &Option<Arr>, gpu: &Gpu) -> rustile_host::Result<Option<Tensor<T>>> {
+    a.as_ref().map(|a| a.tensor::<T>(gpu)).transpose()
+}
+
 /// Device 0 of this process (opened on first use) or the interpreter.
 fn device(ordinal: i64) -> rustile_host::Result<&'static Gpu> {
     static INTERPRETER: OnceLock<Gpu> = OnceLock::new();
@@ -98,21 +103,20 @@ fn run(py: Python<'_>, arrays: &[&Arr], stream: u64, f: impl FnOnce(&Gpu) -> rus
             where_(other.device())
         )));
     }
-    py.detach(|| {
+    let outcome = py.detach(|| {
         catch_unwind(AssertUnwindSafe(|| {
             let gpu = device(ordinal)?;
             // SAFETY: the handle is the caller's current stream on device 0.
             unsafe { gpu.on_stream(stream, || f(gpu)) }
         }))
-        .unwrap_or_else(|p| {
+    });
+    match outcome {
+        Ok(done) => done.map_err(to_py),
+        Err(p) => {
             let text = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
-            Err(Error::Invalid(format!("rustile panicked (a bug; please report it): {}", text.unwrap_or_default())))
-        })
-    })
-    .map_err(|e| match e {
-        Error::Invalid(ref m) if m.starts_with("rustile panicked") => PyRuntimeError::new_err(m.clone()),
-        e => to_py(e),
-    })
+            Err(PyRuntimeError::new_err(format!("rustile panicked (a bug; please report it): {}", text.unwrap_or_default())))
+        }
+    }
 }
 
 fn where_(ordinal: i64) -> String {
@@ -165,7 +169,7 @@ fn layer_norm(py: Python<'_>, x: Arr, w: Arr, b: Option<Arr>, eps: f32, y: Arr, 
     all.extend(b.as_ref());
     run(py, &all, stream, |gpu| {
         with_dtype!(x.dtype(), T => {
-            let b = b.as_ref().map(|b| b.tensor::<T>(gpu)).transpose()?;
+            let b = optional::<T>(&b, gpu)?;
             layer_norm_op(gpu, &x.tensor::<T>(gpu)?, &w.tensor::<T>(gpu)?, b.as_ref(), eps, &mut y.tensor::<T>(gpu)?, &mut mean.tensor(gpu)?, &mut rstd.tensor(gpu)?)
         })
     })
@@ -184,13 +188,13 @@ fn norm_backward(py: Python<'_>, dy: Arr, x: Arr, w: Arr, mean: Option<Arr>, rst
     run(py, &all, stream, |gpu| {
         with_dtype!(x.dtype(), T => {
             let (xt, rstd) = (x.tensor::<T>(gpu)?, rstd.tensor::<f32>(gpu)?);
-            let mean = mean.as_ref().map(|m| m.tensor::<f32>(gpu)).transpose()?;
+            let mean = optional::<f32>(&mean, gpu)?;
             let saved = match &mean {
                 Some(mean) => Saved::LayerNorm { mean, rstd: &rstd },
                 None => Saved::RmsNorm { rstd: &rstd },
             };
             let (mut gx, mut gw) = (dx.tensor::<T>(gpu)?, dw.tensor::<f32>(gpu)?);
-            let mut gb = db.as_ref().map(|b| b.tensor::<f32>(gpu)).transpose()?;
+            let mut gb = optional::<f32>(&db, gpu)?;
             let &[rows, cols] = xt.shape() else {
                 return Err(Error::Shape(format!("norm_backward: x must be [rows, cols]; it has shape {:?}", xt.shape())));
             };
@@ -227,7 +231,7 @@ fn gemm(
     run(py, &all, stream, |gpu| {
         with_dtype!(a.dtype(), T => {
             let (at, bt) = (a.tensor::<T>(gpu)?, b.tensor::<T>(gpu)?);
-            let (bias, residual) = (bias.as_ref().map(|t| t.tensor::<T>(gpu)).transpose()?, residual.as_ref().map(|t| t.tensor::<T>(gpu)).transpose()?);
+            let (bias, residual) = (optional::<T>(&bias, gpu)?, optional::<T>(&residual, gpu)?);
             let mut epi = Epilogue::new().act(activation(act)?).scale(alpha);
             if let Some(bias) = &bias {
                 epi = epi.bias_per_column(bias);
@@ -340,8 +344,8 @@ fn delta_rule(py: Python<'_>, q: Arr, k: Arr, v: Arr, beta: Arr, o: Arr, initial
     all.extend(final_state.as_ref());
     run(py, &all, stream, |gpu| {
         with_dtype!(q.dtype(), T => {
-            let s0 = initial.as_ref().map(|t| t.tensor::<f32>(gpu)).transpose()?;
-            let mut s1 = final_state.as_ref().map(|t| t.tensor::<f32>(gpu)).transpose()?;
+            let s0 = optional::<f32>(&initial, gpu)?;
+            let mut s1 = optional::<f32>(&final_state, gpu)?;
             let opt = DeltaRule { initial: s0.as_ref(), ..DeltaRule::default() };
             delta_rule_op(gpu, &q.tensor::<T>(gpu)?, &k.tensor::<T>(gpu)?, &v.tensor::<T>(gpu)?, &beta.tensor(gpu)?, &mut o.tensor::<T>(gpu)?, s1.as_mut(), opt)
         })
@@ -364,9 +368,9 @@ fn delta_rule_backward(
     all.extend(d_initial.as_ref());
     run(py, &all, stream, |gpu| {
         with_dtype!(q.dtype(), T => {
-            let s0 = initial.as_ref().map(|t| t.tensor::<f32>(gpu)).transpose()?;
-            let ds1 = d_final.as_ref().map(|t| t.tensor::<f32>(gpu)).transpose()?;
-            let mut ds0 = d_initial.as_ref().map(|t| t.tensor::<f32>(gpu)).transpose()?;
+            let s0 = optional::<f32>(&initial, gpu)?;
+            let ds1 = optional::<f32>(&d_final, gpu)?;
+            let mut ds0 = optional::<f32>(&d_initial, gpu)?;
             let (mut gq, mut gk, mut gv, mut gb) = (dq.tensor::<T>(gpu)?, dk.tensor::<T>(gpu)?, dv.tensor::<T>(gpu)?, dbeta.tensor::<f32>(gpu)?);
             let grads = DeltaRuleGrads { dq: &mut gq, dk: &mut gk, dv: &mut gv, dbeta: &mut gb, d_initial: ds0.as_mut() };
             let opt = DeltaRule { initial: s0.as_ref(), ..DeltaRule::default() };
@@ -416,7 +420,7 @@ impl TriMul {
         }
         run(py, &all, stream, |gpu| {
             let (xt, mut ot) = (x.tensor::<f32>(gpu)?, out.tensor::<f32>(gpu)?);
-            let mt = mask.as_ref().map(|m| m.tensor::<f32>(gpu)).transpose()?;
+            let mt = optional::<f32>(&mask, gpu)?;
             let &[batch, n, ..] = xt.shape() else {
                 return Err(Error::Shape(format!("trimul: x must be [batch, n, n, dim]; it has shape {:?}", xt.shape())));
             };
