@@ -5,14 +5,15 @@ caller's array is one of its own.
 
 This runs on every call of every op, so it keeps to what is cheap in
 PyTorch: ``dtype`` objects as dict keys (not their names), ``get_device()``
-(not a ``torch.device``), the raw current stream (not a ``Stream`` object)."""
+(not a ``torch.device``), ``new_empty`` (not ``torch.empty(device=...)``),
+the raw current stream (not a ``Stream`` object)."""
 
 import sys
 
 _NUMPY = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
-_TO_TORCH = {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}
-_torch = None  # the torch module and its dtype table, once a tensor was seen
+_torch = None  # the torch module and its dtype tables, once a tensor was seen
 _TORCH = {}
+_TO_TORCH = {}
 
 
 def _torch_tensor(x):
@@ -24,6 +25,7 @@ def _torch_tensor(x):
             return False
         _torch = torch
         _TORCH.update({torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"})
+        _TO_TORCH.update({name: dtype for dtype, name in _TORCH.items()})
     return isinstance(x, _torch.Tensor)
 
 
@@ -59,7 +61,8 @@ def empty(like, shape, dtype=None):
     """An uninitialised array of ``shape`` beside ``like`` (same library and
     device), of ``like``'s dtype or ``dtype`` (``"f32"``)."""
     if _torch_tensor(like):
-        return _torch.empty(shape, dtype=like.dtype if dtype is None else getattr(_torch, _TO_TORCH[dtype]), device=like.device)
+        # new_empty: like's device and dtype without building a torch.device each call.
+        return like.new_empty(shape) if dtype is None else like.new_empty(shape, dtype=_TO_TORCH[dtype])
     desc(like)  # a TypeError for what is neither a tensor nor an array
     import numpy as np
 
