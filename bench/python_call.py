@@ -42,6 +42,11 @@ def main():
         ("rustile.softmax(x)", per_call_us(lambda: rustile.softmax(x))),
         ("torch.ops.rustile.softmax(x)", per_call_us(lambda: torch.ops.rustile.softmax(x))),
         ("torch.softmax(x, -1)", per_call_us(lambda: torch.softmax(x, -1))),
+        # The wrapper's parts, alone.
+        ("  describe x (desc)", per_call_us(lambda: desc(x))),
+        ("  the current stream", per_call_us(lambda: stream_of(x))),
+        ("  x.new_empty(shape)", per_call_us(lambda: x.new_empty(xd[1]))),
+        ("  torch.empty(shape, device=)", per_call_us(lambda: torch.empty(xd[1], dtype=x.dtype, device=x.device))),
     ]
     print(f"softmax of 8x256 bf16 on {torch.cuda.get_device_name()}: host µs a call")
     for name, us in rows:
