@@ -434,6 +434,29 @@ impl TriMul {
     }
 }
 
+/// Host µs a launch of [`softmax`] takes from Rust (the best of five loops
+/// of `n`, the GPU waited for between loops): the floor under the Python
+/// call's overhead, for `bench/python_call.py`.
+#[pyfunction]
+fn softmax_launch_us(py: Python<'_>, x: Arr, y: Arr, stream: u64, n: usize) -> PyResult<f64> {
+    let mut best = f64::INFINITY;
+    run(py, &[&x, &y], stream, |gpu| {
+        with_dtype!(x.dtype(), T => {
+            let (xt, mut yt) = (x.tensor::<T>(gpu)?, y.tensor::<T>(gpu)?);
+            for _ in 0..5 {
+                let start = std::time::Instant::now();
+                for _ in 0..n {
+                    softmax_op(gpu, &xt, &mut yt)?;
+                }
+                best = best.min(start.elapsed().as_secs_f64() * 1e6 / n.max(1) as f64);
+                gpu.sync()?;
+            }
+            Ok(())
+        })
+    })?;
+    Ok(best)
+}
+
 /// What runs the ops on CUDA tensors: the GPU's name, or a `RuntimeError` saying why there is none.
 #[pyfunction]
 fn gpu_name() -> PyResult<String> {
@@ -456,6 +479,7 @@ fn _rustile(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(delta_rule, m)?,
         wrap_pyfunction!(delta_rule_backward, m)?,
         wrap_pyfunction!(gpu_name, m)?,
+        wrap_pyfunction!(softmax_launch_us, m)?,
     ] {
         m.add_function(f)?;
     }
