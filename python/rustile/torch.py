@@ -9,7 +9,7 @@ warm-up call outside it, as PyTorch asks of every op: the first call loads
 the kernels). CPU tensors run in the CPU interpreter.
 """
 
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -63,6 +63,67 @@ def attention(q, k, v, causal=False, scale=None, keys=None):
     """:func:`rustile.attention` on tensors (``[batch, seq, heads, d]``, as
     ``flash_attn_func``), differentiable in ``q``, ``k`` and ``v``."""
     return torch.ops.rustile.attention(q, k, v, causal, scale, keys)[0]
+
+
+# ---- attention over packed variable-length sequences (forward and backward) ---------------------
+
+
+@torch.library.custom_op("rustile::attention_varlen", mutates_args=())
+def _attention_varlen(q: Tensor, k: Tensor, v: Tensor, q_lens: List[int], k_lens: List[int], causal: bool, scale: Optional[float]) -> Tuple[Tensor, Tensor]:
+    return rustile.attention_varlen(q, k, v, q_lens, k_lens, causal=causal, scale=scale, return_lse=True)
+
+
+@_attention_varlen.register_fake
+def _(q, k, v, q_lens, k_lens, causal, scale):
+    tokens, heads, _ = q.shape
+    return torch.empty_like(q), q.new_empty((heads, tokens), dtype=torch.float32)
+
+
+@torch.library.custom_op("rustile::attention_varlen_backward", mutates_args=())
+def _attention_varlen_backward(
+    q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor, q_lens: List[int], k_lens: List[int], causal: bool, scale: Optional[float]
+) -> Tuple[Tensor, Tensor, Tensor]:
+    return rustile.attention_varlen_backward(q, k, v, o, do, lse, q_lens, k_lens, causal=causal, scale=scale)
+
+
+@_attention_varlen_backward.register_fake
+def _(q, k, v, o, do, lse, q_lens, k_lens, causal, scale):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _varlen_setup(ctx, inputs, output):
+    q, k, v, q_lens, k_lens, causal, scale = inputs
+    ctx.save_for_backward(q, k, v, *output)
+    ctx.options = (q_lens, k_lens, causal, scale)
+
+
+def _varlen_grad(ctx, do, _dlse):
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = torch.ops.rustile.attention_varlen_backward(q, k, v, o, do.contiguous(), lse, *ctx.options)
+    return dq, dk, dv, None, None, None, None
+
+
+_attention_varlen.register_autograd(_varlen_grad, setup_context=_varlen_setup)
+
+
+def attention_varlen(q, k, v, q_lens, k_lens, causal=False, scale=None):
+    """:func:`rustile.attention_varlen` on tensors (``[Σ lens, heads, d]``;
+    the lengths as lists of ints), differentiable in ``q``, ``k`` and ``v``."""
+    return torch.ops.rustile.attention_varlen(q, k, v, list(q_lens), list(k_lens), causal, scale)[0]
+
+
+# ---- the dual GEMM (forward only: Rust has no backward for it yet) ----------------------------
+
+
+@torch.library.custom_op("rustile::dual_gemm", mutates_args=())
+def dual_gemm(a: Tensor, b1: Tensor, b2: Tensor) -> Tensor:
+    """``silu(a·b1ᵀ) ⊙ (a·b2ᵀ)`` in one kernel (no autograd yet)."""
+    return rustile.dual_gemm(a, b1, b2)
+
+
+@dual_gemm.register_fake
+def _(a, b1, b2):
+    return a.new_empty((a.shape[0], b1.shape[0]))
 
 
 # ---- the delta rule (QuasarAttention's op; forward and backward) -------------------------------

@@ -118,6 +118,25 @@ def test_delta_rule_autograd_matches_float64():
         assert rel_err(got.grad, ref.grad) < 3e-2
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_varlen_autograd_matches_float64(causal):
+    q_lens, k_lens, heads, kv_heads, d = [7, 129, 1], [9, 129, 300], 4, 2, 64
+    make = lambda n, h: torch.randn(n, h, d, device="cuda").bfloat16().requires_grad_()
+    q, k, v = make(sum(q_lens), heads), make(sum(k_lens), kv_heads), make(sum(k_lens), kv_heads)
+    o = rt.attention_varlen(q, k, v, q_lens, k_lens, causal=causal)
+    do = torch.randn_like(o)
+    o.backward(do)
+    q0 = k0 = 0
+    for nq, nk in zip(q_lens, k_lens):
+        sl = lambda t, at, n: t.detach()[at:at + n].unsqueeze(0)
+        want, leaves = reference(sl(q, q0, nq), sl(k, k0, nk), sl(v, k0, nk), causal)
+        assert rel_err(o[q0:q0 + nq], want[0]) < 8e-3
+        want.backward(do[q0:q0 + nq].unsqueeze(0).double())
+        for got, ref in zip((q.grad[q0:q0 + nq], k.grad[k0:k0 + nk], v.grad[k0:k0 + nk]), leaves):
+            assert rel_err(got, ref.grad.transpose(1, 2)[0]) < 1.5e-2
+        q0, k0 = q0 + nq, k0 + nk
+
+
 def test_custom_ops_pass_opcheck():
     q, k, v = qkv(1, 65, 65, 4, 2, 64, grad=True)
     torch.library.opcheck(torch.ops.rustile.attention.default, (q, k, v, True, None, None))
@@ -128,6 +147,9 @@ def test_custom_ops_pass_opcheck():
     torch.library.opcheck(torch.ops.rustile.layer_norm.default, (x, w, w.detach().clone().requires_grad_(), 1e-5))
     a, lw = torch.randn(33, 64, device="cuda", dtype=torch.bfloat16), torch.randn(48, 64, device="cuda", dtype=torch.bfloat16)
     torch.library.opcheck(torch.ops.rustile.linear.default, (a, lw, None, "silu", None))
+    torch.library.opcheck(torch.ops.rustile.dual_gemm.default, (a, lw, lw * 0.5))
+    qv, kv = torch.randn(20, 4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True), torch.randn(30, 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    torch.library.opcheck(torch.ops.rustile.attention_varlen.default, (qv, kv, kv.detach().clone().requires_grad_(), [5, 15], [10, 20], True, None))
     dq, dk, dv = qkv(1, 67, 67, 2, 2, 64, grad=True)
     torch.library.opcheck(torch.ops.rustile.delta_rule.default, (dq, dk / 8, dv, torch.tensor([0.5, 1.0], device="cuda", requires_grad=True)))
 
