@@ -31,6 +31,11 @@ impl Shape {
         let Dims { batch, sq, sk, heads, kv_heads, d } = self.dims;
         [batch, sq, sk, heads, kv_heads, d]
     }
+    /// Bytes the forward must move at least: q, k, v read and o written, in bf16.
+    pub fn bytes(&self) -> f64 {
+        let Dims { batch, sq, sk, heads, kv_heads, d } = self.dims;
+        (2 * batch * d * (2 * sq * heads + 2 * sk * kv_heads)) as f64
+    }
     /// Forward FLOPs, `4·B·H·Sq·Sk·D`, the pairs a causal mask removes not counted.
     pub fn flops(&self) -> f64 {
         let Dims { batch, sq, sk, heads, d, .. } = self.dims;
@@ -168,7 +173,7 @@ pub fn bench_attention(gpu: &Gpu, cfg: &MeasureCfg, shapes: &[Shape]) -> Result<
         let stats = measure(gpu, cfg, || attention::attention(gpu, &dq_in, &dk_in, &dv_in, &mut o, &mut lse, opt))?;
         eprintln!("  {:.1} µs, {:.0} TFLOP/s", stats.median_ms * 1e3, s.flops() / stats.median_ms / 1e9);
         let fwd_ms = stats.median_ms;
-        rows.push(Row::new(s.op(), &s.sizes(), bf16::NAME, RUSTILE, stats).flops(s.flops()));
+        rows.push(Row::new(s.op(), &s.sizes(), bf16::NAME, RUSTILE, stats).flops(s.flops()).bytes(s.bytes()));
         let bwd = measure(gpu, cfg, || attention::attention_backward(gpu, [&dq_in, &dk_in, &dv_in, &o, &d_o], &lse, [&mut dq, &mut dk, &mut dv], opt))?;
         let (free, total) = gpu.mem_info()?;
         eprintln!(
