@@ -2,8 +2,8 @@
 
 Every op takes CUDA tensors (run on device 0, on PyTorch's current stream,
 outputs allocated by PyTorch's allocator) or host arrays and CPU tensors
-(run by Rust's CPU interpreter of the same kernels: slow, exact to the GPU's
-math, for tests and machines without a GPU). Shapes, dtypes and strides are
+(run by Rust's CPU interpreter of the same kernel code: slow, for tests and
+machines without a GPU). Shapes, dtypes and strides are
 checked in Rust; an error there is a ``ValueError`` (bad arguments) or a
 ``RuntimeError`` (CUDA) with Rust's message.
 
@@ -12,7 +12,9 @@ dtypes: ``bfloat16``, ``float16`` and ``float32`` where an op has them
 ``.contiguous()`` (or ``numpy.ascontiguousarray``) first.
 
 With PyTorch installed, ``import rustile.torch`` registers the ops as
-``torch.library`` custom ops with autograd (``torch.ops.rustile.*``).
+``torch.library`` custom ops (``torch.ops.rustile.*``), with autograd where
+Rust has the backward. ``rustile.trimul.custom_kernel`` is GPU MODE's TriMul
+entry point.
 """
 
 import math
