@@ -66,14 +66,13 @@ macro_rules! conv {
 
 // ---- the short convolution ----------------------------------------------------------------
 // Three configs of each, the same 32-row blocks (so the same shares of
-// `dw`): a program's 32×128 tile by four warps or eight, or 32×64 by four;
-// the forward, which writes no shares, also 16-row blocks.
+// `dw`): a program's 32×128 tile by four warps or eight, or 32×64 by four.
 // The host takes the first unless `RUSTILE_QUASAR_CONFIG` names another;
 // each kernel's first is the fastest at a million tokens (RESULTS, "The
 // layer's weight-gradient shares summed in two passes").
 
 #[kernel(
-    configs = [(BT = 32, BC = 64, WARPS = 4), (BT = 32, BC = 128, WARPS = 4), (BT = 32, BC = 128, WARPS = 8), (BT = 16, BC = 64, WARPS = 4), (BT = 16, BC = 128, WARPS = 8)],
+    configs = [(BT = 32, BC = 64, WARPS = 4), (BT = 32, BC = 128, WARPS = 4), (BT = 32, BC = 128, WARPS = 8)],
     grid = [cdiv(tokens, BT), cdiv(channels, BC), batch],
     dtypes = [bf16],
 )]

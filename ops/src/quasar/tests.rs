@@ -112,23 +112,21 @@ fn every_conv_config_agrees_with_the_first() {
     let (x, dy) = (up(&normal(&mut rng, n, 0.0, 1.0), &shape), up(&normal(&mut rng, n, 0.0, 1.0), &shape));
     let w = up(&normal(&mut rng, WIDTH * channels, 0.0, 0.5), &[WIDTH, channels]);
     let parts = batch * tokens.div_ceil(32) * WIDTH * channels;
-    // y (forward config `fwd`), and da, the shares of dw and dx (backward config `bwd`).
-    let run = |fwd: usize, bwd: usize| {
+    // y, da, the shares of dw and dx of config `cfg`.
+    let run = |cfg: usize| {
         let mut y = up(&poisoned(n), &shape);
         let (mut da, mut dx) = (up(&poisoned(n), &shape), up(&poisoned(n), &shape));
         let mut part = gpu.upload(&poisoned::<f32>(parts), &[parts]).unwrap();
-        conv_silu_kernel::launch(&gpu, fwd, &x, &w, &mut y, tokens, channels, batch).unwrap();
-        conv_silu_bwd_kernel::launch(&gpu, bwd, &x, &w, &dy, &mut da, &mut part, tokens, channels, batch).unwrap();
-        conv_dx_kernel::launch(&gpu, bwd, &da, &w, &mut dx, tokens, channels, batch).unwrap();
+        conv_silu_kernel::launch(&gpu, cfg, &x, &w, &mut y, tokens, channels, batch).unwrap();
+        conv_silu_bwd_kernel::launch(&gpu, cfg, &x, &w, &dy, &mut da, &mut part, tokens, channels, batch).unwrap();
+        conv_dx_kernel::launch(&gpu, cfg, &da, &w, &mut dx, tokens, channels, batch).unwrap();
         let f = |t: &rustile_host::Tensor<rustile::bf16>| wide(&gpu.download(t).unwrap());
         (f(&y), f(&da), gpu.download(&part).unwrap(), f(&dx))
     };
-    let first = run(0, 0);
-    // The backward's configs (its two kernels share them), then the forward's further ones.
-    let configs = (1..conv_silu_bwd_kernel::CONFIGS.len()).map(|c| (c, c)).chain((conv_silu_bwd_kernel::CONFIGS.len()..conv_silu_kernel::CONFIGS.len()).map(|c| (c, 0)));
-    for (fwd, bwd) in configs {
-        let got = run(fwd, bwd);
-        let ctx = format!("{} / {} (seed {seed})", conv_silu_kernel::CONFIGS[fwd].name, conv_silu_bwd_kernel::CONFIGS[bwd].name);
+    let first = run(0);
+    for (cfg, c) in conv_silu_kernel::CONFIGS.iter().enumerate().skip(1) {
+        let got = run(cfg);
+        let ctx = format!("{} (seed {seed})", c.name);
         // Each value is the same sum in the same order; only the shares' sums over a block's rows may be ordered otherwise.
         assert!(got.0 == first.0 && got.1 == first.1 && got.3 == first.3, "{ctx}: y, da or dx differ from the first config's");
         let err = rel_err(&got.2, &first.2.iter().map(|&v| v as f64).collect::<Vec<_>>());
