@@ -12,24 +12,11 @@ import statistics
 
 import torch
 
-from rustile.trimul import custom_kernel
+from rustile.trimul import custom_kernel, random_data
 
 # (n, batch, dim, masked, cauchy): GPU MODE's order; hidden 128.
 SHAPES = [(256, 2, 128, False, False), (768, 1, 128, False, True), (256, 2, 384, True, False), (512, 1, 128, False, False),
           (1024, 1, 128, False, True), (768, 1, 384, True, False), (1024, 1, 384, False, False)]
-
-
-def data(n, batch, dim, masked, cauchy, hidden=128):
-    x = torch.empty(batch, n, n, dim, device="cuda")
-    x.cauchy_(0, 2) if cauchy else x.normal_()
-    mask = torch.randint(0, 2, (batch, n, n), device="cuda").float() if masked else torch.ones(batch, n, n, device="cuda")
-    lin = lambda o, i: torch.randn(o, i, device="cuda") / i**0.5
-    w = {"norm.weight": 1 + 0.2 * torch.randn(dim, device="cuda"), "norm.bias": 0.2 * torch.randn(dim, device="cuda"),
-         "to_out_norm.weight": 1 + 0.2 * torch.randn(hidden, device="cuda"), "to_out_norm.bias": 0.2 * torch.randn(hidden, device="cuda"),
-         "to_out.weight": lin(dim, hidden)}
-    for k in ("left_proj", "left_gate", "right_proj", "right_gate", "out_gate"):
-        w[k + ".weight"] = lin(hidden, dim)
-    return x, mask, w, {"dim": dim, "hidden_dim": hidden}
 
 
 def median_ms(f, reps=100):
@@ -52,7 +39,8 @@ def main():
     print(f"trimul from Python (rustile.trimul.custom_kernel) on {torch.cuda.get_device_name()}")
     times = []
     for shape in SHAPES:
-        d = data(*shape)
+        n, batch, dim, masked, cauchy = shape
+        d = random_data(batch, n, dim, masked=masked, cauchy=cauchy)
         ms = median_ms(lambda: custom_kernel(d))
         times.append(ms)
         print(f"  n {shape[0]:5} batch {shape[1]} dim {shape[2]:4}{' masked' if shape[3] else ''}{' cauchy' if shape[4] else ''}: {ms:.3f} ms")

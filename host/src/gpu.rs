@@ -46,7 +46,8 @@ pub(crate) struct Cuda {
     /// The second stream of [`Gpu::concurrently`], made on first use.
     side: OnceLock<Arc<CudaStream>>,
     /// Streams of other libraries that [`Gpu::on_stream`] has run work on,
-    /// wrapped once each (never destroyed by us; a handful a process).
+    /// wrapped once each and never freed (a handful a process), so that
+    /// a launch finds its stream without a lock.
     foreign: Mutex<Vec<&'static Arc<CudaStream>>>,
     /// Stream-ordered allocation (cuMemAllocAsync) avoids the implicit device
     /// sync of cuMemFree, so freeing a temporary does not stall timed work.
@@ -295,7 +296,7 @@ impl Gpu {
         match c.side.get() {
             Some(side) if ON_SIDE.with(|g| g.get()) == me => side,
             _ => match ON_FOREIGN.with(|f| f.get()) {
-                Some((gpu, stream)) if gpu == me => c.foreign.lock().unwrap_or_else(|p| p.into_inner())[stream],
+                Some(on) if on.gpu == me => on.stream,
                 _ => &c.stream,
             },
         }
@@ -305,9 +306,10 @@ impl Gpu {
     /// allocations and their frees, [`Gpu::sync`]) queued on `stream`, a
     /// `CUstream` of another library (PyTorch's current stream, as
     /// `torch.cuda.current_stream().cuda_stream`; 0 is the legacy default
-    /// stream), so that it is ordered with that library's work. Launches
-    /// made while `stream` is being captured into a CUDA graph skip their
-    /// error query, which would end the capture. On the interpreter, `f` just runs.
+    /// stream), so that it is ordered with that library's work. When `stream`
+    /// is being captured into a CUDA graph as the call begins, its launches
+    /// skip their error query, which would end the capture. On the
+    /// interpreter, `f` just runs.
     ///
     /// # Safety
     /// `stream` must be a stream of this device's primary context (the one
@@ -315,19 +317,23 @@ impl Gpu {
     pub unsafe fn on_stream<R>(&self, stream: u64, f: impl FnOnce() -> Result<R>) -> Result<R> {
         let Some(c) = &self.cuda else { return f() };
         self.bind()?;
-        let index = {
+        let wrapped: &'static Arc<CudaStream> = {
             let mut known = c.foreign.lock().unwrap_or_else(|p| p.into_inner());
-            match known.iter().position(|s| s.cu_stream() as u64 == stream) {
-                Some(i) => i,
+            match known.iter().find(|s| s.cu_stream() as u64 == stream) {
+                Some(s) => s,
                 None => {
-                    let ctx = c.stream.context();
-                    known.push(Box::leak(Box::new(unsafe { ctx.wrap_borrowed_stream(stream as sys::CUstream) })));
-                    known.len() - 1
+                    let made = Box::leak(Box::new(unsafe { c.stream.context().wrap_borrowed_stream(stream as sys::CUstream) }));
+                    known.push(made);
+                    made
                 }
             }
         };
-        let me = self as *const Gpu as usize;
-        let _on = OnForeign(ON_FOREIGN.with(|g| g.replace(Some((me, index)))));
+        // Asked once a call, not a launch: a capture does not begin or end inside an op.
+        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        let asked = unsafe { sys::cuStreamIsCapturing(wrapped.cu_stream(), &mut status) };
+        let capturing = asked != CUresult::CUDA_SUCCESS || status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        let on = Foreign { gpu: self as *const Gpu as usize, stream: wrapped, capturing };
+        let _restore = OnForeign(ON_FOREIGN.with(|g| g.replace(Some(on))));
         f()
     }
 
@@ -335,15 +341,8 @@ impl Gpu {
     /// (by [`Gpu::capture`], or by another library on its stream).
     fn capturing(&self) -> bool {
         let Some(c) = &self.cuda else { return false };
-        if c.capturing.load(std::sync::atomic::Ordering::Relaxed) {
-            return true;
-        }
-        if ON_FOREIGN.with(|f| f.get()).is_none() {
-            return false;
-        }
-        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        let asked = unsafe { sys::cuStreamIsCapturing(self.raw_stream(), &mut status) };
-        asked != CUresult::CUDA_SUCCESS || status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+        let me = self as *const Gpu as usize;
+        c.capturing.load(std::sync::atomic::Ordering::Relaxed) || ON_FOREIGN.with(|f| f.get()).is_some_and(|on| on.gpu == me && on.capturing)
     }
 
     /// Runs `a`, then `b`, whose GPU work may overlap: what `b` queues goes to
@@ -897,14 +896,22 @@ thread_local! {
     static ON_SIDE: Cell<usize> = const { Cell::new(0) };
 }
 
+/// Inside [`Gpu::on_stream`]: the `Gpu` (its address), the caller's stream
+/// it queues on, and whether that stream was being captured when the call began.
+#[derive(Clone, Copy)]
+struct Foreign {
+    gpu: usize,
+    stream: &'static Arc<CudaStream>,
+    capturing: bool,
+}
+
 thread_local! {
-    /// The `Gpu` (its address) and the foreign stream (its index) this
-    /// thread's work goes to: inside [`Gpu::on_stream`]; `None` outside.
-    static ON_FOREIGN: Cell<Option<(usize, usize)>> = const { Cell::new(None) };
+    /// Where this thread's work goes inside [`Gpu::on_stream`]; `None` outside.
+    static ON_FOREIGN: Cell<Option<Foreign>> = const { Cell::new(None) };
 }
 
 /// Restores the thread's previous foreign stream when dropped.
-struct OnForeign(Option<(usize, usize)>);
+struct OnForeign(Option<Foreign>);
 
 impl Drop for OnForeign {
     fn drop(&mut self) {

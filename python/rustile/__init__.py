@@ -20,7 +20,7 @@ entry point.
 import math
 
 from . import _rustile
-from ._arrays import desc, empty, stream_of
+from ._arrays import desc, desc_or_none, empty, stream_of
 
 __all__ = ["softmax", "rms_norm", "layer_norm", "norm_backward", "gemm", "attention", "attention_backward",
            "attention_varlen", "attention_varlen_backward", "dual_gemm", "delta_rule",
@@ -54,7 +54,7 @@ def layer_norm(x, w, b=None, eps=1e-5, return_stats=False):
     ``return_stats``, also each row's mean and ``1/std`` (float32)."""
     xd = desc(x)
     y, mean, rstd = empty(x, xd[1]), empty(x, xd[1][:1], "f32"), empty(x, xd[1][:1], "f32")
-    _rustile.layer_norm(xd, desc(w), None if b is None else desc(b), float(eps), desc(y), desc(mean), desc(rstd), stream_of(x))
+    _rustile.layer_norm(xd, desc(w), desc_or_none(b), float(eps), desc(y), desc(mean), desc(rstd), stream_of(x))
     return (y, mean, rstd) if return_stats else y
 
 
@@ -65,8 +65,8 @@ def norm_backward(dy, x, w, rstd, mean=None, bias=False):
     xd = desc(x)
     dx, dw = empty(x, xd[1]), empty(x, xd[1][-1:], "f32")
     db = empty(x, xd[1][-1:], "f32") if bias else None
-    _rustile.norm_backward(desc(dy), xd, desc(w), None if mean is None else desc(mean), desc(rstd), desc(dx), desc(dw),
-                           None if db is None else desc(db), stream_of(x))
+    _rustile.norm_backward(desc(dy), xd, desc(w), desc_or_none(mean), desc(rstd), desc(dx), desc(dw),
+                           desc_or_none(db), stream_of(x))
     return dx, dw, db
 
 
@@ -81,8 +81,8 @@ def gemm(a, w, bias=None, act="none", residual=None, alpha=1.0, w_kn=False, a_km
         raise ValueError(f"gemm: w (and a with a_km) must be 2-D, not of shapes {ad[1]} and {wd[1]}")
     m = ad[1][-1] if a_km else ad[1][-2]
     c = empty(a, tuple(ad[1][:-2]) + (m, wd[1][1] if w_kn else wd[1][0]))
-    _rustile.gemm(ad, wd, desc(c), bool(a_km), bool(w_kn), None if bias is None else desc(bias), act,
-                  None if residual is None else desc(residual), float(alpha), stream_of(a))
+    _rustile.gemm(ad, wd, desc(c), bool(a_km), bool(w_kn), desc_or_none(bias), act,
+                  desc_or_none(residual), float(alpha), stream_of(a))
     return c
 
 
@@ -157,8 +157,8 @@ def delta_rule(q, k, v, beta, initial=None, return_final_state=False):
     batch, _, heads, d = qd[1]
     o = empty(q, qd[1])
     final = empty(q, (batch, heads, d, d), "f32") if return_final_state else None
-    _rustile.delta_rule(qd, desc(k), desc(v), desc(beta), desc(o), None if initial is None else desc(initial),
-                        None if final is None else desc(final), stream_of(q))
+    _rustile.delta_rule(qd, desc(k), desc(v), desc(beta), desc(o), desc_or_none(initial),
+                        desc_or_none(final), stream_of(q))
     return (o, final) if return_final_state else o
 
 
@@ -170,9 +170,9 @@ def delta_rule_backward(q, k, v, beta, do, initial=None, d_final=None, want_d_in
     batch, _, heads, d = qd[1]
     dq, dk, dv, dbeta = empty(q, qd[1]), empty(k, kd[1]), empty(v, vd[1]), empty(q, (heads,), "f32")
     d_initial = empty(q, (batch, heads, d, d), "f32") if want_d_initial else None
-    opt = lambda t: None if t is None else desc(t)
-    _rustile.delta_rule_backward(qd, kd, vd, desc(beta), desc(do), opt(initial), opt(d_final), desc(dq), desc(dk), desc(dv),
-                                 desc(dbeta), opt(d_initial), stream_of(q))
+    opt = lambda t: desc_or_none(t)
+    _rustile.delta_rule_backward(qd, kd, vd, desc(beta), desc(do), desc_or_none(initial), desc_or_none(d_final), desc(dq), desc(dk), desc(dv),
+                                 desc(dbeta), desc_or_none(d_initial), stream_of(q))
     return dq, dk, dv, dbeta, d_initial
 
 

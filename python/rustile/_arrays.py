@@ -50,6 +50,11 @@ def desc(x):
     raise TypeError(f"rustile: expected a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
 
 
+def desc_or_none(x):
+    """:func:`desc` of an optional array: ``None`` stays ``None``."""
+    return None if x is None else desc(x)
+
+
 def stream_of(x):
     """PyTorch's current stream on ``x``'s device, as a raw handle (0, ignored, for host arrays)."""
     if _torch_tensor(x) and x.is_cuda:

@@ -14,7 +14,7 @@ on every call.
 """
 
 from . import _rustile
-from ._arrays import desc, empty, stream_of
+from ._arrays import desc, desc_or_none, empty, stream_of
 
 # The module's parameter names, in the order the Rust TriMul takes them.
 WEIGHTS = (
@@ -53,5 +53,23 @@ def custom_kernel(data):
     op = prepare(weights)
     xd = desc(x)
     out = empty(x, xd[1])
-    op.forward(xd, None if mask is None else desc(mask), desc(out), stream_of(x))
+    op.forward(xd, desc_or_none(mask), desc(out), stream_of(x))
     return out
+
+
+def random_data(batch, n, dim, hidden=128, masked=False, cauchy=False, device="cuda"):
+    """A task input ``(x, mask, weights, config)`` drawn as GPU MODE's
+    benchmark draws it (x normal, or Cauchy(0, 2); a 0/1 mask or ones;
+    linear weights scaled by 1/sqrt(fan-in)): for tests and timing."""
+    import torch
+
+    x = torch.empty(batch, n, n, dim, device=device)
+    x.cauchy_(0, 2) if cauchy else x.normal_()
+    mask = torch.randint(0, 2, (batch, n, n), device=device).float() if masked else torch.ones(batch, n, n, device=device)
+    lin = lambda o, i: torch.randn(o, i, device=device) / i**0.5
+    w = {"norm.weight": 1 + 0.2 * torch.randn(dim, device=device), "norm.bias": 0.2 * torch.randn(dim, device=device),
+         "to_out_norm.weight": 1 + 0.2 * torch.randn(hidden, device=device), "to_out_norm.bias": 0.2 * torch.randn(hidden, device=device),
+         "to_out.weight": lin(dim, hidden)}
+    for k in ("left_proj", "left_gate", "right_proj", "right_gate", "out_gate"):
+        w[k + ".weight"] = lin(hidden, dim)
+    return x, mask, w, {"dim": dim, "hidden_dim": hidden}

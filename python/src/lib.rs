@@ -27,7 +27,7 @@ use rustile_host::{Elem, Error, Gpu, Tensor};
 use rustile_ops::attention::{attention as attention_fwd, attention_backward as attention_bwd, attention_varlen, attention_varlen_backward, Attention, SeqLens};
 use rustile_ops::dual_gemm::dual_gemm as dual_gemm_op;
 use rustile_ops::delta_rule::{delta_rule as delta_rule_op, delta_rule_backward as delta_rule_backward_op, DeltaRule, DeltaRuleGrads};
-use rustile_ops::gemm::{gemm as gemm_op, Act, Epilogue, Transpose};
+use rustile_ops::gemm::{gemm as gemm_op, Act, Epilogue, Mat, Transpose};
 use rustile_ops::norm::{layer_norm as layer_norm_op, norm_backward as norm_backward_op, norm_backward_scratch, rms_norm as rms_norm_op, NormGrads, Saved};
 use rustile_ops::softmax::softmax as softmax_op;
 use rustile_ops::trimul::{Params as TriMulParams, TriMul as TriMulOp, Workspace as TriMulWorkspace};
@@ -240,12 +240,10 @@ fn gemm(
                 epi = epi.residual(residual);
             }
             let mut ct = c.tensor::<T>(gpu)?;
-            match (a_km, b_kn) {
-                (false, false) => gemm_op(gpu, &at, bt.t(), &mut ct, &epi),
-                (false, true) => gemm_op(gpu, &at, &bt, &mut ct, &epi),
-                (true, false) => gemm_op(gpu, at.t(), bt.t(), &mut ct, &epi),
-                (true, true) => gemm_op(gpu, at.t(), &bt, &mut ct, &epi),
-            }
+            // Each operand as stored, or read transposed.
+            let am: Mat<T> = if a_km { at.t() } else { (&at).into() };
+            let bm: Mat<T> = if b_kn { (&bt).into() } else { bt.t() };
+            gemm_op(gpu, am, bm, &mut ct, &epi)
         })
     })
 }

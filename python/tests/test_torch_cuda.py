@@ -20,6 +20,17 @@ def rel_err(got, want):
     return ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
 
 
+def assert_autograd_close(y, want, leaves, wide, out_tol, grad_tol):
+    """Our output `y` against the float64 `want`, then the gradients of our
+    `leaves` against those of their float64 copies `wide`, for one random output gradient."""
+    assert rel_err(y, want) < out_tol
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    want.backward(dy.double())
+    for got, ref in zip(leaves, wide):
+        assert rel_err(got.grad, ref.grad) < grad_tol
+
+
 def qkv(batch, sq, sk, heads, kv_heads, d, grad=False):
     g = torch.Generator(device="cuda").manual_seed(torch.seed() & 0xFFFFFFFF)
     make = lambda s, h: torch.randn(batch, s, h, d, device="cuda", generator=g).bfloat16().requires_grad_(grad)
@@ -63,12 +74,7 @@ def test_norm_autograd_matches_float64(kind):
     else:
         y = rt.layer_norm(x, w, b, 1e-5)
         want = torch.nn.functional.layer_norm(wide[0], (cols,), wide[1], wide[2] if b is not None else None, eps=1e-5)
-    assert rel_err(y, want) < 8e-3
-    dy = torch.randn_like(y)
-    y.backward(dy)
-    want.backward(dy.double())
-    for got, ref in zip(leaves, wide):
-        assert rel_err(got.grad, ref.grad) < 1.5e-2
+    assert_autograd_close(y, want, leaves, wide, 8e-3, 1.5e-2)
 
 
 def test_linear_autograd_matches_float64():
@@ -80,12 +86,7 @@ def test_linear_autograd_matches_float64():
     wide = [t.detach().double().requires_grad_() for t in leaves]
     y = rt.linear(x, w, b, "none", r)
     want = torch.nn.functional.linear(wide[0], wide[1], wide[2]) + wide[3]
-    assert rel_err(y, want) < 8e-3
-    dy = torch.randn_like(y)
-    y.backward(dy)
-    want.backward(dy.double())
-    for got, ref in zip(leaves, wide):
-        assert rel_err(got.grad, ref.grad) < 1.5e-2
+    assert_autograd_close(y, want, leaves, wide, 8e-3, 1.5e-2)
 
 
 def delta_rule_reference(q, k, v, beta):
@@ -109,13 +110,7 @@ def test_delta_rule_autograd_matches_float64():
     beta = torch.tensor([0.5, 2.0], device="cuda").requires_grad_()
     leaves = (q, k, v, beta)
     wide = [t.detach().double().requires_grad_() for t in leaves]
-    o, want = rt.delta_rule(q, k, v, beta), delta_rule_reference(*wide)
-    assert rel_err(o, want) < 1e-2
-    do = torch.randn_like(o)
-    o.backward(do)
-    want.backward(do.double())
-    for got, ref in zip(leaves, wide):
-        assert rel_err(got.grad, ref.grad) < 3e-2
+    assert_autograd_close(rt.delta_rule(q, k, v, beta), delta_rule_reference(*wide), leaves, wide, 1e-2, 3e-2)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -208,23 +203,11 @@ def trimul_reference(x, mask, w):
     return F.linear(u, w["to_out.weight"])
 
 
-def trimul_data(batch, n, dim, hidden, masked):
-    x = torch.randn(batch, n, n, dim, device="cuda")
-    mask = torch.randint(0, 2, (batch, n, n), device="cuda").float() if masked else torch.ones(batch, n, n, device="cuda")
-    lin = lambda o, i: torch.randn(o, i, device="cuda") / i**0.5
-    w = {"norm.weight": 1 + 0.2 * torch.randn(dim, device="cuda"), "norm.bias": 0.2 * torch.randn(dim, device="cuda"),
-         "to_out_norm.weight": 1 + 0.2 * torch.randn(hidden, device="cuda"), "to_out_norm.bias": 0.2 * torch.randn(hidden, device="cuda"),
-         "to_out.weight": lin(dim, hidden)}
-    for k in ("left_proj", "left_gate", "right_proj", "right_gate", "out_gate"):
-        w[k + ".weight"] = lin(hidden, dim)
-    return x, mask, w, {"dim": dim, "hidden_dim": hidden}
-
-
 @pytest.mark.parametrize("masked", [False, True])
 def test_trimul_custom_kernel_as_gpu_mode_calls_it(masked):
-    from rustile.trimul import custom_kernel
+    from rustile.trimul import custom_kernel, random_data
 
-    data = trimul_data(2, 67, 128, 128, masked)
+    data = random_data(2, 67, 128, 128, masked=masked)
     out = custom_kernel(data)
     want = trimul_reference(*data[:3])
     # GPU MODE's check: rtol = atol = 2e-2 elementwise.
