@@ -330,8 +330,10 @@ pub struct DeltaRuleGrads {
     pub dv: Vec<f64>,
     /// `[heads]`.
     pub dbeta: Vec<f64>,
-    /// `[heads]`: the sum of the magnitudes of each head's per-token terms
-    /// of `dbeta` (they cancel, so this is the scale its error is measured against).
+    /// `[heads]`: the sum over each head's tokens of the size of its term of
+    /// `dbeta` before any cancellation (`|k|ᵀ·|dS|·|e|` for `kᵀ·dS·e`): the
+    /// terms cancel, and so do the dot products inside each, so this is the
+    /// scale its rounding error is measured against.
     pub dbeta_scale: Vec<f64>,
     /// `[seqs, heads, 64, 64]`, like the states.
     pub d_initial: Vec<f64>,
@@ -416,7 +418,9 @@ pub fn delta_rule_backward(
                     let d_lambda = d_alpha * (b * decay / (lambda + 1e-8) - (1.0 - decay) / ((lambda + 1e-8) * (lambda + 1e-8)));
                     let term = d_alpha * lambda * decay / (lambda + 1e-8);
                     dbeta += term;
-                    scale += term.abs();
+                    // The term's size before any cancellation: |k|ᵀ·|dS|·|e|.
+                    let d_alpha_abs: f64 = (0..D).map(|i| kt[i].abs() * (0..D).map(|j| (ds[i * D + j] * e[j]).abs()).sum::<f64>()).sum();
+                    scale += d_alpha_abs * lambda * decay / (lambda + 1e-8);
                     for i in 0..D {
                         grads[1][row + i] = alpha * ds_e[i] - (0..D).map(|j| s[i * D + j] * de[j]).sum::<f64>() + 2.0 * kt[i] * d_lambda;
                         for j in 0..D {

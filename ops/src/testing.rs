@@ -484,8 +484,7 @@ impl DeltaRuleCase {
     }
 
     /// Relative errors of `[dq, dk, dv, dβ, d_initial]` against the float64
-    /// recurrence's; dβ's (a sum of terms that cancel) relative to the sum of
-    /// its terms' magnitudes, the largest over the heads.
+    /// recurrence's; dβ's as [`dbeta_err`] measures it.
     pub fn grad_errors(&self, gpu: &rustile_host::Gpu, out: &DeltaRuleOutputGrads, segments: Option<usize>) -> rustile_host::Result<[f64; 5]> {
         let (got, want) = (self.run_backward(gpu, out, segments)?, self.want_grads(out));
         let [dq, dk, dv] = &got.dqkv;
@@ -496,12 +495,16 @@ impl DeltaRuleCase {
 /// Relative tolerances of `[dq, dk, dv, dβ, d_initial]` against the float64
 /// recurrence's: they come from products of bf16 operands (the recorded
 /// states, U', Tα and the gradients made on the way; dk sums seven); dβ's
-/// against the sum of its terms' magnitudes ([`DeltaRuleCase::grad_errors`]).
-pub const DELTA_RULE_GRAD_TOL: [f64; 5] = [3e-2, 3e-2, 3e-2, 1e-2, 3e-2];
+/// is one bf16 unit roundoff of the size of its terms before cancellation
+/// ([`dbeta_err`]).
+pub const DELTA_RULE_GRAD_TOL: [f64; 5] = [3e-2, 3e-2, 3e-2, 2e-3, 3e-2];
 
 /// The error of `dβ` against the float64 recurrence's: the largest over the
-/// heads of the difference over the sum of the magnitudes of the head's
-/// per-token terms (they cancel: the sum can be far smaller than its terms).
+/// heads of the difference over the size of the head's per-token terms
+/// before any cancellation ([`crate::reference::DeltaRuleGrads::dbeta_scale`]).
+/// Measured against the sum itself, a single token whose `k·q` nearly
+/// cancels made one draw in forty fail; against this scale, rounding error
+/// is bounded (the largest of 240 draws per length was 2.8e-4).
 pub fn dbeta_err(got: &[f32], want: &crate::reference::DeltaRuleGrads) -> f64 {
     got.iter().zip(&want.dbeta).zip(&want.dbeta_scale).map(|((&g, w), scale)| (g as f64 - w).abs() / scale.max(1e-300)).fold(0.0, f64::max)
 }

@@ -129,8 +129,10 @@ fn check(gpu: &Gpu, cfg: Config, batch: usize, tokens: usize, backward_too: bool
         if name == "dbeta_log" {
             let err = g.iter().zip(*want).zip(&dbeta_log_scale).map(|((a, b), s)| (a - b).abs() / s.max(1e-300)).fold(0.0, f64::max);
             eprintln!("{ctx}: {name} off by {err:.2e} of its terms' size");
-            // 3e-2: q, k and v reach the delta rule rounded to bf16 here (the float64 layer keeps them exact).
-            assert!(err <= 3e-2, "{ctx}: {name} off by {err:.2e} of its terms' size");
+            // Measured against the terms' size before cancellation, rounding
+            // q, k and v to bf16 (the float64 layer keeps them exact) stays
+            // within one bf16 unit roundoff, like the op's own dβ.
+            assert!(err <= rustile_ops::testing::DELTA_RULE_GRAD_TOL[3], "{ctx}: {name} off by {err:.2e} of its terms' size");
             continue;
         }
         let [cos, rel, _] = compare(g, want);
