@@ -7,8 +7,9 @@ machines without a GPU). Shapes, dtypes and strides are
 checked in Rust; an error there is a ``ValueError`` (bad arguments) or a
 ``RuntimeError`` (CUDA) with Rust's message.
 
-dtypes: ``bfloat16``, ``float16`` and ``float32`` where an op has them
-(NumPy's bfloat16 is ``ml_dtypes.bfloat16``). Inputs must be contiguous:
+dtypes: ``bfloat16``, ``float16`` and ``float32`` where an op has them,
+``float8_e4m3fn`` and ``float8_e5m2`` for :func:`gemm_fp8` (NumPy's are
+``ml_dtypes``'). Inputs must be contiguous:
 ``.contiguous()`` (or ``numpy.ascontiguousarray``) first.
 
 With PyTorch installed, ``import rustile.torch`` registers the ops as
@@ -22,9 +23,9 @@ import math
 from . import _rustile
 from ._arrays import desc, desc_or_none, empty, stream_of
 
-__all__ = ["softmax", "rms_norm", "layer_norm", "norm_backward", "gemm", "attention", "attention_backward",
+__all__ = ["softmax", "rms_norm", "layer_norm", "norm_backward", "gemm", "gemm_fp8", "grouped_gemm", "attention", "attention_backward",
            "attention_varlen", "attention_varlen_backward", "dual_gemm", "delta_rule",
-           "delta_rule_backward", "gpu_name"]
+           "delta_rule_backward", "conv_silu", "conv_silu_backward", "gated_rms_norm", "gated_rms_norm_backward", "gpu_name"]
 
 
 def gpu_name():
@@ -83,6 +84,40 @@ def gemm(a, w, bias=None, act="none", residual=None, alpha=1.0, w_kn=False, a_km
     c = empty(a, tuple(ad[1][:-2]) + (m, wd[1][1] if w_kn else wd[1][0]))
     _rustile.gemm(ad, wd, desc(c), bool(a_km), bool(w_kn), desc_or_none(bias), act,
                   desc_or_none(residual), float(alpha), stream_of(a))
+    return c
+
+
+def gemm_fp8(a, w, scale_a=None, scale_w=None, bias=None, act="none", residual=None, alpha=1.0):
+    """:func:`gemm` on FP8 operands (Hopper's FP8 tensor cores), bf16 out:
+    ``act(alpha·(scale_a·a)·(scale_w·w)ᵀ + bias) + residual`` with ``a``
+    ``[m, k]`` and ``w`` ``[n, k]`` each float8_e4m3fn or float8_e5m2, ``k``
+    a multiple of 16. A scale is float32, one value (per tensor) or one a
+    row (``[m]``, ``[n]``), or None; ``bias`` ``[n]`` and ``residual``
+    ``[m, n]`` bfloat16."""
+    ad, wd = desc(a), desc(w)
+    if len(ad[1]) != 2 or len(wd[1]) != 2:
+        raise ValueError(f"gemm_fp8: a and w must be 2-D, not of shapes {ad[1]} and {wd[1]}")
+    c = empty(a, (ad[1][0], wd[1][0]), "bf16")
+    _rustile.gemm_fp8(ad, wd, desc(c), desc_or_none(scale_a), desc_or_none(scale_w), desc_or_none(bias), act,
+                      desc_or_none(residual), float(alpha), stream_of(a))
+    return c
+
+
+def grouped_gemm(a, w, m_sizes):
+    """A mixture of experts' GEMMs in one launch: ``a`` ``[Σ m_sizes, k]``
+    (tokens sorted by expert), ``w`` ``[experts, n, k]``; expert ``g``'s
+    ``m_sizes[g]`` rows of ``a`` times ``w[g]ᵀ``, into ``[Σ m_sizes, n]``.
+    bfloat16 or float16; ``m_sizes`` a list of ints (zeros allowed)."""
+    ad, wd = desc(a), desc(w)
+    if len(ad[1]) != 2 or len(wd[1]) != 3:
+        raise ValueError(f"grouped_gemm: a must be [tokens, k] and w [experts, n, k], not of shapes {ad[1]} and {wd[1]}")
+    experts, n, k = wd[1]
+    m_sizes = [int(m) for m in m_sizes]
+    if len(m_sizes) != experts or sum(m_sizes) != ad[1][0] or ad[1][1] != k:
+        raise ValueError(f"grouped_gemm: m_sizes {m_sizes} must give one count per expert ({experts}) summing to "
+                         f"a's {ad[1][0]} rows, and a's k ({ad[1][1]}) must be w's ({k})")
+    c = empty(a, (ad[1][0], n))
+    _rustile.grouped_gemm(ad, wd, desc(c), [[m, n, k] for m in m_sizes], stream_of(a))
     return c
 
 
@@ -170,10 +205,52 @@ def delta_rule_backward(q, k, v, beta, do, initial=None, d_final=None, want_d_in
     batch, _, heads, d = qd[1]
     dq, dk, dv, dbeta = empty(q, qd[1]), empty(k, kd[1]), empty(v, vd[1]), empty(q, (heads,), "f32")
     d_initial = empty(q, (batch, heads, d, d), "f32") if want_d_initial else None
-    opt = lambda t: desc_or_none(t)
     _rustile.delta_rule_backward(qd, kd, vd, desc(beta), desc(do), desc_or_none(initial), desc_or_none(d_final), desc(dq), desc(dk), desc(dv),
                                  desc(dbeta), desc_or_none(d_initial), stream_of(q))
     return dq, dk, dv, dbeta, d_initial
+
+
+def conv_silu(x, w):
+    """QuasarAttention's short convolution: ``silu`` of the causal width-4
+    convolution of each channel of ``x`` ``[batch, tokens, channels]``
+    (bfloat16; each sequence from its own start), weights ``w`` ``[4, channels]``
+    (``w[3]`` multiplies the current token, ``w[0]`` the one three back)."""
+    xd = desc(x)
+    y = empty(x, xd[1])
+    _rustile.conv_silu(xd, desc(w), desc(y), stream_of(x))
+    return y
+
+
+def conv_silu_backward(x, w, dy):
+    """``(dx, dw)`` of :func:`conv_silu`; ``dw`` float32."""
+    xd, wd = desc(x), desc(w)
+    dx, dw = empty(x, xd[1]), empty(x, wd[1], "f32")
+    _rustile.conv_silu_backward(xd, wd, desc(dy), desc(dx), desc(dw), stream_of(x))
+    return dx, dw
+
+
+def gated_rms_norm(o, g, w, eps=1e-5, return_rstd=False):
+    """QuasarAttention's output norm, per 64-wide head: ``RMSNorm(o)·w ⊙
+    sigmoid(g)`` with ``o``, ``g`` ``[..., heads·64]`` bfloat16 and ``w``
+    ``[64]``. With ``return_rstd``, also ``1/rms`` ``[heads, tokens]``
+    float32 (tokens over every leading dim), what the backward needs."""
+    od = desc(o)
+    heads = od[1][-1] // 64
+    y, rstd = empty(o, od[1]), empty(o, (heads, math.prod(od[1][:-1])), "f32")
+    _rustile.gated_rms_norm(od, desc(g), desc(w), float(eps), desc(y), desc(rstd), stream_of(o))
+    return (y, rstd) if return_rstd else y
+
+
+def gated_rms_norm_backward(dy, o, g, w, rstd, want_dg_sum=False):
+    """``(d_o, dg, dw, dg_sum)`` of :func:`gated_rms_norm` (``dw`` float32);
+    ``dg_sum`` (``Σ dg`` over tokens, float32: a bias's gradient) is None
+    unless ``want_dg_sum``."""
+    od = desc(o)
+    d_o, dg, dw = empty(o, od[1]), empty(o, od[1]), empty(o, (64,), "f32")
+    dg_sum = empty(o, od[1][-1:], "f32") if want_dg_sum else None
+    _rustile.gated_rms_norm_backward(desc(dy), od, desc(g), desc(w), desc(rstd), desc(d_o), desc(dg), desc(dw),
+                                     desc_or_none(dg_sum), stream_of(o))
+    return d_o, dg, dw, dg_sum
 
 
 def _scale(scale):

@@ -10,7 +10,7 @@ the raw current stream (not a ``Stream`` object)."""
 
 import sys
 
-_NUMPY = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
+_NUMPY = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
 _torch = None  # the torch module and its dtype tables, once a tensor was seen
 _TORCH = {}
 _TO_TORCH = {}
@@ -24,7 +24,8 @@ def _torch_tensor(x):
         if torch is None:
             return False
         _torch = torch
-        _TORCH.update({torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"})
+        _TORCH.update({torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32",
+                       torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"})
         _TO_TORCH.update({name: dtype for dtype, name in _TORCH.items()})
     return isinstance(x, _torch.Tensor)
 
@@ -34,7 +35,7 @@ def desc(x):
     if _torch_tensor(x):
         dtype = _TORCH.get(x.dtype)
         if dtype is None:
-            raise TypeError(f"rustile: torch dtype {x.dtype} is not supported (bfloat16, float16, float32)")
+            raise TypeError(f"rustile: torch dtype {x.dtype} is not supported (bfloat16, float16, float32, float8_e4m3fn, float8_e5m2)")
         device = x.get_device()  # -1 on the CPU
         if device < 0 and not x.is_cpu:
             raise TypeError(f"rustile: tensors on {x.device} are not supported (cuda or cpu)")
@@ -43,7 +44,7 @@ def desc(x):
     if np is not None and isinstance(x, np.ndarray):
         dtype = _NUMPY.get(x.dtype.name)
         if dtype is None:
-            raise TypeError(f"rustile: numpy dtype {x.dtype} is not supported (ml_dtypes.bfloat16, float16, float32)")
+            raise TypeError(f"rustile: numpy dtype {x.dtype} is not supported (float16, float32; ml_dtypes' bfloat16, float8_e4m3fn, float8_e5m2)")
         if any(s % x.itemsize for s in x.strides):
             raise ValueError(f"rustile: strides {x.strides} are not whole elements")
         return (x.ctypes.data, x.shape, [s // x.itemsize for s in x.strides], dtype, -1)
@@ -64,11 +65,17 @@ def stream_of(x):
 
 def empty(like, shape, dtype=None):
     """An uninitialised array of ``shape`` beside ``like`` (same library and
-    device), of ``like``'s dtype or ``dtype`` (``"f32"``)."""
+    device), of ``like``'s dtype or ``dtype`` (``"f32"``, ``"bf16"``)."""
     if _torch_tensor(like):
         # new_empty: like's device and dtype without building a torch.device each call.
         return like.new_empty(shape) if dtype is None else like.new_empty(shape, dtype=_TO_TORCH[dtype])
     desc(like)  # a TypeError for what is neither a tensor nor an array
     import numpy as np
 
-    return np.empty(tuple(shape), dtype=like.dtype if dtype is None else np.float32)
+    if dtype is None:
+        return np.empty(tuple(shape), dtype=like.dtype)
+    if dtype == "f32":
+        return np.empty(tuple(shape), dtype=np.float32)
+    import ml_dtypes  # NumPy's only bfloat16
+
+    return np.empty(tuple(shape), dtype={"bf16": ml_dtypes.bfloat16}[dtype])

@@ -6,7 +6,8 @@ registers them; the functions below are the friendly entry points.
 Each op runs on PyTorch's current stream with outputs from PyTorch's
 allocator, so it works inside ``torch.cuda.graph`` capture (after one
 warm-up call outside it, as PyTorch asks of every op: the first call loads
-the kernels). CPU tensors run in the CPU interpreter.
+the kernels). CPU tensors run in the CPU interpreter. ``rustile.quasar.QuasarAttention``
+is a module built on these ops.
 """
 
 from typing import List, Optional, Tuple
@@ -126,48 +127,167 @@ def _(a, b1, b2):
     return a.new_empty((a.shape[0], b1.shape[0]))
 
 
+# ---- the FP8 and grouped GEMMs (forward only: inference, or a backward written in torch) ----------
+
+
+@torch.library.custom_op("rustile::gemm_fp8", mutates_args=())
+def gemm_fp8(
+    a: Tensor, w: Tensor, scale_a: Optional[Tensor], scale_w: Optional[Tensor], bias: Optional[Tensor], act: str, residual: Optional[Tensor]
+) -> Tensor:
+    """:func:`rustile.gemm_fp8`: FP8 ``a`` ``[m, k]`` and ``w`` ``[n, k]``, bf16 out (no autograd)."""
+    return rustile.gemm_fp8(a, w, scale_a=scale_a, scale_w=scale_w, bias=bias, act=act, residual=residual)
+
+
+@gemm_fp8.register_fake
+def _(a, w, scale_a, scale_w, bias, act, residual):
+    return a.new_empty((a.shape[0], w.shape[0]), dtype=torch.bfloat16)
+
+
+@torch.library.custom_op("rustile::grouped_gemm", mutates_args=())
+def grouped_gemm(a: Tensor, w: Tensor, m_sizes: List[int]) -> Tensor:
+    """:func:`rustile.grouped_gemm`: each expert's rows of ``a`` times its ``w[g]ᵀ`` (no autograd)."""
+    return rustile.grouped_gemm(a, w, m_sizes)
+
+
+@grouped_gemm.register_fake
+def _(a, w, m_sizes):
+    return a.new_empty((a.shape[0], w.shape[1]))
+
+
+# ---- QuasarAttention's convolution and gated norm (forward and backward) ------------------------
+
+
+@torch.library.custom_op("rustile::conv_silu", mutates_args=())
+def _conv_silu(x: Tensor, w: Tensor) -> Tensor:
+    return rustile.conv_silu(x, w)
+
+
+@_conv_silu.register_fake
+def _(x, w):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("rustile::conv_silu_backward", mutates_args=())
+def _conv_silu_backward(x: Tensor, w: Tensor, dy: Tensor) -> Tuple[Tensor, Tensor]:
+    return rustile.conv_silu_backward(x, w, dy)
+
+
+@_conv_silu_backward.register_fake
+def _(x, w, dy):
+    return torch.empty_like(x), w.new_empty(w.shape, dtype=torch.float32)
+
+
+def _conv_setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _conv_grad(ctx, dy):
+    x, w = ctx.saved_tensors
+    dx, dw = torch.ops.rustile.conv_silu_backward(x, w, dy.contiguous())
+    return dx, dw.to(w.dtype)
+
+
+_conv_silu.register_autograd(_conv_grad, setup_context=_conv_setup)
+
+
+def conv_silu(x, w):
+    """:func:`rustile.conv_silu` on tensors, differentiable in ``x`` and ``w``."""
+    return torch.ops.rustile.conv_silu(x, w)
+
+
+@torch.library.custom_op("rustile::gated_rms_norm", mutates_args=())
+def _gated_rms_norm(o: Tensor, g: Tensor, w: Tensor, eps: float) -> Tuple[Tensor, Tensor]:
+    return rustile.gated_rms_norm(o, g, w, eps, return_rstd=True)
+
+
+@_gated_rms_norm.register_fake
+def _(o, g, w, eps):
+    heads, tokens = o.shape[-1] // 64, o.numel() // max(o.shape[-1], 1)
+    return torch.empty_like(o), o.new_empty((heads, tokens), dtype=torch.float32)
+
+
+@torch.library.custom_op("rustile::gated_rms_norm_backward", mutates_args=())
+def _gated_rms_norm_backward(dy: Tensor, o: Tensor, g: Tensor, w: Tensor, rstd: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    d_o, dg, dw, _ = rustile.gated_rms_norm_backward(dy, o, g, w, rstd)
+    return d_o, dg, dw
+
+
+@_gated_rms_norm_backward.register_fake
+def _(dy, o, g, w, rstd):
+    return torch.empty_like(o), torch.empty_like(g), w.new_empty(w.shape, dtype=torch.float32)
+
+
+def _gated_setup(ctx, inputs, output):
+    o, g, w, _eps = inputs
+    ctx.save_for_backward(o, g, w, output[1])
+
+
+def _gated_grad(ctx, dy, _drstd):
+    o, g, w, rstd = ctx.saved_tensors
+    d_o, dg, dw = torch.ops.rustile.gated_rms_norm_backward(dy.contiguous(), o, g, w, rstd)
+    return d_o, dg, dw.to(w.dtype), None
+
+
+_gated_rms_norm.register_autograd(_gated_grad, setup_context=_gated_setup)
+
+
+def gated_rms_norm(o, g, w, eps=1e-5):
+    """:func:`rustile.gated_rms_norm` on tensors, differentiable in ``o``, ``g`` and ``w``."""
+    return torch.ops.rustile.gated_rms_norm(o, g, w, eps)[0]
+
+
 # ---- the delta rule (QuasarAttention's op; forward and backward) -------------------------------
 
 
 @torch.library.custom_op("rustile::delta_rule", mutates_args=())
-def _delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor) -> Tensor:
-    return rustile.delta_rule(q, k, v, beta)
+def _delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, initial: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    return rustile.delta_rule(q, k, v, beta, initial=initial, return_final_state=True)
 
 
 @_delta_rule.register_fake
-def _(q, k, v, beta):
-    return torch.empty_like(q)
+def _(q, k, v, beta, initial):
+    batch, _, heads, d = q.shape
+    return torch.empty_like(q), q.new_empty((batch, heads, d, d), dtype=torch.float32)
 
 
 @torch.library.custom_op("rustile::delta_rule_backward", mutates_args=())
-def _delta_rule_backward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, do: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    dq, dk, dv, dbeta, _ = rustile.delta_rule_backward(q, k, v, beta, do)
-    return dq, dk, dv, dbeta
+def _delta_rule_backward(
+    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, do: Tensor, initial: Optional[Tensor], d_final: Optional[Tensor]
+) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """``(dq, dk, dv, dβ, d_initial)``; ``d_initial`` is empty without an initial state."""
+    dq, dk, dv, dbeta, d_initial = rustile.delta_rule_backward(q, k, v, beta, do, initial=initial, d_final=d_final,
+                                                               want_d_initial=initial is not None)
+    return dq, dk, dv, dbeta, d_initial if d_initial is not None else dbeta.new_empty(0)
 
 
 @_delta_rule_backward.register_fake
-def _(q, k, v, beta, do):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), beta.new_empty(beta.shape, dtype=torch.float32)
+def _(q, k, v, beta, do, initial, d_final):
+    d_initial = torch.empty_like(initial) if initial is not None else beta.new_empty(0, dtype=torch.float32)
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), beta.new_empty(beta.shape, dtype=torch.float32), d_initial
 
 
 def _delta_setup(ctx, inputs, output):
     ctx.save_for_backward(*inputs)
 
 
-def _delta_grad(ctx, do):
-    q, k, v, beta = ctx.saved_tensors
-    dq, dk, dv, dbeta = torch.ops.rustile.delta_rule_backward(q, k, v, beta, do.contiguous())
-    return dq, dk, dv, dbeta.to(beta.dtype)
+def _delta_grad(ctx, do, d_final):
+    q, k, v, beta, initial = ctx.saved_tensors
+    d_final = d_final.contiguous() if d_final is not None else None
+    dq, dk, dv, dbeta, d_initial = torch.ops.rustile.delta_rule_backward(q, k, v, beta, do.contiguous(), initial, d_final)
+    return dq, dk, dv, dbeta.to(beta.dtype), d_initial if initial is not None else None
 
 
 _delta_rule.register_autograd(_delta_grad, setup_context=_delta_setup)
 
 
-def delta_rule(q, k, v, beta):
+def delta_rule(q, k, v, beta, initial=None, return_final_state=False):
     """:func:`rustile.delta_rule` on tensors (``[batch, tokens, heads, 64]``
-    bf16, ``beta`` ``[heads]`` float32, from a zero state), differentiable
-    in ``q``, ``k``, ``v`` and ``beta``."""
-    return torch.ops.rustile.delta_rule(q, k, v, beta)
+    bf16, ``beta`` ``[heads]`` float32, from ``initial`` ``[batch, heads,
+    64, 64]`` float32 or a zero state), differentiable in ``q``, ``k``,
+    ``v``, ``beta``, the initial state and, through ``return_final_state``,
+    the final one (chunks of a long sequence, carried across calls)."""
+    o, final = torch.ops.rustile.delta_rule(q, k, v, beta, initial)
+    return (o, final) if return_final_state else o
 
 
 # ---- softmax (forward only: Rust has no softmax backward yet) ---------------------------------

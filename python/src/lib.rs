@@ -22,12 +22,15 @@ use std::sync::OnceLock;
 
 use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use rustile::{bf16, f16};
+use rustile::{bf16, f16, F8E4M3, F8E5M2};
 use rustile_host::{Elem, Error, Gpu, Tensor};
 use rustile_ops::attention::{attention as attention_fwd, attention_backward as attention_bwd, attention_varlen, attention_varlen_backward, Attention, SeqLens};
 use rustile_ops::dual_gemm::dual_gemm as dual_gemm_op;
 use rustile_ops::delta_rule::{delta_rule as delta_rule_op, delta_rule_backward as delta_rule_backward_op, DeltaRule, DeltaRuleGrads};
 use rustile_ops::gemm::{gemm as gemm_op, Act, Epilogue, Mat, Transpose};
+use rustile_ops::gemm_fp8::{gemm_fp8 as gemm_fp8_op, Scale};
+use rustile_ops::grouped_gemm::{gemm_groups, Groups};
+use rustile_ops::quasar::{conv_silu as conv_silu_op, conv_silu_backward as conv_silu_backward_op, gated_rms_norm as gated_rms_norm_op, gated_rms_norm_backward as gated_rms_norm_backward_op, ConvScratch, NormScratch};
 use rustile_ops::norm::{layer_norm as layer_norm_op, norm_backward as norm_backward_op, norm_backward_scratch, rms_norm as rms_norm_op, NormGrads, Saved};
 use rustile_ops::softmax::softmax as softmax_op;
 use rustile_ops::trimul::{Params as TriMulParams, TriMul as TriMulOp, Workspace as TriMulWorkspace};
@@ -248,6 +251,74 @@ fn gemm(
     })
 }
 
+/// Runs `$body` with `$t` the FP8 format named by `$dtype` (e4m3, e5m2).
+macro_rules! with_fp8 {
+    ($dtype:expr, $t:ident => $body:expr) => {
+        match $dtype {
+            "e4m3" => {
+                type $t = F8E4M3;
+                $body
+            }
+            "e5m2" => {
+                type $t = F8E5M2;
+                $body
+            }
+            other => Err(Error::DType(format!("gemm_fp8 takes e4m3 or e5m2 operands, not {other}"))),
+        }
+    };
+}
+
+/// How an FP8 operand was scaled: no array, one value, or one a row.
+fn fp8_scale<'a>(t: &'a Option<Tensor<f32>>, rows: usize) -> Scale<'a> {
+    match t {
+        None => Scale::None,
+        Some(t) if t.numel() == 1 && rows != 1 => Scale::Tensor(t),
+        Some(t) => Scale::Rows(t),
+    }
+}
+
+/// `c = act(alpha·sa·sb·(a·bᵀ) + bias) + residual` from FP8 `a` `[m, k]`
+/// and `b` `[n, k]` (e4m3 or e5m2 each) into bf16 `c`; `sa`, `sb` (f32)
+/// hold one value or one a row, or are absent; bias and residual bf16.
+#[pyfunction]
+#[pyo3(signature = (a, b, c, sa, sb, bias, act, residual, alpha, stream))]
+#[allow(clippy::too_many_arguments)]
+fn gemm_fp8(
+    py: Python<'_>, a: Arr, b: Arr, c: Arr, sa: Option<Arr>, sb: Option<Arr>, bias: Option<Arr>, act: &str, residual: Option<Arr>, alpha: f32, stream: u64,
+) -> PyResult<()> {
+    let mut all = vec![&a, &b, &c];
+    all.extend([&sa, &sb, &bias, &residual].into_iter().flatten());
+    run(py, &all, stream, |gpu| {
+        let (bias, residual) = (optional::<bf16>(&bias, gpu)?, optional::<bf16>(&residual, gpu)?);
+        let mut epi = Epilogue::new().act(activation(act)?).scale(alpha);
+        if let Some(bias) = &bias {
+            epi = epi.bias_per_column(bias);
+        }
+        if let Some(residual) = &residual {
+            epi = epi.residual(residual);
+        }
+        let (ta, tb) = (optional::<f32>(&sa, gpu)?, optional::<f32>(&sb, gpu)?);
+        let mut ct = c.tensor::<bf16>(gpu)?;
+        let &[m, n] = ct.shape() else {
+            return Err(Error::Shape(format!("gemm_fp8: c must be [m, n]; it has shape {:?}", ct.shape())));
+        };
+        with_fp8!(a.dtype(), TA => with_fp8!(b.dtype(), TB => {
+            gemm_fp8_op(gpu, &a.tensor::<TA>(gpu)?, &b.tensor::<TB>(gpu)?, &mut ct, fp8_scale(&ta, m), fp8_scale(&tb, n), &epi)
+        }))
+    })
+}
+
+/// `c_g = a_g·b_gᵀ` for groups of sizes `[m, n, k]` packed back to back in
+/// `a`, `b` and `c` (a mixture of experts' tokens sorted by expert), in one
+/// launch. The sizes are uploaded on each call.
+#[pyfunction]
+fn grouped_gemm(py: Python<'_>, a: Arr, b: Arr, c: Arr, sizes: Vec<[usize; 3]>, stream: u64) -> PyResult<()> {
+    run(py, &[&a, &b, &c], stream, |gpu| {
+        let groups = Groups::new(gpu, &sizes)?;
+        with_dtype!(a.dtype(), T => gemm_groups(gpu, &groups, &a.tensor::<T>(gpu)?, &b.tensor::<T>(gpu)?, &mut c.tensor::<T>(gpu)?))
+    })
+}
+
 fn attention_options(causal: bool, scale: Option<f32>, keys: Option<usize>) -> Attention {
     Attention { causal, scale, keys, config: None }
 }
@@ -377,6 +448,57 @@ fn delta_rule_backward(
     })
 }
 
+/// QuasarAttention's short convolution: `y = silu(conv(x))`, causal, width
+/// 4, per channel of `x` `[batch, tokens, channels]` (bf16), weights `w` `[4, channels]`.
+#[pyfunction]
+fn conv_silu(py: Python<'_>, x: Arr, w: Arr, y: Arr, stream: u64) -> PyResult<()> {
+    run(py, &[&x, &w, &y], stream, |gpu| conv_silu_op(gpu, &x.tensor::<bf16>(gpu)?, &w.tensor::<bf16>(gpu)?, &mut y.tensor::<bf16>(gpu)?))
+}
+
+/// [`conv_silu`]'s backward: `dx` (like `x`) and `dw` (`[4, channels]` f32)
+/// from `dy`. Its scratch is allocated here, on the stream.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn conv_silu_backward(py: Python<'_>, x: Arr, w: Arr, dy: Arr, dx: Arr, dw: Arr, stream: u64) -> PyResult<()> {
+    run(py, &[&x, &w, &dy, &dx, &dw], stream, |gpu| {
+        let xt = x.tensor::<bf16>(gpu)?;
+        let mut scratch = ConvScratch::new(gpu, xt.shape())?;
+        conv_silu_backward_op(gpu, &xt, &w.tensor(gpu)?, &dy.tensor(gpu)?, &mut dx.tensor(gpu)?, &mut dw.tensor(gpu)?, &mut scratch)
+    })
+}
+
+/// QuasarAttention's output norm: `y = RMSNorm(o)·w ⊙ sigmoid(g)` over each
+/// 64-wide head of `o`, `g` `[.., heads·64]` (bf16), `w` `[64]`; `rstd`
+/// `[heads, tokens]` f32 for the backward.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn gated_rms_norm(py: Python<'_>, o: Arr, g: Arr, w: Arr, eps: f32, y: Arr, rstd: Arr, stream: u64) -> PyResult<()> {
+    run(py, &[&o, &g, &w, &y, &rstd], stream, |gpu| {
+        gated_rms_norm_op(gpu, &o.tensor::<bf16>(gpu)?, &g.tensor(gpu)?, &w.tensor(gpu)?, eps, &mut y.tensor(gpu)?, &mut rstd.tensor(gpu)?)
+    })
+}
+
+/// [`gated_rms_norm`]'s backward: `d_o`, `dg` (like `o`), `dw` (`[64]` f32)
+/// and, with `dg_sum` (`[heads·64]` f32), `Σ_t dg`, from `dy` and the forward's `rstd`.
+#[pyfunction]
+#[pyo3(signature = (dy, o, g, w, rstd, d_o, dg, dw, dg_sum, stream))]
+#[allow(clippy::too_many_arguments)]
+fn gated_rms_norm_backward(py: Python<'_>, dy: Arr, o: Arr, g: Arr, w: Arr, rstd: Arr, d_o: Arr, dg: Arr, dw: Arr, dg_sum: Option<Arr>, stream: u64) -> PyResult<()> {
+    let mut all = vec![&dy, &o, &g, &w, &rstd, &d_o, &dg, &dw];
+    all.extend(dg_sum.as_ref());
+    run(py, &all, stream, |gpu| {
+        let ot = o.tensor::<bf16>(gpu)?;
+        let rstd = rstd.tensor::<f32>(gpu)?;
+        let &[heads, tokens] = rstd.shape() else {
+            return Err(Error::Shape(format!("gated_rms_norm_backward: rstd must be [heads, tokens]; it has shape {:?}", rstd.shape())));
+        };
+        let mut scratch = NormScratch::new(gpu, tokens, heads)?;
+        let mut sum = optional::<f32>(&dg_sum, gpu)?;
+        let (mut gd, mut gg, mut gw) = (d_o.tensor(gpu)?, dg.tensor(gpu)?, dw.tensor(gpu)?);
+        gated_rms_norm_backward_op(gpu, &dy.tensor(gpu)?, &ot, &g.tensor(gpu)?, &w.tensor(gpu)?, &rstd, &mut gd, &mut gg, &mut gw, sum.as_mut(), &mut scratch)
+    })
+}
+
 /// AlphaFold3's outgoing triangle multiplicative update with its weights
 /// prepared once (`rustile_ops::trimul::TriMul`): made from the ten fp32
 /// parameters in `rustile_ops::trimul::PARAM_NAMES` order, then run on
@@ -473,9 +595,15 @@ fn _rustile(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(attention_backward, m)?,
         wrap_pyfunction!(attention_packed, m)?,
         wrap_pyfunction!(attention_packed_backward, m)?,
+        wrap_pyfunction!(gemm_fp8, m)?,
+        wrap_pyfunction!(grouped_gemm, m)?,
         wrap_pyfunction!(dual_gemm, m)?,
         wrap_pyfunction!(delta_rule, m)?,
         wrap_pyfunction!(delta_rule_backward, m)?,
+        wrap_pyfunction!(conv_silu, m)?,
+        wrap_pyfunction!(conv_silu_backward, m)?,
+        wrap_pyfunction!(gated_rms_norm, m)?,
+        wrap_pyfunction!(gated_rms_norm_backward, m)?,
         wrap_pyfunction!(gpu_name, m)?,
         wrap_pyfunction!(softmax_launch_us, m)?,
     ] {

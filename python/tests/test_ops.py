@@ -37,6 +37,9 @@ def arrays(*xs):
             return None
         if x.dtype == ml_dtypes.bfloat16:
             return torch.from_numpy(x.astype(np.float32)).to("cuda", torch.bfloat16)
+        fp8 = {ml_dtypes.float8_e4m3fn: torch.float8_e4m3fn, ml_dtypes.float8_e5m2: torch.float8_e5m2}.get(x.dtype.type)
+        if fp8 is not None:
+            return torch.from_numpy(x.view(np.uint8)).cuda().view(fp8)
         return torch.from_numpy(x).cuda()
 
     return tuple(cuda(x) for x in xs)
@@ -326,3 +329,99 @@ def test_dual_gemm(rng):
     aa, b1a, b2a = arrays(a, b1, b2)
     g, u = wide(a) @ wide(b1).T, wide(a) @ wide(b2).T
     assert rel_err(rustile.dual_gemm(aa, b1a, b2a), g / (1 + np.exp(-g)) * u) < 2 * tol
+
+
+@pytest.mark.parametrize("formats", [("e4m3", "e4m3"), ("e5m2", "e4m3")])
+@pytest.mark.parametrize("scales", ["none", "tensor", "rows"])
+def test_gemm_fp8(rng, formats, scales):
+    fp8 = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
+    m, n, k = 37, 72, 48
+    a, w = normal(rng, (m, k), fp8[formats[0]]), normal(rng, (n, k), fp8[formats[1]], 0.5)
+    bias = normal(rng, (n,), ml_dtypes.bfloat16)
+    sa, sw = {"none": (None, None),
+              "tensor": (np.array([0.5], np.float32), np.array([3.0], np.float32)),
+              "rows": (rng.uniform(0.5, 2, m).astype(np.float32), rng.uniform(0.5, 2, n).astype(np.float32))}[scales]
+    aa, wa, saa, swa, biasa = arrays(a, w, sa, sw, bias)
+    # The operands are exact in float64: only the products' sum and bf16 output round.
+    scaled = lambda x, s: wide(x) * (1.0 if s is None else np.asarray(s, np.float64).reshape(-1, 1))
+    want = _act("relu", scaled(a, sa) @ scaled(w, sw).T + wide(bias))
+    got = rustile.gemm_fp8(aa, wa, scale_a=saa, scale_w=swa, bias=biasa, act="relu")
+    assert str(got.dtype).endswith("bfloat16")  # torch.bfloat16 or NumPy's bfloat16
+    assert rel_err(got, want) < 2 * DTYPES["bf16"][1]
+
+
+def test_gemm_fp8_refuses_a_k_not_a_multiple_of_16(rng):
+    a, w = arrays(normal(rng, (8, 24), ml_dtypes.float8_e4m3fn), normal(rng, (8, 24), ml_dtypes.float8_e4m3fn))
+    with pytest.raises(ValueError, match="multiple of 16"):
+        rustile.gemm_fp8(a, w)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_grouped_gemm(rng, dtype):
+    t, tol = DTYPES[dtype]
+    m_sizes, n, k = [5, 0, 130, 1], 72, 40
+    a, w = normal(rng, (sum(m_sizes), k), t), normal(rng, (len(m_sizes), n, k), t, 0.2)
+    aa, wa = arrays(a, w)
+    starts = np.cumsum([0] + m_sizes)
+    want = np.concatenate([wide(a)[s:e] @ wide(w)[g].T for g, (s, e) in enumerate(zip(starts[:-1], starts[1:]))])
+    assert rel_err(rustile.grouped_gemm(aa, wa, m_sizes), want) < 2 * tol
+    with pytest.raises(ValueError, match="m_sizes"):
+        rustile.grouped_gemm(aa, wa, [5, 0, 130])
+
+
+def _conv_silu_ref(x, w):
+    """silu of the causal width-4 convolution per channel, float64."""
+    x, w = wide(x), wide(w)
+    tokens = x.shape[1]
+    a = sum(w[3 - s] * np.pad(x, ((0, 0), (s, 0), (0, 0)))[:, :tokens] for s in range(4))
+    return a / (1 + np.exp(-a)), a
+
+
+def test_conv_silu_and_its_backward(rng):
+    bf16 = ml_dtypes.bfloat16
+    batch, tokens, channels = 2, 37, 136
+    x, dy = normal(rng, (batch, tokens, channels), bf16), normal(rng, (batch, tokens, channels), bf16)
+    w = normal(rng, (4, channels), bf16, 0.5)
+    xa, wa, dya = arrays(x, w, dy)
+    y, a = _conv_silu_ref(x, w)
+    assert rel_err(rustile.conv_silu(xa, wa), y) < 2 * DTYPES["bf16"][1]
+    # da = dy·silu'(a); dx and dw are its correlation with w and with x.
+    sig = 1 / (1 + np.exp(-a))
+    da = wide(dy) * sig * (1 + a * (1 - sig))
+    want_dx = sum(w.astype(np.float64)[3 - s] * np.pad(da, ((0, 0), (0, s), (0, 0)))[:, s:] for s in range(4))
+    want_dw = np.stack([(da * np.pad(wide(x), ((0, 0), (3 - r, 0), (0, 0)))[:, :tokens]).sum((0, 1)) for r in range(4)])
+    dx, dw = rustile.conv_silu_backward(xa, wa, dya)
+    assert rel_err(dx, want_dx) < 2e-2 and rel_err(dw, want_dw) < 2e-2
+
+
+def _gated_rms_norm_ref(o, g, w, eps=1e-5):
+    o, g, w = wide(o), wide(g), wide(w)
+    heads = o.reshape(o.shape[0], -1, 64)
+    rstd = 1 / np.sqrt((heads**2).mean(-1, keepdims=True) + eps)
+    return (heads * rstd * w).reshape(o.shape) / (1 + np.exp(-g))
+
+
+def test_gated_rms_norm_and_its_backward(rng):
+    bf16 = ml_dtypes.bfloat16
+    rows, heads = 37, 3
+    o, g, dy = (normal(rng, (rows, heads * 64), bf16, 2.0) for _ in range(3))
+    w = (1 + normal(rng, (64,), np.float32, 0.3)).astype(bf16)
+    oa, ga, wa, dya = arrays(o, g, w, dy)
+    y, rstd = rustile.gated_rms_norm(oa, ga, wa, return_rstd=True)
+    assert rel_err(y, _gated_rms_norm_ref(o, g, w)) < 2 * DTYPES["bf16"][1]
+    d_o, dg, dw, dg_sum = rustile.gated_rms_norm_backward(dya, oa, ga, wa, rstd, want_dg_sum=True)
+    # Against central differences of sum(y·dy) in float64, a few coordinates of each input.
+    loss = lambda o_, g_, w_: (_gated_rms_norm_ref(o_, g_, w_) * wide(dy)).sum()
+    base = [wide(o), wide(g), wide(w)]
+    for which, got in enumerate([d_o, dg, dw]):
+        got = wide(got)
+        idx = [tuple(rng.integers(0, n) for n in got.shape) for _ in range(5)]
+        fd = []
+        for i in idx:
+            plus, minus = [x.copy() for x in base], [x.copy() for x in base]
+            plus[which][i] += 1e-4
+            minus[which][i] -= 1e-4
+            fd.append((loss(*plus) - loss(*minus)) / 2e-4)
+        got_i = np.array([got[i] for i in idx])
+        assert np.linalg.norm(got_i - np.array(fd)) <= 2e-2 * np.linalg.norm(fd) + 1e-3, (which, got_i, fd)
+    assert rel_err(dg_sum, wide(dg).sum(0)) < 1e-2

@@ -152,7 +152,77 @@ def test_custom_ops_pass_opcheck():
     qv, kv = torch.randn(20, 4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True), torch.randn(30, 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     torch.library.opcheck(torch.ops.rustile.attention_varlen.default, (qv, kv, kv.detach().clone().requires_grad_(), [5, 15], [10, 20], True, None))
     dq, dk, dv = qkv(1, 67, 67, 2, 2, 64, grad=True)
-    torch.library.opcheck(torch.ops.rustile.delta_rule.default, (dq, dk / 8, dv, torch.tensor([0.5, 1.0], device="cuda", requires_grad=True)))
+    beta = torch.tensor([0.5, 1.0], device="cuda", requires_grad=True)
+    torch.library.opcheck(torch.ops.rustile.delta_rule.default, (dq, dk / 8, dv, beta, None))
+    s0 = torch.randn(1, 2, 64, 64, device="cuda", requires_grad=True)
+    torch.library.opcheck(torch.ops.rustile.delta_rule.default, (dq, dk / 8, dv, beta, s0))
+    x3, cw = torch.randn(2, 37, 136, device="cuda", dtype=torch.bfloat16, requires_grad=True), torch.randn(4, 136, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    torch.library.opcheck(torch.ops.rustile.conv_silu.default, (x3, cw))
+    o, g = torch.randn(37, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True), torch.randn(37, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    torch.library.opcheck(torch.ops.rustile.gated_rms_norm.default, (o, g, w[:64].detach().clone().requires_grad_(), 1e-5))
+    a8, w8 = a.to(torch.float8_e4m3fn), lw.to(torch.float8_e4m3fn)
+    # Not test_schema: it multiplies the inputs, which torch cannot do in FP8.
+    torch.library.opcheck(torch.ops.rustile.gemm_fp8.default, (a8, w8, torch.tensor([0.5], device="cuda"), None, None, "none", None),
+                          test_utils=("test_faketensor", "test_autograd_registration", "test_aot_dispatch_dynamic"))
+    torch.library.opcheck(torch.ops.rustile.grouped_gemm.default, (a, torch.stack([lw, lw * 2]), [30, 3]))
+
+
+def test_delta_rule_in_pieces_carries_its_state_and_gradient():
+    """Two calls chained by the state equal one call, forward and backward."""
+    batch, tokens, heads, cut = 2, 150, 2, 70
+    q, v = (torch.randn(batch, tokens, heads, 64, device="cuda").bfloat16().requires_grad_() for _ in range(2))
+    k = (torch.randn(batch, tokens, heads, 64, device="cuda") / 8).bfloat16().requires_grad_()
+    beta = torch.tensor([0.5, 2.0], device="cuda").requires_grad_()
+    leaves = (q, k, v, beta)
+    wide = [t.detach().double().requires_grad_() for t in leaves]
+    piece = lambda t, at: (t[:, :cut] if at == 0 else t[:, cut:]).contiguous()
+    o1, s1 = rt.delta_rule(piece(q, 0), piece(k, 0), piece(v, 0), beta, return_final_state=True)
+    o2 = rt.delta_rule(piece(q, 1), piece(k, 1), piece(v, 1), beta, initial=s1)
+    assert_autograd_close(torch.cat([o1, o2], 1), delta_rule_reference(*wide), leaves, wide, 1e-2, 3e-2)
+
+
+def quasar_reference(layer, x):
+    """The layer's math in float64 on copies of its parameters: ``(out, {name: leaf})``."""
+    p = {n: t.detach().double().requires_grad_() for n, t in layer.named_parameters()}
+    xd = x.detach().double().requires_grad_()
+    batch, tokens, hidden = x.shape
+    heads = layer.heads
+
+    def conv(y, w):
+        a = sum(w[3 - s] * torch.nn.functional.pad(y, (0, 0, s, 0))[:, :tokens] for s in range(4))
+        return torch.nn.functional.silu(a)
+
+    q, k, v = (conv(xd @ p[w].T, p[c]).view(batch, tokens, heads, 64)
+               for w, c in (("wq", "conv_q"), ("wk", "conv_k"), ("wv", "conv_v")))
+    o = delta_rule_reference(q, k, v, torch.nn.functional.softplus(p["beta_log"]))
+    g = (xd @ p["wg1"].T) @ p["wg2"].T + p["b_g"]
+    o = o.reshape(batch, tokens, heads, 64)
+    y = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + 1e-5) * p["norm_w"]
+    y = y.reshape(batch, tokens, hidden) * torch.sigmoid(g)
+    p["x"] = xd
+    return y @ p["wo"].T, p
+
+
+def test_quasar_module_matches_float64():
+    from rustile.quasar import QuasarAttention
+
+    layer = QuasarAttention(hidden=128, heads=2, gate_rank=16, device="cuda")
+    with torch.no_grad():
+        layer.beta_log.uniform_(-1, 1)
+        layer.norm_w.add_(0.3 * torch.randn_like(layer.norm_w))
+    x = torch.randn(2, 97, 128, device="cuda").requires_grad_()
+    out = layer(x)
+    want, leaves = quasar_reference(layer, x)
+    cos = lambda a, b: torch.nn.functional.cosine_similarity(a.double().flatten(), b.double().flatten(), dim=0).item()
+    assert out.dtype == torch.bfloat16 and cos(out, want) >= 0.999 and rel_err(out, want) < 1e-2
+    d_out = torch.randn_like(want)
+    out.backward(d_out.bfloat16())
+    want.backward(d_out)
+    got = dict(layer.named_parameters())
+    got["x"] = x
+    for name, ref in leaves.items():
+        assert got[name].grad is not None and got[name].grad.dtype == torch.float32, name
+        assert cos(got[name].grad, ref.grad) >= 0.999 and rel_err(got[name].grad, ref.grad) < 3e-2, (name, cos(got[name].grad, ref.grad))
 
 
 def test_attention_under_torch_compile_fullgraph():
