@@ -4,7 +4,7 @@
 use rustile::{bf16, f16, Elem};
 use rustile_host::{Error, Gpu, Tensor};
 use rustile_ops::testing::{assert_attention_close, assert_close, mean_err, normal, rel_err, rng, tolerance, wide};
-use rustile_ops::{attention, dual_gemm, gemm, gemm_fp8, mlp, norm, reference, softmax, testing, vector};
+use rustile_ops::{attention, dual_gemm, dual_gemm_nvfp4, gemm, gemm_fp8, mlp, norm, reference, softmax, testing, vector};
 use rustile_tests::{gpu_or_skip, hopper_or_skip, poisoned, up};
 
 fn vector_case<T: Elem>(gpu: &Gpu, n: usize) {
@@ -321,6 +321,53 @@ fn gemm_groups_match_float64() {
 
 /// Every config of the dual GEMM (`silu(a·b1ᵀ) ⊙ a·b2ᵀ`) at odd shapes,
 /// plus its host API's shape checks.
+#[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
+/// The NVFP4 dual GEMM at odd shapes (every config, every element) and at
+/// GPU MODE's benchmark and test shapes (the default config, sampled rows),
+/// against float64 of the dequantized operands at GPU MODE's tolerance.
+fn dual_gemm_nvfp4_matches_float64() {
+    use dual_gemm_nvfp4::{dual_gemm_nvfp4, dual_gemm_nvfp4_kernel, dual_gemm_nvfp4_with_config, Nvfp4};
+    let Some(gpu) = gpu_or_skip("dual_gemm_nvfp4_matches_float64") else { return };
+    let small = [(1, 1, 64), (129, 77, 192), (300, 517, 640)];
+    let bench = [(256, 4096, 7168), (512, 4096, 7168), (256, 3072, 4096), (512, 3072, 7168)];
+    let test = [(1536, 512, 7168), (256, 512, 256), (3072, 1024, 1536), (7168, 1024, 256), (7168, 2304, 2048), (4608, 384, 7168), (7168, 384, 2304), (512, 768, 7168), (4096, 768, 512)];
+    for (i, &(m, n, k)) in small.iter().chain(&bench).chain(&test).enumerate() {
+        let (mut rng, seed) = rng();
+        let ops: Vec<_> = [m, n, n].iter().map(|&rows| testing::nvfp4_random(&mut rng, rows, k, true)).collect();
+        let dev: Vec<_> = ops.iter().zip([m, n, n]).map(|((v, s, _), rows)| (up(&gpu, v, &[rows, k / 2]), up(&gpu, s, &[rows, k / 16]))).collect();
+        let op = |j: usize| Nvfp4 { values: &dev[j].0, scales: &dev[j].1 };
+        // Every row at the small shapes; three rows at the large ones.
+        let rows: Vec<usize> = if i < small.len() { (0..m).collect() } else { vec![0, m / 2, m - 1] };
+        let dot = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(p, q)| p * q).sum::<f64>();
+        let want: Vec<Vec<f64>> = rows
+            .iter()
+            .map(|&r| {
+                let a = &ops[0].2[r * k..(r + 1) * k];
+                let (gate, up): (Vec<f64>, Vec<f64>) = (0..n).map(|j| (dot(a, &ops[1].2[j * k..(j + 1) * k]), dot(a, &ops[2].2[j * k..(j + 1) * k]))).unzip();
+                reference::swiglu(&gate, &up)
+            })
+            .collect();
+        let check = |c: &Tensor<f16>, what: &str| {
+            let got = gpu.download(c).unwrap();
+            for (&r, w) in rows.iter().zip(&want) {
+                if let Some((j, g, w)) = testing::nvfp4_outside_tolerance(&got[r * n..(r + 1) * n], w) {
+                    panic!("dual_gemm_nvfp4 {m}×{n}×{k} {what} (seed {seed}): c[{r}, {j}] = {g}, want {w}");
+                }
+            }
+        };
+        let cfgs = if i < small.len() { 0..dual_gemm_nvfp4_kernel::CONFIGS.len() } else { 0..0 };
+        for cfg in cfgs {
+            let mut c = poisoned::<f16>(&gpu, &[m, n]);
+            dual_gemm_nvfp4_with_config(&gpu, cfg, op(0), op(1), op(2), &mut c).unwrap();
+            check(&c, &format!("cfg={cfg}"));
+        }
+        let mut c = poisoned::<f16>(&gpu, &[m, n]);
+        dual_gemm_nvfp4(&gpu, op(0), op(1), op(2), &mut c).unwrap();
+        check(&c, "default");
+    }
+}
+
 #[test]
 #[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
 fn dual_gemm_matches_float64() {

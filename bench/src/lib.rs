@@ -11,6 +11,7 @@ pub mod delta_rule;
 pub mod fp8;
 pub mod gemm;
 pub mod grouped;
+pub mod nvfp4;
 pub mod ops;
 pub mod quasar;
 pub mod report;

@@ -10,18 +10,18 @@ use rustile_host::{Error, Gpu};
 
 use rustile_bench::cublas::{Blas, BlasLt};
 use rustile_bench::harness::{self, MeasureCfg, Report};
-use rustile_bench::{attention, delta_rule, fp8, gemm, ops, quasar, torch, trimul, Sizes};
+use rustile_bench::{attention, delta_rule, fp8, gemm, nvfp4, ops, quasar, torch, trimul, Sizes};
 
 /// The ops this bench knows, in table order.
-const OPS: &[&str] = &["add", "swiglu", "softmax", "layernorm", "rmsnorm", "gemm", "dual_gemm", "mlp", "grouped", "gemm_fp8", "attention", "attention_fp8", "trimul", "delta_rule", "quasar"];
+const OPS: &[&str] = &["add", "swiglu", "softmax", "layernorm", "rmsnorm", "gemm", "dual_gemm", "mlp", "grouped", "gemm_fp8", "dual_gemm_nvfp4", "attention", "attention_fp8", "trimul", "delta_rule", "quasar"];
 /// The ops measured against cuBLAS / cuBLASLt (in this process) rather than PyTorch.
-const GEMM_OPS: &[&str] = &["gemm", "dual_gemm", "mlp", "grouped", "gemm_fp8"];
+const GEMM_OPS: &[&str] = &["gemm", "dual_gemm", "mlp", "grouped", "gemm_fp8", "dual_gemm_nvfp4"];
 
 #[derive(Parser, Debug)]
 #[command(about = "Rustile ops against PyTorch (eager and torch.compile) on this GPU")]
 struct Args {
     /// Comma-separated ops to run.
-    #[arg(long, value_delimiter = ',', default_value = "add,swiglu,softmax,layernorm,rmsnorm,gemm,dual_gemm,mlp,grouped,gemm_fp8,attention,attention_fp8,trimul,delta_rule,quasar")]
+    #[arg(long, value_delimiter = ',', default_value = "add,swiglu,softmax,layernorm,rmsnorm,gemm,dual_gemm,mlp,grouped,gemm_fp8,dual_gemm_nvfp4,attention,attention_fp8,trimul,delta_rule,quasar")]
     ops: Vec<String>,
     /// Rows of the row-wise ops (softmax, layernorm, rmsnorm).
     #[arg(long, default_value_t = 8192)]
@@ -160,6 +160,7 @@ fn bench_gpu(gpu: &Gpu, args: &Args, sizes: &Sizes, shapes: &[[usize; 3]], attn_
     let gemm_ops = |ops: &[String]| ops.iter().filter(|o| GEMM_OPS.contains(&o.as_str())).cloned().collect::<Vec<_>>();
     let run_gemm = |op: &str, check_only: bool| match op {
         "gemm_fp8" => fp8::bench_fp8(gpu, &cfg, lt.as_ref(), shapes, check_only),
+        "dual_gemm_nvfp4" => nvfp4::bench_nvfp4(gpu, &cfg, blas.as_ref(), check_only),
         _ => gemm::bench_family(gpu, &cfg, (blas.as_ref(), lt.as_ref()), op, &sizes.dtype, shapes, args.sweep, check_only),
     };
     if args.check {

@@ -226,6 +226,22 @@ pub fn cpu_fallback(ops: &[String]) -> bool {
                 let got = rustile_ops::trimul::trimul_cpu(&case.x, case.mask.as_deref(), &case.params(|v| v.as_slice()), dims);
                 ("24x1x128".into(), rel_err(&got, &case.want()))
             }
+            "dual_gemm_nvfp4" => {
+                // Random E2M1 codes and E4M3 scales, in the interpreter; against float64 of the dequantized values.
+                let (m, n, k) = (67, 45, 128);
+                let gpu = rustile_host::Gpu::interpreter();
+                let mut operand = |rows: usize| {
+                    let (pairs, scales, wide) = rustile_ops::testing::nvfp4_random(&mut rng, rows, k, true);
+                    (gpu.upload(&pairs, &[rows, k / 2]).unwrap(), gpu.upload(&scales, &[rows, k / 16]).unwrap(), wide)
+                };
+                let (a, b1, b2) = (operand(m), operand(n), operand(n));
+                use rustile_ops::dual_gemm_nvfp4::{dual_gemm_nvfp4, Nvfp4};
+                let mut c = gpu.alloc::<rustile::f16>(&[m, n]).unwrap();
+                let [a4, b14, b24] = [&a, &b1, &b2].map(|x| Nvfp4 { values: &x.0, scales: &x.1 });
+                dual_gemm_nvfp4(&gpu, a4, b14, b24, &mut c).unwrap_or_else(|e| panic!("dual_gemm_nvfp4: {e}"));
+                let want = reference::swiglu(&reference::matmul_nt(&a.2, &b1.2, m, n, k), &reference::matmul_nt(&a.2, &b2.2, m, n, k));
+                (format!("{m}x{n}x{k}"), rel_err(&gpu.download(&c).unwrap(), &want))
+            }
             "gemm_fp8" => {
                 let (m, n, k) = (67, 45, 96);
                 let a: Vec<rustile::F8E4M3> = normal(&mut rng, m * k, 0.0, 2.0);
@@ -250,7 +266,7 @@ pub fn cpu_fallback(ops: &[String]) -> bool {
         };
         let pass = err <= if op == "attention_fp8" { rustile_ops::testing::FP8_P_TOL } else { tolerance::<bf16>() };
         ok &= pass;
-        println!("{op:<10} {shape:>12} {:>6} {err:>12.2e} {:>8.1}ms {}", match op.as_str() { "gemm_fp8" | "attention_fp8" => "e4m3", "trimul" => "f32", _ => "bf16" }, t0.elapsed().as_secs_f64() * 1e3, if pass { "ok" } else { "WRONG" });
+        println!("{op:<10} {shape:>12} {:>6} {err:>12.2e} {:>8.1}ms {}", match op.as_str() { "gemm_fp8" | "attention_fp8" => "e4m3", "dual_gemm_nvfp4" => "e2m1", "trimul" => "f32", _ => "bf16" }, t0.elapsed().as_secs_f64() * 1e3, if pass { "ok" } else { "WRONG" });
     }
     println!("(CPU interpreter results are checks, not speed; seed {seed})");
     ok

@@ -1039,6 +1039,22 @@ impl<T: Elem> Tensor<T> {
         Ok(Tensor { buf: self.buf.clone(), ptr, shape: shape.to_vec(), strides: row_major(shape), _elem: PhantomData })
     }
 
+    /// This contiguous tensor's bytes as a tensor of `U` of `shape`, over
+    /// the same memory (PyTorch's `view(dtype)`): packed FP4 pairs as 32-bit
+    /// words of eight values, for a kernel that reads them a word at a time.
+    /// The byte counts must match and the address suit `U`'s alignment.
+    pub fn view_as<U: Elem>(&self, shape: &[usize]) -> Result<Tensor<U>> {
+        self.require_contiguous("view_as")?;
+        let bytes = checked_numel(shape)?.checked_mul(size_of::<U>());
+        if bytes != Some(self.bytes()) {
+            return Err(Error::Shape(format!("view_as: {:?} {} ({} bytes) is not {shape:?} {}", self.shape, T::NAME, self.bytes(), U::NAME)));
+        }
+        if self.ptr % core::mem::align_of::<U>() as u64 != 0 {
+            return Err(Error::Misaligned(format!("view_as: a {} tensor at {:#x} is not aligned for {}", T::NAME, self.ptr, U::NAME)));
+        }
+        Ok(Tensor { buf: self.buf.clone(), ptr: self.ptr, shape: shape.to_vec(), strides: row_major(shape), _elem: PhantomData })
+    }
+
     /// A tensor over memory another owner keeps alive (a PyTorch tensor's
     /// `data_ptr()`, a NumPy array's buffer): `ptr` is a device address on a
     /// GPU and a host address on the interpreter, `shape` and `strides` (in

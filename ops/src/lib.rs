@@ -54,6 +54,7 @@ pub mod adamw;
 pub mod attention;
 pub mod delta_rule;
 pub mod dual_gemm;
+pub mod dual_gemm_nvfp4;
 pub mod gemm;
 pub mod gemm_fp8;
 pub mod gmm_loss;

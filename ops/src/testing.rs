@@ -523,3 +523,23 @@ pub struct DeltaRuleGotGrads {
     pub dbeta: Vec<f32>,
     pub d_initial: Vec<f32>,
 }
+
+/// Random NVFP4 rows `[rows, k]`: E2M1 pairs with every code equally
+/// likely; E4M3 scales from 2⁻⁴ to 2⁻¹ (so that a dual GEMM's output stays
+/// inside fp16's range at K = 7168), with `odd_scales` one in eight a zero
+/// or subnormal code; and the values they mean, in float64.
+pub fn nvfp4_random(rng: &mut StdRng, rows: usize, k: usize, odd_scales: bool) -> (Vec<rustile::F4E2M1x2>, Vec<rustile::F8E4M3>, Vec<f64>) {
+    use rustile::{F4E2M1x2, F8E4M3};
+    let pairs: Vec<F4E2M1x2> = (0..rows * k / 2).map(|_| F4E2M1x2(rng.gen())).collect();
+    let scales: Vec<F8E4M3> = (0..rows * k / 16)
+        .map(|_| if odd_scales && rng.gen_range(0..8) == 0 { F8E4M3(rng.gen_range(0..8)) } else { F8E4M3::from_f32(rng.gen_range(0.0625f32..0.5)) })
+        .collect();
+    let values = (0..rows * k).map(|i| pairs[i / 2].decode()[i % 2] as f64 * scales[i / 16].to_f32() as f64).collect();
+    (pairs, scales, values)
+}
+
+/// GPU MODE's check of the NVFP4 dual GEMM, elementwise `|got − want| ≤
+/// 1e-3 + 1e-3·|want|`: the first element outside it (index, got, want), if any.
+pub fn nvfp4_outside_tolerance(got: &[rustile::f16], want: &[f64]) -> Option<(usize, f64, f64)> {
+    got.iter().zip(want).enumerate().map(|(i, (g, &w))| (i, g.to_f32() as f64, w)).find(|&(_, g, w)| !((g - w).abs() <= 1e-3 + 1e-3 * w.abs()))
+}

@@ -1,0 +1,147 @@
+//! The NVFP4 dual GEMM's bench at GPU MODE's four shapes (L = 1), beside,
+//! on the same GPU and run:
+//! (a) dequantize all three operands to fp16, then cuBLAS×2 and the SwiGLU
+//!     kernel: what a framework does on a GPU without FP4 tensor cores;
+//! (b) the same with the operands dequantized ahead of time (only the GEMMs
+//!     and the epilogue timed);
+//! (c) our 16-bit dual GEMM on those dequantized operands;
+//! and two floors: the 16-bit tensor-core peak over the FLOPs, and the FP4
+//! bytes over copy bandwidth. Also GPU MODE's own way of timing: 50 calls
+//! back to back on inputs that change (here: four sets in turn).
+use crate::cublas::Blas;
+use crate::gemm::cublas_swiglu;
+use crate::harness::{gb_per_s, measure, MeasureCfg, Row, Stats, RUSTILE};
+use rustile::{f16, F4E2M1x2, F8E4M3};
+use rustile_host::{Gpu, Result, Tensor};
+use rustile_ops::dual_gemm::dual_gemm;
+use rustile_ops::dual_gemm_nvfp4::{dequantize, dual_gemm_nvfp4, Nvfp4};
+use rustile_ops::testing::{nvfp4_outside_tolerance, nvfp4_random, rng};
+
+/// GPU MODE's benchmark shapes, (M, N, K).
+pub const SHAPES: [[usize; 3]; 4] = [[256, 4096, 7168], [512, 4096, 7168], [256, 3072, 4096], [512, 3072, 7168]];
+
+/// B200's speed of light for the task's geometric mean, as GPU MODE states it (µs).
+const B200_SOL_US: f64 = 4.9;
+
+/// One NVFP4 operand on the GPU and, on the host, its values dequantized.
+struct Operand {
+    values: Tensor<F4E2M1x2>,
+    scales: Tensor<F8E4M3>,
+    wide: Vec<f64>,
+}
+
+impl Operand {
+    /// [`nvfp4_random`] rows, uploaded.
+    fn random(gpu: &Gpu, rng: &mut rand::rngs::StdRng, rows: usize, k: usize) -> Result<Operand> {
+        let (pairs, scales, wide) = nvfp4_random(rng, rows, k, false);
+        Ok(Operand { values: gpu.upload(&pairs, &[rows, k / 2])?, scales: gpu.upload(&scales, &[rows, k / 16])?, wide })
+    }
+
+    fn nvfp4(&self) -> Nvfp4<'_> {
+        Nvfp4 { values: &self.values, scales: &self.scales }
+    }
+}
+
+/// `silu(a·b1ᵀ)·(a·b2ᵀ)` in float64 for rows `r` of the dequantized operands.
+fn want_rows(a: &Operand, b1: &Operand, b2: &Operand, r: std::ops::Range<usize>, n: usize, k: usize) -> Vec<f64> {
+    let dot = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(p, q)| p * q).sum::<f64>();
+    r.flat_map(|i| (0..n).map(move |j| (i, j)))
+        .map(|(i, j)| {
+            let row = &a.wide[i * k..(i + 1) * k];
+            let (g, u) = (dot(row, &b1.wide[j * k..(j + 1) * k]), dot(row, &b2.wide[j * k..(j + 1) * k]));
+            g / (1.0 + (-g).exp()) * u
+        })
+        .collect()
+}
+
+/// GPU MODE's check ([`nvfp4_outside_tolerance`]) on three sampled rows.
+fn check_rows(what: &str, got: &[f16], a: &Operand, b1: &Operand, b2: &Operand, [m, n, k]: [usize; 3]) -> Result<String> {
+    for r in [0..1, m / 2..m / 2 + 1, m - 1..m] {
+        if let Some((i, g, w)) = nvfp4_outside_tolerance(&got[r.start * n..r.end * n], &want_rows(a, b1, b2, r.clone(), n, k)) {
+            return Err(rustile_host::Error::Invalid(format!("{what}: row {}, column {i}: {g} against {w}, outside rtol = atol = 1e-3", r.start)));
+        }
+    }
+    Ok(format!("{what}: 3 sampled rows within rtol = atol = 1e-3 of float64"))
+}
+
+/// The bench: checks ours, (b) and (c) against float64 on sampled rows,
+/// then (unless `check_only`) times ours and the baselines at every shape.
+pub fn bench_nvfp4(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, check_only: bool) -> Result<Vec<Row>> {
+    let copy_gb_s = crate::harness::copy_bandwidth(gpu, mcfg)?;
+    let mut rows = vec![];
+    let mut ours_us = vec![];
+    for [m, n, k] in SHAPES {
+        let (mut rng, seed) = rng();
+        let say = |line: String| eprintln!("dual_gemm_nvfp4 {m}x{n}x{k}: {line} (seed {seed})");
+        // Four input sets, for GPU MODE's timing on changing inputs; the first is checked and timed.
+        let sets: Vec<[Operand; 3]> = (0..4)
+            .map(|_| Ok([Operand::random(gpu, &mut rng, m, k)?, Operand::random(gpu, &mut rng, n, k)?, Operand::random(gpu, &mut rng, n, k)?]))
+            .collect::<Result<_>>()?;
+        let [a, b1, b2] = &sets[0];
+        let mut c = gpu.alloc::<f16>(&[m, n])?;
+        gpu.fill_bytes(&mut c, 0xFF)?;
+        let ours = |c: &mut Tensor<f16>, [a, b1, b2]: &[Operand; 3]| dual_gemm_nvfp4(gpu, a.nvfp4(), b1.nvfp4(), b2.nvfp4(), c);
+        ours(&mut c, &sets[0])?;
+        say(check_rows("ours", &gpu.download(&c)?, a, b1, b2, [m, n, k])?);
+
+        // The operands dequantized (exactly) to fp16, for (a), (b) and (c).
+        let (mut a16, mut b116, mut b216) = (gpu.alloc::<f16>(&[m, k])?, gpu.alloc::<f16>(&[n, k])?, gpu.alloc::<f16>(&[n, k])?);
+        let deq = |a16: &mut Tensor<f16>, b116: &mut Tensor<f16>, b216: &mut Tensor<f16>| -> Result<()> {
+            dequantize(gpu, a.nvfp4(), a16)?;
+            dequantize(gpu, b1.nvfp4(), b116)?;
+            dequantize(gpu, b2.nvfp4(), b216)
+        };
+        deq(&mut a16, &mut b116, &mut b216)?;
+        let mut c16 = gpu.alloc::<f16>(&[m, n])?;
+        dual_gemm(gpu, &a16, &b116, &b216, &mut c16)?;
+        say(check_rows("(c) our f16 dual GEMM on the dequantized operands", &gpu.download(&c16)?, a, b1, b2, [m, n, k])?);
+
+        if check_only {
+            if let Some(blas) = blas {
+                let (mut gate, mut up, mut base) = (gpu.alloc::<f16>(&[m, n])?, gpu.alloc::<f16>(&[m, n])?, gpu.alloc::<f16>(&[m, n])?);
+                cublas_swiglu(gpu, blas, &a16, [&b116, &b216], [&mut gate, &mut up], &mut base)?;
+                say(check_rows("(b) cuBLAS×2 + swiglu", &gpu.download(&base)?, a, b1, b2, [m, n, k])?);
+            }
+            continue;
+        }
+        let shape = [m, n, k];
+        let flops = 4.0 * (m * n * k) as f64;
+        let fp4_bytes = ((m + 2 * n) * k) as f64 * (0.5 + 1.0 / 16.0) + 2.0 * (m * n) as f64;
+        let row = |imp: &str, stats: Stats| Row::new("dual_gemm_nvfp4", &shape, "e2m1", imp, stats).flops(flops).bytes(fp4_bytes);
+        let stats = measure(gpu, mcfg, || ours(&mut c, &sets[0]))?;
+        ours_us.push(stats.median_ms * 1e3);
+        rows.push(row(RUSTILE, stats));
+        rows.push(row("rustile f16 dual_gemm, dequantized ahead (c)", measure(gpu, mcfg, || dual_gemm(gpu, &a16, &b116, &b216, &mut c16))?));
+        if let Some(blas) = blas {
+            let (mut gate, mut up) = (gpu.alloc::<f16>(&[m, n])?, gpu.alloc::<f16>(&[m, n])?);
+            let mut base = gpu.alloc::<f16>(&[m, n])?;
+            cublas_swiglu(gpu, blas, &a16, [&b116, &b216], [&mut gate, &mut up], &mut base)?;
+            say(check_rows("(b) cuBLAS×2 + swiglu", &gpu.download(&base)?, a, b1, b2, [m, n, k])?);
+            let stats = measure(gpu, mcfg, || {
+                deq(&mut a16, &mut b116, &mut b216)?;
+                cublas_swiglu(gpu, blas, &a16, [&b116, &b216], [&mut gate, &mut up], &mut base)
+            })?;
+            rows.push(row("dequantize+cublas×2+swiglu (a)", stats));
+            rows.push(row("cublas×2+swiglu, dequantized ahead (b)", measure(gpu, mcfg, || cublas_swiglu(gpu, blas, &a16, [&b116, &b216], [&mut gate, &mut up], &mut base))?));
+        }
+        // GPU MODE's timing: 50 calls back to back over changing inputs, one event pair around them.
+        for i in 0..5 {
+            ours(&mut c, &sets[i % 4])?; // warm-up
+        }
+        let ms = gpu.time(|| (0..50).try_for_each(|i| ours(&mut c, &sets[i % 4])))?;
+        let per_call_us = ms as f64 * 1e3 / 50.0;
+        let floor_tc_us = flops / (crate::report::SPEC_PEAK_TFLOP_S * 1e12) * 1e6;
+        let floor_bytes_us = fp4_bytes / (copy_gb_s * 1e9) * 1e6;
+        say(format!(
+            "ours {:.1} µs; GPU MODE's timing (50 calls, 4 input sets) {per_call_us:.1} µs a call; floors: 16-bit tensor cores {floor_tc_us:.1} µs, FP4 bytes at copy bandwidth {floor_bytes_us:.1} µs ({:.0} GB/s achieved)",
+            ours_us.last().unwrap(),
+            gb_per_s(fp4_bytes, ours_us.last().unwrap() / 1e3)
+        ));
+    }
+    if ours_us.is_empty() {
+        return Ok(rows);
+    }
+    let geomean = ours_us.iter().map(|t| t.ln()).sum::<f64>() / ours_us.len() as f64;
+    eprintln!("dual_gemm_nvfp4: geometric mean {:.1} µs over GPU MODE's 4 shapes (B200's speed of light: {B200_SOL_US} µs)", geomean.exp());
+    Ok(rows)
+}

@@ -1,0 +1,59 @@
+//! CPU-interpreter checks of the NVFP4 dual GEMM against float64 of the
+//! dequantized operands (GPU MODE's tolerance), every config, odd M and N.
+use super::*;
+use crate::reference;
+use crate::testing::*;
+
+/// The packed pairs as the kernel reads them: 32-bit words of eight values.
+fn words(pairs: &[F4E2M1x2]) -> Vec<u32> {
+    pairs.chunks(4).map(|b| u32::from_le_bytes([b[0].0, b[1].0, b[2].0, b[3].0])).collect()
+}
+
+#[test]
+fn dual_gemm_nvfp4_matches_float64_at_odd_shapes() {
+    for (m, n, k) in [(1, 1, 64), (70, 33, 128), (129, 131, 64), (37, 200, 256)] {
+        let (mut rng, seed) = rng();
+        let (a, sa, av) = nvfp4_random(&mut rng, m, k, true);
+        let (b1, sb1, b1v) = nvfp4_random(&mut rng, n, k, true);
+        let (b2, sb2, b2v) = nvfp4_random(&mut rng, n, k, true);
+        let want = reference::swiglu(&reference::matmul_nt(&av, &b1v, m, n, k), &reference::matmul_nt(&av, &b2v, m, n, k));
+        for cfg in 0..dual_gemm_nvfp4_kernel::CONFIGS.len() {
+            let mut c = poisoned::<f16>(m * n);
+            dual_gemm_nvfp4_kernel::cpu(cfg, &words(&a), &sa, &words(&b1), &sb1, &words(&b2), &sb2, &mut c, m, n, k);
+            if let Some((i, got, w)) = nvfp4_outside_tolerance(&c, &want) {
+                panic!("{m}×{n}×{k} cfg={cfg} (seed {seed}): c[{i}] = {got}, want {w}");
+            }
+        }
+    }
+}
+
+#[test]
+fn host_wrapper_runs_and_refuses_bad_shapes() {
+    let gpu = rustile_host::Gpu::interpreter();
+    let (m, n, k) = (45, 70, 192);
+    let (mut rng, seed) = rng();
+    let up = |(v, s, _): &(Vec<F4E2M1x2>, Vec<F8E4M3>, Vec<f64>), rows: usize| {
+        (gpu.upload(v, &[rows, k / 2]).unwrap(), gpu.upload(s, &[rows, k / 16]).unwrap())
+    };
+    let (a, b1, b2) = (nvfp4_random(&mut rng, m, k, true), nvfp4_random(&mut rng, n, k, true), nvfp4_random(&mut rng, n, k, true));
+    let want = reference::swiglu(&reference::matmul_nt(&a.2, &b1.2, m, n, k), &reference::matmul_nt(&a.2, &b2.2, m, n, k));
+    let ((av, as_), (b1v, b1s), (b2v, b2s)) = (up(&a, m), up(&b1, n), up(&b2, n));
+    let op = |v, s| Nvfp4 { values: v, scales: s };
+    let mut c = gpu.upload(&poisoned::<f16>(m * n), &[m, n]).unwrap();
+    dual_gemm_nvfp4(&gpu, op(&av, &as_), op(&b1v, &b1s), op(&b2v, &b2s), &mut c).unwrap();
+    if let Some((i, got, w)) = nvfp4_outside_tolerance(&gpu.download(&c).unwrap(), &want) {
+        panic!("{m}×{n}×{k} (seed {seed}): c[{i}] = {got}, want {w}");
+    }
+    // Dequantized exactly, as the reference reads the values.
+    let mut a16 = gpu.upload(&poisoned::<f16>(m * k), &[m, k]).unwrap();
+    dequantize(&gpu, op(&av, &as_), &mut a16).unwrap();
+    assert!(gpu.download(&a16).unwrap().iter().zip(&a.2).all(|(g, &w)| g.to_f32() as f64 == w), "dequantize (seed {seed})");
+    let err = |r: rustile_host::Result<()>| r.unwrap_err().to_string();
+    let short = gpu.upload(&vec![F4E2M1x2(0); m * 48], &[m, 48]).unwrap();
+    let short_s = gpu.upload(&vec![F8E4M3(0); m * 6], &[m, 6]).unwrap();
+    assert!(err(dual_gemm_nvfp4(&gpu, op(&short, &short_s), op(&b1v, &b1s), op(&b2v, &b2s), &mut c)).contains("multiple of 64"));
+    assert!(err(dual_gemm_nvfp4(&gpu, op(&av, &as_), op(&b1v, &b1s), op(&av, &as_), &mut c)).contains("b1 and b2 must be"));
+    assert!(err(dual_gemm_nvfp4(&gpu, op(&av, &b1s), op(&b1v, &b1s), op(&b2v, &b2s), &mut c)).contains("scales"));
+    let mut c_wrong = gpu.alloc::<f16>(&[m, n + 1]).unwrap();
+    assert!(err(dual_gemm_nvfp4(&gpu, op(&av, &as_), op(&b1v, &b1s), op(&b2v, &b2s), &mut c_wrong)).contains("c"));
+}
