@@ -14,9 +14,12 @@ pub enum Kind {
     E5M2,
     /// Indices and offsets (a kernel's tables, read with [`Ptr::read`](crate::Ptr::read)), not tile data.
     U32,
+    /// Two FP4 values a byte ([`F4E2M1x2`]): packed data, not a tile element.
+    E2M1x2,
 }
 
-/// An element type that lives in device memory: f32, bf16, f16, fp8 (e4m3 / e5m2).
+/// An element type that lives in device memory: f32, bf16, f16, fp8 (e4m3 / e5m2),
+/// and packed FP4 pairs (e2m1).
 ///
 /// # Safety
 /// `Self` must be plain bits (no padding, any bit pattern valid), because
@@ -226,6 +229,104 @@ fp8!(/// FP8 E4M3 (OCP): 4 exponent bits, 3 mantissa bits, max ±448, no infinit
 fp8!(/// FP8 E5M2 (OCP): 5 exponent bits, 2 mantissa bits, max ±57344, with infinities.
     F8E5M2, 5, 2, true, "e5m2", E5M2, f32x2_to_e5m2x2);
 
+// ---- FP4 E2M1 ------------------------------------------------------------------------------
+//
+// NVFP4 is FP4 E2M1 values with one FP8 E4M3 scale per 16 of them. The
+// scales are the unsigned use of e4m3 ("UE4M3": sign bit 0), so
+// [`F8E4M3`] serves for them as it is. Every E2M1 value times every e4m3
+// value is exact in f16 and in bf16 (significands of at most 2 and 4 bits
+// multiply into at most 6; the magnitudes stay within 2^-10 .. 2688), so
+// a dequantized operand can feed 16-bit tensor cores without rounding.
+
+/// The largest E2M1 magnitude.
+pub const E2M1_MAX: f32 = 6.0;
+
+/// The value of the E2M1 code in the low 4 bits of `nibble` (sign, 2
+/// exponent bits, 1 mantissa bit: ±{0, 0.5, 1, 1.5, 2, 3, 4, 6}, with a −0).
+#[inline(always)]
+pub fn e2m1_to_f32(nibble: u8) -> f32 {
+    // Twice the magnitudes of codes 0..8, one hex digit each, so that the
+    // decode is a shift and a mask with no table in memory and no branch.
+    const TWICE: u32 = 0xC864_3210;
+    let code = (nibble & 0xf) as u32;
+    let magnitude = ((TWICE >> (4 * (code & 7))) & 0xf) as f32 * 0.5;
+    f32::from_bits(magnitude.to_bits() | ((code & 8) << 28))
+}
+
+/// `x` rounded to the nearest E2M1 value (ties to the even code), saturating
+/// at ±6 (infinities too), as a code in the low 4 bits. The sign is kept, so
+/// a small negative value becomes −0. E2M1 has no NaN: a NaN becomes ±0,
+/// which leaves a block's other values intact.
+#[inline(always)]
+pub fn e2m1_from_f32(x: f32) -> u8 {
+    let bits = x.to_bits();
+    let sign = ((bits >> 28) & 8) as u8;
+    let a = f32::from_bits(bits & 0x7fff_ffff);
+    // The code is the number of midpoints between neighbouring values that
+    // `a` lies above. At a midpoint the even code wins: a midpoint below an
+    // even code counts once reached (>=), one below an odd code only once
+    // passed (>). Every comparison with a NaN is false, hence code 0.
+    let code = (a > 0.25) as u8
+        + (a >= 0.75) as u8
+        + (a > 1.25) as u8
+        + (a >= 1.75) as u8
+        + (a > 2.5) as u8
+        + (a >= 3.5) as u8
+        + (a > 5.0) as u8;
+    sign | code
+}
+
+/// Two FP4 E2M1 values in one byte, the first in the low nibble (the
+/// order of PyTorch's `float4_e2m1fn_x2` and of the tensor cores' packed
+/// operands): a tensor of these is `k/2` bytes a row of `k` values.
+///
+/// As an [`Elem`] it moves byte for byte between host and device, and its
+/// `to_f32`/`from_f32` act on the low (first) value only; use
+/// [`decode`](Self::decode) and [`encode`](Self::encode) for both.
+/// Kernels write pairs with [`Tile::scatter_pairs`](crate::Tile::scatter_pairs).
+#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
+#[repr(transparent)]
+#[allow(non_camel_case_types)]
+pub struct F4E2M1x2(pub u8);
+
+impl F4E2M1x2 {
+    /// The pair of codes (low nibble first).
+    #[inline(always)]
+    pub fn from_codes(first: u8, second: u8) -> Self {
+        F4E2M1x2((first & 0xf) | (second << 4))
+    }
+    #[inline(always)]
+    pub fn codes(self) -> [u8; 2] {
+        [self.0 & 0xf, self.0 >> 4]
+    }
+    /// Both values, exactly.
+    #[inline(always)]
+    pub fn decode(self) -> [f32; 2] {
+        [e2m1_to_f32(self.0), e2m1_to_f32(self.0 >> 4)]
+    }
+    /// `first` and `second`, each rounded as [`e2m1_from_f32`].
+    #[inline(always)]
+    pub fn encode(first: f32, second: f32) -> Self {
+        F4E2M1x2(e2m1_from_f32(first) | (e2m1_from_f32(second) << 4))
+    }
+}
+
+unsafe impl Elem for F4E2M1x2 {
+    const NAME: &'static str = "e2m1x2";
+    const KIND: Kind = Kind::E2M1x2;
+    /// The first (low) value.
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        e2m1_to_f32(self.0)
+    }
+    /// `x` as the first (low) value, the second 0.
+    #[inline(always)]
+    fn from_f32(x: f32) -> Self {
+        F4E2M1x2(e2m1_from_f32(x))
+    }
+    const CHUNK_ALIGN: usize = 8;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,6 +368,92 @@ mod tests {
             assert!((y - x).abs() <= x * 2f32.powi(-4) + 2f32.powi(-10), "{x} -> {y}");
             x *= 1.013;
         }
+    }
+
+    /// Every E2M1 value, in code order (codes 8..16 are their negatives).
+    const E2M1_VALUES: [f32; 8] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
+
+    #[test]
+    fn e2m1_decodes_and_round_trips_every_code() {
+        for code in 0..16u8 {
+            let want = if code < 8 { E2M1_VALUES[code as usize] } else { -E2M1_VALUES[code as usize - 8] };
+            let x = e2m1_to_f32(code);
+            assert_eq!(x.to_bits(), want.to_bits(), "code {code:#x}: {x}, expected {want}");
+            assert_eq!(e2m1_from_f32(x), code, "code {code:#x} ({x}) does not come back");
+            // Only the low nibble is the code.
+            assert_eq!(e2m1_to_f32(code | 0xa0).to_bits(), x.to_bits());
+        }
+    }
+
+    #[test]
+    fn e2m1_rounds_to_nearest_even_and_saturates() {
+        // Midpoints: the even code wins (codes 0, 2, 4, 6 are 0, 1, 2, 4).
+        for (x, want) in [(0.25, 0.0), (0.75, 1.0), (1.25, 1.0), (1.75, 2.0), (2.5, 2.0), (3.5, 4.0), (5.0, 4.0)] {
+            assert_eq!(e2m1_to_f32(e2m1_from_f32(x)), want, "{x}");
+            assert_eq!(e2m1_to_f32(e2m1_from_f32(-x)), -want, "-{x}");
+        }
+        // Just off the midpoints: the nearer value.
+        for (x, want) in [(0.26, 0.5), (0.74, 0.5), (0.76, 1.0), (1.26, 1.5), (1.74, 1.5), (2.49, 2.0), (2.51, 3.0), (3.49, 3.0), (4.99, 4.0), (5.01, 6.0)] {
+            assert_eq!(e2m1_to_f32(e2m1_from_f32(x)), want, "{x}");
+        }
+        for x in [6.0, 6.5, 7.0, 1e30, f32::INFINITY] {
+            assert_eq!(e2m1_from_f32(x), 0x7, "{x} saturates to 6");
+            assert_eq!(e2m1_from_f32(-x), 0xf, "-{x} saturates to -6");
+        }
+        assert_eq!(e2m1_from_f32(-0.0), 0x8);
+        assert_eq!(e2m1_from_f32(-0.1), 0x8, "a small negative value is -0");
+        assert_eq!(e2m1_from_f32(f32::NAN) & 7, 0, "NaN encodes as a zero");
+    }
+
+    #[test]
+    fn e2m1_rounding_matches_a_search_of_the_grid() {
+        // Against the nearest value found by brute force (ties to the even
+        // code), on a fine grid of inputs that hits every midpoint exactly.
+        for i in 0..=8 * 64 {
+            let x = i as f32 / 64.0;
+            let best = (0..8)
+                .min_by(|&a, &b| {
+                    let (da, db) = ((E2M1_VALUES[a] - x).abs(), (E2M1_VALUES[b] - x).abs());
+                    da.partial_cmp(&db).unwrap().then(((a % 2 != 0) as u8).cmp(&((b % 2 != 0) as u8)))
+                })
+                .unwrap();
+            assert_eq!(e2m1_from_f32(x), best as u8, "{x}");
+        }
+    }
+
+    #[test]
+    fn e2m1_pairs_pack_low_nibble_first() {
+        let p = F4E2M1x2::encode(1.5, -4.0);
+        assert_eq!(p.0, 0x3 | (0xe << 4));
+        assert_eq!(p.decode(), [1.5, -4.0]);
+        assert_eq!(p.codes(), [0x3, 0xe]);
+        assert_eq!(F4E2M1x2::from_codes(0x3, 0xe), p);
+        assert_eq!(<F4E2M1x2 as Elem>::to_f32(p), 1.5);
+        assert_eq!(<F4E2M1x2 as Elem>::from_f32(-6.0).decode(), [-6.0, 0.0]);
+        for b in 0..=255u8 {
+            let [x, y] = F4E2M1x2(b).decode();
+            assert_eq!(F4E2M1x2::encode(x, y), F4E2M1x2(b));
+        }
+    }
+
+    #[test]
+    fn e2m1_times_e4m3_is_exact_in_f16_and_bf16() {
+        let mut checked = 0;
+        for s in 0..=255u8 {
+            let scale = F8E4M3(s).to_f32();
+            if scale.is_nan() {
+                continue;
+            }
+            for code in 0..16u8 {
+                let product = e2m1_to_f32(code) * scale;
+                let exact = e2m1_to_f32(code) as f64 * scale as f64;
+                assert_eq!(product as f64, exact, "code {code:#x} × scale {s:#x} is not exact in f32");
+                assert_eq!(f16::from_f32(product).to_f32(), product, "code {code:#x} × scale {s:#x} = {product} in f16");
+                assert_eq!(bf16::from_f32(product).to_f32(), product, "code {code:#x} × scale {s:#x} = {product} in bf16");
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 16 * 254, "two e4m3 codes are NaN");
     }
 
     #[test]

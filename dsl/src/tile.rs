@@ -610,4 +610,24 @@ where
             }
         }
     }
+
+    /// Writes each pair of neighbouring elements, `(row, 2j)` and
+    /// `(row, 2j + 1)`, as one value `pack(first, second)` to
+    /// `dst[at(row, j)]`, or nowhere where `at` gives `None`: how a tile of
+    /// values becomes a tensor of packed pairs (FP4, two values a byte:
+    /// `pack` is [`F4E2M1x2::encode`](crate::F4E2M1x2::encode)). Both
+    /// elements of a pair are always one thread's (a thread holds whole
+    /// 8-column chunks), so no values move between threads; each pair is one
+    /// scalar store. The tile must have at least `8·TH` elements, as for
+    /// [`Tile::scatter`].
+    #[inline(always)]
+    pub fn scatter_pairs<U: Elem>(self, dst: PtrMut<U>, pack: impl Fn(T, T) -> U, at: impl Fn(usize, usize) -> Option<usize>) {
+        for e in (0..len(R, C, TH)).step_by(2) {
+            let (row, col) = (be::tile_row::<C, TH>(e / Self::W), be::tile_col::<C, TH>(e % Self::W));
+            if let Some(to) = at(row, col / 2) {
+                dst.0.check("Tile::scatter_pairs", to, 1, 1, true);
+                unsafe { *dst.0.at(to) = pack(self.v[e], self.v[e + 1]) };
+            }
+        }
+    }
 }

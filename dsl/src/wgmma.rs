@@ -292,7 +292,7 @@ fn start<const FRESH: bool, TA: Elem, TB: Elem, const M: usize, const N: usize, 
                     (Kind::E5M2, Kind::E5M2) => issue!(wgmma_m64n64k32_e5m2, wgmma_m64n128k32_e5m2, wgmma_m64n256k32_e5m2),
                     (Kind::E4M3, _) => issue!(wgmma_m64n64k32_e4m3_e5m2, wgmma_m64n128k32_e4m3_e5m2, wgmma_m64n256k32_e4m3_e5m2),
                     (Kind::E5M2, _) => issue!(wgmma_m64n64k32_e5m2_e4m3, wgmma_m64n128k32_e5m2_e4m3, wgmma_m64n256k32_e5m2_e4m3),
-                    (Kind::F32 | Kind::U32, _) => unreachable!(), // refused by `check`
+                    (Kind::F32 | Kind::U32 | Kind::E2M1x2, _) => unreachable!(), // refused by `check`
                 }
             }
         }
