@@ -74,7 +74,7 @@ mod host {
 
     /// Why `k` values a row cannot be NVFP4, or `None`.
     fn k_error(k: usize) -> Option<String> {
-        (k == 0 || k % BLOCK != 0).then(|| format!("NVFP4 rows hold a multiple of {BLOCK} values (one scale per {BLOCK}); k = {k}"))
+        (k == 0 || !k.is_multiple_of(BLOCK)).then(|| format!("NVFP4 rows hold a multiple of {BLOCK} values (one scale per {BLOCK}); k = {k}"))
     }
 
     /// `rows×k` values and their plain scales, or a panic naming what does not fit
