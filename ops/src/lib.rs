@@ -61,6 +61,7 @@ pub mod gmm_loss;
 pub mod grouped_gemm;
 pub mod mlp;
 pub mod norm;
+pub mod nvfp4;
 pub mod quasar;
 pub mod reduce;
 pub mod softmax;

@@ -220,6 +220,18 @@ pub fn assert_allclose(out: &[f32], want: &[f64], rtol: f64, atol: f64, ctx: &st
     }
 }
 
+/// One NVFP4 operand `[rows, k]` as GPU MODE's NVFP4 dual GEMM draws it
+/// (its `generate_input`): `(values [rows, k/2], plain scales [rows, k/16])`.
+/// Each byte is uniform over 0..255 and masked to `0b1011_1011` (each value
+/// keeps its sign and low two bits: ±{0, 0.5, 1, 1.5}); each scale is a
+/// uniform `[0, 1)` f32 rounded to e4m3, so zero and subnormal scales occur.
+pub fn nvfp4_gpu_mode(rng: &mut StdRng, rows: usize, k: usize) -> (Vec<rustile::F4E2M1x2>, Vec<rustile::F8E4M3>) {
+    assert_eq!(k % 16, 0, "nvfp4_gpu_mode: k = {k} is not a multiple of 16");
+    let values = (0..rows * k / 2).map(|_| rustile::F4E2M1x2(rng.gen_range(0..255u8) & 0b1011_1011)).collect();
+    let scales = (0..rows * k / 16).map(|_| rustile::F8E4M3::from_f32(rng.gen::<f32>())).collect();
+    (values, scales)
+}
+
 /// A TriMul problem with fresh random values: `x` normal or Cauchy(0, 2)
 /// (GPU MODE's two distributions), a 0/1 mask or none, and parameters as a
 /// freshly initialized module would hold them, perturbed (linear weights

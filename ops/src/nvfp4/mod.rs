@@ -1,0 +1,210 @@
+//! NVFP4: FP4 E2M1 values with one FP8 E4M3 scale per 16 consecutive values
+//! along K, the operands of GPU MODE's NVFP4 dual GEMM
+//! (`C = silu(A·B1ᵀ) ⊙ (A·B2ᵀ)`); here the formats, a quantize kernel, and
+//! a float64 reference of the whole task.
+//!
+//! Principles:
+//!
+//! - **A quantized `[rows, k]` matrix is two tensors.** Its values are
+//!   `[rows, k/2]` bytes of E2M1 pairs ([`F4E2M1x2`]: value `2i` in the low
+//!   nibble), its scales `[rows, k/16]` e4m3 in the *plain* layout, row-major
+//!   as the values. A batch is more rows: the task's `[M, K/2, L]` is
+//!   L-major in memory, so batch `l`'s matrix is contiguous and these
+//!   functions take one batch at a time (or all of them as `L·M` rows,
+//!   where only the rows matter, as in quantizing).
+//! - **The scales are "UE4M3": e4m3 used unsigned**, so [`F8E4M3`] holds them
+//!   unchanged. Zeros and subnormals are ordinary scales (GPU MODE draws
+//!   them uniformly from `[0, 1)`).
+//! - **Dequantization is exact.** An E2M1 value times an e4m3 scale is exact
+//!   in f32, and in f16 and bf16 too (the DSL's element tests check all
+//!   16 × 254 products), so [`dequantize`] and a kernel that multiplies in
+//!   16 bits see the same numbers.
+//! - **Quantization follows NVIDIA's convention.** A block's scale is
+//!   `amax / 6` rounded to e4m3 (nearest even, saturating at 448); its
+//!   values are `x / scale`, with the scale as stored (decoded), rounded to
+//!   E2M1 (nearest even, saturating at ±6). A block whose scale rounds to 0
+//!   (all zeros, or `amax < 6·2^-10`) stores scale 0 and codes 0 rather than
+//!   dividing by zero. NaNs are left out of the amax and encode as 0. There
+//!   is no second, per-tensor scale: the task has none.
+//! - **The kernel and the reference agree bit for bit.** Both divide (not
+//!   multiply by a reciprocal, which rounds differently) in f32 with IEEE
+//!   rounding, as `/` compiles to on the GPU (`div.rn.f32`), and both use the
+//!   DSL's conversions.
+//! - **The kernel sees a block of 16 as a row.** `[rows, k]` contiguous is
+//!   `[rows·k/16, 16]`, so a block's amax is a row maximum, its scale one
+//!   value of a [`Col`], and a 16-column tile is two 8-column chunks: each
+//!   thread holds whole pairs, which it packs and stores itself
+//!   ([`Tile::scatter_pairs`](rustile::Tile::scatter_pairs)).
+//! - **The blocked layout is cuBLAS's** (what `torch._scaled_mm` and
+//!   tcgen05's block-scaled MMA read): the scales of 128 rows × 4 blocks
+//!   (64 of K) are one 512-byte atom, row `m` of the atom at
+//!   `(m % 32)·16 + (m / 32)·4`, its 4 scales consecutive. Rows are padded
+//!   to 128 and `k/16` to 4 with zero scales, as cuBLAS requires of a
+//!   matrix whose sizes are not multiples ([`to_blocked`], [`from_blocked`]).
+use rustile::prelude::*;
+
+/// Values that share one scale.
+pub const BLOCK: usize = 16;
+
+#[kernel(
+    configs = [(BR = 256, WARPS = 4)],
+    grid = [cdiv(blocks, BR)],
+    dtypes = [bf16, f16],
+)]
+/// Quantizes `blocks` blocks of 16 consecutive values of `x` (a contiguous
+/// `[rows, k]` seen as `[blocks, 16]`, `blocks = rows·k/16`): block `b`'s
+/// scale to `scales[b]`, its values as 8 E2M1 pairs to `q[8b ..]`.
+pub fn nvfp4_quantize_kernel<T: Elem>(x: Ptr<T>, q: PtrMut<F4E2M1x2>, scales: PtrMut<F8E4M3>, blocks: usize) {
+    let b0 = program_id(0) * BR;
+    let values = load(&BlockPtr::<T, BR, BLOCK>::rows(x, blocks, BLOCK, [b0, 0])).cast::<f32>();
+    // Starting from 0, `max` skips NaNs and leaves no −∞ for an all-NaN block.
+    let amax = values.map(rustile::math::abs).reduce_rows(0.0, rustile::math::max);
+    let scale = amax.map(|a| F8E4M3::from_f32(a / rustile::E2M1_MAX));
+    scale.store(scales, b0, blocks);
+    let scaled = values.zip_col(scale.map(|s| s.to_f32()), |x, s| if s > 0.0 { x / s } else { 0.0 });
+    scaled.scatter_pairs(q, F4E2M1x2::encode, |r, j| (b0 + r < blocks).then(|| (b0 + r) * (BLOCK / 2) + j));
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+mod host {
+    use super::*;
+    use rustile_host::{Error, Gpu, Result, Tensor};
+
+    // ---- formats on the host ---------------------------------------------------------------
+
+    /// Why `k` values a row cannot be NVFP4, or `None`.
+    fn k_error(k: usize) -> Option<String> {
+        (k == 0 || !k.is_multiple_of(BLOCK)).then(|| format!("NVFP4 rows hold a multiple of {BLOCK} values (one scale per {BLOCK}); k = {k}"))
+    }
+
+    /// `rows×k` values and their plain scales, or a panic naming what does not fit
+    /// (the CPU helpers' inputs are the caller's own arrays).
+    fn assert_sizes(what: &str, q: usize, scales: usize, rows: usize, k: usize) {
+        if let Some(why) = k_error(k) {
+            panic!("{what}: {why}");
+        }
+        assert_eq!(q, rows * k / 2, "{what}: {q} bytes of values, not {rows}×{k}/2");
+        assert_eq!(scales, rows * k / BLOCK, "{what}: {scales} scales, not {rows}×{k}/{BLOCK}");
+    }
+
+    /// The scale and codes of one block, NVIDIA's way (see the module doc):
+    /// the reference the kernel is checked against, written as plain loops.
+    fn quantize_block(x: &[f32]) -> (F8E4M3, [F4E2M1x2; BLOCK / 2]) {
+        let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let scale = F8E4M3::from_f32(amax / rustile::E2M1_MAX);
+        let s = scale.to_f32();
+        let code = |v: f32| if s > 0.0 { v / s } else { 0.0 };
+        (scale, core::array::from_fn(|j| F4E2M1x2::encode(code(x[2 * j]), code(x[2 * j + 1]))))
+    }
+
+    /// `x` (`[rows, k]`, row-major) in NVFP4 on the CPU: `(values [rows, k/2],
+    /// scales [rows, k/16])`, the scales in the plain layout.
+    pub fn quantize_cpu<T: Elem>(x: &[T], rows: usize, k: usize) -> (Vec<F4E2M1x2>, Vec<F8E4M3>) {
+        assert_sizes("quantize_cpu", x.len() / 2, x.len() / BLOCK, rows, k);
+        let (mut q, mut scales) = (Vec::with_capacity(x.len() / 2), Vec::with_capacity(x.len() / BLOCK));
+        for block in x.chunks(BLOCK) {
+            let values: Vec<f32> = block.iter().map(|v| v.to_f32()).collect();
+            let (scale, codes) = quantize_block(&values);
+            scales.push(scale);
+            q.extend(codes);
+        }
+        (q, scales)
+    }
+
+    /// The `[rows, k]` values that `q` and its plain `scales` stand for, exactly.
+    pub fn dequantize(q: &[F4E2M1x2], scales: &[F8E4M3], rows: usize, k: usize) -> Vec<f32> {
+        assert_sizes("dequantize", q.len(), scales.len(), rows, k);
+        let mut out = Vec::with_capacity(rows * k);
+        for (pairs, scale) in q.chunks(BLOCK / 2).zip(scales) {
+            let s = scale.to_f32();
+            out.extend(pairs.iter().flat_map(|p| p.decode().map(|v| v * s)));
+        }
+        out
+    }
+
+    /// Bytes of one matrix's scales in the blocked layout: rows padded to
+    /// 128, `k/16` to 4.
+    pub fn blocked_len(rows: usize, k: usize) -> usize {
+        rows.div_ceil(128) * 128 * (k / BLOCK).div_ceil(4) * 4
+    }
+
+    /// Where scale `kb` (of K values `16·kb ..`) of row `m` sits in the
+    /// blocked layout of a matrix `k` wide: atoms of 128 rows × 4 scales
+    /// (512 bytes) in row-block-major order; in an atom, row `m` at
+    /// `(m % 32)·16 + (m % 128 / 32)·4`, its 4 scales consecutive.
+    pub fn blocked_offset(m: usize, kb: usize, k: usize) -> usize {
+        let atoms_along_k = (k / BLOCK).div_ceil(4);
+        ((m / 128) * atoms_along_k + kb / 4) * 512 + (m % 32) * 16 + (m % 128 / 32) * 4 + kb % 4
+    }
+
+    /// Plain scales (`[rows, k/16]`) in the blocked layout, the padding zeros.
+    pub fn to_blocked(scales: &[F8E4M3], rows: usize, k: usize) -> Vec<F8E4M3> {
+        assert_sizes("to_blocked", rows * k / 2, scales.len(), rows, k);
+        let mut out = vec![F8E4M3(0); blocked_len(rows, k)];
+        for (i, s) in scales.iter().enumerate() {
+            out[blocked_offset(i / (k / BLOCK), i % (k / BLOCK), k)] = *s;
+        }
+        out
+    }
+
+    /// The plain scales (`[rows, k/16]`) of a blocked layout (its padding dropped).
+    pub fn from_blocked(blocked: &[F8E4M3], rows: usize, k: usize) -> Vec<F8E4M3> {
+        assert_sizes("from_blocked", rows * k / 2, rows * k / BLOCK, rows, k);
+        assert_eq!(blocked.len(), blocked_len(rows, k), "from_blocked: {} bytes, not the {} of {rows}×{k}'s blocked scales", blocked.len(), blocked_len(rows, k));
+        (0..rows * k / BLOCK).map(|i| blocked[blocked_offset(i / (k / BLOCK), i % (k / BLOCK), k)]).collect()
+    }
+
+    // ---- the quantize kernel's host API ----------------------------------------------------
+
+    /// `x` (`[..., k]`, bf16 or f16, contiguous; `k` a multiple of 16) in
+    /// NVFP4: its values to `q` (`[..., k/2]`), its scales to `scales`
+    /// (`[..., k/16]`, plain layout), both contiguous, as [`quantize_cpu`]
+    /// makes them, bit for bit.
+    pub fn quantize<T: Elem>(gpu: &Gpu, x: &Tensor<T>, q: &mut Tensor<F4E2M1x2>, scales: &mut Tensor<F8E4M3>) -> Result<()> {
+        crate::gemm::check_dtype::<T>("nvfp4::quantize")?;
+        let Some((&k, lead)) = x.shape().split_last() else {
+            return Err(Error::Shape("nvfp4::quantize: x must have at least one dimension (its rows' k values)".into()));
+        };
+        if let Some(why) = k_error(k) {
+            return Err(Error::Shape(format!("nvfp4::quantize: {why}")));
+        }
+        let with_last = |last: usize| lead.iter().copied().chain([last]).collect::<Vec<_>>();
+        if q.shape() != with_last(k / 2) || scales.shape() != with_last(k / BLOCK) {
+            return Err(Error::Shape(format!(
+                "nvfp4::quantize: for x {:?}, q must be {:?} and scales {:?}; they are {:?} and {:?}",
+                x.shape(),
+                with_last(k / 2),
+                with_last(k / BLOCK),
+                q.shape(),
+                scales.shape()
+            )));
+        }
+        if !x.is_contiguous() || !q.is_contiguous() || !scales.is_contiguous() {
+            return Err(Error::Shape("nvfp4::quantize: x, q and scales must be contiguous".into()));
+        }
+        nvfp4_quantize_kernel::launch(gpu, 0, x, q, scales, x.numel() / BLOCK)
+    }
+
+    // ---- the task's reference --------------------------------------------------------------
+
+    /// GPU MODE's NVFP4 dual GEMM for one batch, in float64 from the exactly
+    /// dequantized operands: `silu(A·B1ᵀ) ⊙ (A·B2ᵀ)`, `[m, n]` row-major.
+    /// `a` is `[m, k/2]`, `b1` and `b2` `[n, k/2]`, the scales plain
+    /// (`[m|n, k/16]`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn dual_gemm_nvfp4_ref(
+        a: &[F4E2M1x2], sfa: &[F8E4M3], b1: &[F4E2M1x2], sfb1: &[F8E4M3], b2: &[F4E2M1x2], sfb2: &[F8E4M3],
+        m: usize, n: usize, k: usize,
+    ) -> Vec<f64> {
+        let wide = |q: &[F4E2M1x2], s: &[F8E4M3], rows: usize| dequantize(q, s, rows, k).into_iter().map(f64::from).collect::<Vec<_>>();
+        let a = wide(a, sfa, m);
+        let gate = crate::reference::matmul_nt(&a, &wide(b1, sfb1, n), m, n, k);
+        let up = crate::reference::matmul_nt(&a, &wide(b2, sfb2, n), m, n, k);
+        crate::reference::swiglu(&gate, &up)
+    }
+}
+#[cfg(not(target_arch = "nvptx64"))]
+pub use host::*;
+
+#[cfg(test)]
+mod tests;
