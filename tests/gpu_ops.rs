@@ -323,49 +323,102 @@ fn gemm_groups_match_float64() {
 /// plus its host API's shape checks.
 #[test]
 #[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
-/// The NVFP4 dual GEMM at odd shapes (every config, every element) and at
-/// GPU MODE's benchmark and test shapes (the default config, sampled rows),
-/// against float64 of the dequantized operands at GPU MODE's tolerance.
-fn dual_gemm_nvfp4_matches_float64() {
-    use dual_gemm_nvfp4::{dual_gemm_nvfp4, dual_gemm_nvfp4_kernel, dual_gemm_nvfp4_with_config, Nvfp4};
-    let Some(gpu) = gpu_or_skip("dual_gemm_nvfp4_matches_float64") else { return };
-    let small = [(1, 1, 64), (129, 77, 192), (300, 517, 640)];
-    let bench = [(256, 4096, 7168), (512, 4096, 7168), (256, 3072, 4096), (512, 3072, 7168)];
+/// The NVFP4 dual GEMM at odd shapes, every config, every element.
+fn dual_gemm_nvfp4_matches_float64_at_odd_shapes() {
+    let Some(gpu) = gpu_or_skip("dual_gemm_nvfp4_matches_float64_at_odd_shapes") else { return };
+    for shape in [(1, 1, 64), (129, 77, 192), (300, 517, 640)] {
+        nvfp4_case(&gpu, shape, Nvfp4Draw::EveryCode, true);
+    }
+}
+
+#[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
+/// The NVFP4 dual GEMM at GPU MODE's benchmark shapes (its draw) and test
+/// shapes (its draw and normal data quantized by our kernel, in turn), the
+/// default config, sampled rows.
+fn dual_gemm_nvfp4_matches_float64_at_gpu_modes_shapes() {
+    let Some(gpu) = gpu_or_skip("dual_gemm_nvfp4_matches_float64_at_gpu_modes_shapes") else { return };
+    for shape in [(256, 4096, 7168), (512, 4096, 7168), (256, 3072, 4096), (512, 3072, 7168)] {
+        nvfp4_case(&gpu, shape, Nvfp4Draw::GpuMode, false);
+    }
     let test = [(1536, 512, 7168), (256, 512, 256), (3072, 1024, 1536), (7168, 1024, 256), (7168, 2304, 2048), (4608, 384, 7168), (7168, 384, 2304), (512, 768, 7168), (4096, 768, 512)];
-    for (i, &(m, n, k)) in small.iter().chain(&bench).chain(&test).enumerate() {
+    for (i, shape) in test.into_iter().enumerate() {
+        nvfp4_case(&gpu, shape, if i % 2 == 0 { Nvfp4Draw::QuantizedNormal } else { Nvfp4Draw::GpuMode }, false);
+    }
+}
+
+#[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
+/// The NVFP4 quantize kernel against its CPU reference, bit for bit.
+fn nvfp4_quantize_matches_the_reference_bit_for_bit() {
+    let Some(gpu) = gpu_or_skip("nvfp4_quantize_matches_the_reference_bit_for_bit") else { return };
+    for (rows, k) in [(1, 16), (129, 256), (1000, 7168)] {
         let (mut rng, seed) = rng();
-        let ops: Vec<_> = [m, n, n].iter().map(|&rows| testing::nvfp4_random(&mut rng, rows, k, true)).collect();
-        let dev: Vec<_> = ops.iter().zip([m, n, n]).map(|((v, s, _), rows)| (up(&gpu, v, &[rows, k / 2]), up(&gpu, s, &[rows, k / 16]))).collect();
-        let op = |j: usize| Nvfp4 { values: &dev[j].0, scales: &dev[j].1 };
-        // Every row at the small shapes; three rows at the large ones.
-        let rows: Vec<usize> = if i < small.len() { (0..m).collect() } else { vec![0, m / 2, m - 1] };
-        let dot = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(p, q)| p * q).sum::<f64>();
-        let want: Vec<Vec<f64>> = rows
-            .iter()
-            .map(|&r| {
-                let a = &ops[0].2[r * k..(r + 1) * k];
-                let (gate, up): (Vec<f64>, Vec<f64>) = (0..n).map(|j| (dot(a, &ops[1].2[j * k..(j + 1) * k]), dot(a, &ops[2].2[j * k..(j + 1) * k]))).unzip();
-                reference::swiglu(&gate, &up)
-            })
-            .collect();
-        let check = |c: &Tensor<f16>, what: &str| {
-            let got = gpu.download(c).unwrap();
-            for (&r, w) in rows.iter().zip(&want) {
-                if let Some((j, g, w)) = testing::nvfp4_outside_tolerance(&got[r * n..(r + 1) * n], w) {
-                    panic!("dual_gemm_nvfp4 {m}×{n}×{k} {what} (seed {seed}): c[{r}, {j}] = {g}, want {w}");
-                }
+        let x: Vec<bf16> = normal(&mut rng, rows * k, 0.0, 3.0);
+        let (mut q, mut s) = (gpu.alloc(&[rows, k / 2]).unwrap(), gpu.alloc(&[rows, k / 16]).unwrap());
+        rustile_ops::nvfp4::quantize(&gpu, &up(&gpu, &x, &[rows, k]), &mut q, &mut s).unwrap();
+        let (want_q, want_s) = rustile_ops::nvfp4::quantize_cpu(&x, rows, k);
+        assert!(gpu.download(&q).unwrap() == want_q && gpu.download(&s).unwrap() == want_s, "nvfp4 quantize {rows}×{k} (seed {seed})");
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Nvfp4Draw {
+    /// Every E2M1 code, zero and subnormal scales among the rest.
+    EveryCode,
+    GpuMode,
+    QuantizedNormal,
+}
+
+/// One NVFP4 dual GEMM against float64 of its dequantized operands at GPU
+/// MODE's tolerance: every row and config (`all`), or three rows of the default.
+fn nvfp4_case(gpu: &Gpu, (m, n, k): (usize, usize, usize), draw: Nvfp4Draw, all: bool) {
+    use dual_gemm_nvfp4::{dual_gemm_nvfp4, dual_gemm_nvfp4_kernel, dual_gemm_nvfp4_with_config};
+    use rustile_ops::nvfp4::{dequantize_cpu, quantize, Nvfp4};
+    let (mut rng, seed) = rng();
+    let mut operand = |rows: usize| {
+        let (q, s) = match draw {
+            Nvfp4Draw::EveryCode => return testing::nvfp4_random(&mut rng, rows, k, true),
+            Nvfp4Draw::GpuMode => testing::nvfp4_gpu_mode(&mut rng, rows, k),
+            Nvfp4Draw::QuantizedNormal => {
+                let x = up(gpu, &normal::<bf16>(&mut rng, rows * k, 0.0, 1.0), &[rows, k]);
+                let (mut q, mut s) = (gpu.alloc(&[rows, k / 2]).unwrap(), gpu.alloc(&[rows, k / 16]).unwrap());
+                quantize(gpu, &x, &mut q, &mut s).unwrap();
+                (gpu.download(&q).unwrap(), gpu.download(&s).unwrap())
             }
         };
-        let cfgs = if i < small.len() { 0..dual_gemm_nvfp4_kernel::CONFIGS.len() } else { 0..0 };
-        for cfg in cfgs {
-            let mut c = poisoned::<f16>(&gpu, &[m, n]);
-            dual_gemm_nvfp4_with_config(&gpu, cfg, op(0), op(1), op(2), &mut c).unwrap();
-            check(&c, &format!("cfg={cfg}"));
+        let wide = dequantize_cpu(&q, &s, rows, k).into_iter().map(f64::from).collect();
+        (q, s, wide)
+    };
+    let ops: Vec<_> = [m, n, n].into_iter().map(&mut operand).collect();
+    let dev: Vec<_> = ops.iter().zip([m, n, n]).map(|((v, s, _), rows)| (up(gpu, v, &[rows, k / 2]), up(gpu, s, &[rows, k / 16]))).collect();
+    let op = |j: usize| Nvfp4 { values: &dev[j].0, scales: &dev[j].1 };
+    let rows: Vec<usize> = if all { (0..m).collect() } else { vec![0, m / 2, m - 1] };
+    let dot = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(p, q)| p * q).sum::<f64>();
+    let want: Vec<Vec<f64>> = rows
+        .iter()
+        .map(|&r| {
+            let a = &ops[0].2[r * k..(r + 1) * k];
+            let (gate, up): (Vec<f64>, Vec<f64>) = (0..n).map(|j| (dot(a, &ops[1].2[j * k..(j + 1) * k]), dot(a, &ops[2].2[j * k..(j + 1) * k]))).unzip();
+            reference::swiglu(&gate, &up)
+        })
+        .collect();
+    let check = |c: &Tensor<f16>, what: &str| {
+        let got = gpu.download(c).unwrap();
+        for (&r, w) in rows.iter().zip(&want) {
+            if let Some((j, g, w)) = testing::nvfp4_outside_tolerance(&got[r * n..(r + 1) * n], w) {
+                panic!("dual_gemm_nvfp4 {m}×{n}×{k} {what}, {draw:?} (seed {seed}): c[{r}, {j}] = {g}, want {w}");
+            }
         }
-        let mut c = poisoned::<f16>(&gpu, &[m, n]);
-        dual_gemm_nvfp4(&gpu, op(0), op(1), op(2), &mut c).unwrap();
-        check(&c, "default");
+    };
+    for cfg in (0..dual_gemm_nvfp4_kernel::CONFIGS.len()).filter(|_| all) {
+        let mut c = poisoned::<f16>(gpu, &[m, n]);
+        dual_gemm_nvfp4_with_config(gpu, cfg, op(0), op(1), op(2), &mut c).unwrap();
+        check(&c, &format!("cfg={cfg}"));
     }
+    let mut c = poisoned::<f16>(gpu, &[m, n]);
+    dual_gemm_nvfp4(gpu, op(0), op(1), op(2), &mut c).unwrap();
+    check(&c, "default");
 }
 
 #[test]

@@ -14,8 +14,9 @@ use crate::harness::{gb_per_s, measure, MeasureCfg, Row, Stats, RUSTILE};
 use rustile::{f16, F4E2M1x2, F8E4M3};
 use rustile_host::{Gpu, Result, Tensor};
 use rustile_ops::dual_gemm::dual_gemm;
-use rustile_ops::dual_gemm_nvfp4::{dequantize, dual_gemm_nvfp4, Nvfp4};
-use rustile_ops::testing::{nvfp4_outside_tolerance, nvfp4_random, rng};
+use rustile_ops::dual_gemm_nvfp4::dual_gemm_nvfp4;
+use rustile_ops::nvfp4::{dequantize, dequantize_cpu, Nvfp4};
+use rustile_ops::testing::{nvfp4_gpu_mode, nvfp4_outside_tolerance, rng};
 
 /// GPU MODE's benchmark shapes, (M, N, K).
 pub const SHAPES: [[usize; 3]; 4] = [[256, 4096, 7168], [512, 4096, 7168], [256, 3072, 4096], [512, 3072, 7168]];
@@ -31,9 +32,10 @@ struct Operand {
 }
 
 impl Operand {
-    /// [`nvfp4_random`] rows, uploaded.
+    /// GPU MODE's draw ([`nvfp4_gpu_mode`]), uploaded.
     fn random(gpu: &Gpu, rng: &mut rand::rngs::StdRng, rows: usize, k: usize) -> Result<Operand> {
-        let (pairs, scales, wide) = nvfp4_random(rng, rows, k, false);
+        let (pairs, scales) = nvfp4_gpu_mode(rng, rows, k);
+        let wide = dequantize_cpu(&pairs, &scales, rows, k).into_iter().map(f64::from).collect();
         Ok(Operand { values: gpu.upload(&pairs, &[rows, k / 2])?, scales: gpu.upload(&scales, &[rows, k / 16])?, wide })
     }
 

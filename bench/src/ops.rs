@@ -235,7 +235,7 @@ pub fn cpu_fallback(ops: &[String]) -> bool {
                     (gpu.upload(&pairs, &[rows, k / 2]).unwrap(), gpu.upload(&scales, &[rows, k / 16]).unwrap(), wide)
                 };
                 let (a, b1, b2) = (operand(m), operand(n), operand(n));
-                use rustile_ops::dual_gemm_nvfp4::{dual_gemm_nvfp4, Nvfp4};
+                use rustile_ops::{dual_gemm_nvfp4::dual_gemm_nvfp4, nvfp4::Nvfp4};
                 let mut c = gpu.alloc::<rustile::f16>(&[m, n]).unwrap();
                 let [a4, b14, b24] = [&a, &b1, &b2].map(|x| Nvfp4 { values: &x.0, scales: &x.1 });
                 dual_gemm_nvfp4(&gpu, a4, b14, b24, &mut c).unwrap_or_else(|e| panic!("dual_gemm_nvfp4: {e}"));

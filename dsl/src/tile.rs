@@ -76,7 +76,15 @@ where
     /// The tile whose element at (row, col) (within the tile) is `f(row, col)`.
     #[inline(always)]
     pub fn from_fn(f: impl Fn(usize, usize) -> T) -> Self {
-        Tile { v: core::array::from_fn(|e| f(be::tile_row::<C, TH>(e / Self::W), be::tile_col::<C, TH>(e % Self::W))) }
+        // A loop here (always inlined, then unrolled), not `core::array::from_fn`:
+        // that is a function of its own, which LLVM kept out of line, its array
+        // in local memory, once `f` was large (the NVFP4 decode of a tile).
+        let mut v = [core::mem::MaybeUninit::<T>::uninit(); len(R, C, TH)];
+        for (e, x) in v.iter_mut().enumerate() {
+            x.write(f(be::tile_row::<C, TH>(e / Self::W), be::tile_col::<C, TH>(e % Self::W)));
+        }
+        // SAFETY: the loop wrote every element.
+        Tile { v: unsafe { core::mem::transmute_copy(&v) } }
     }
 
     #[inline(always)]

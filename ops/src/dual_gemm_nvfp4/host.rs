@@ -2,36 +2,8 @@
 //! kernel and leaves tuned tables current.
 use super::*;
 use crate::check::expect_shape;
+use crate::nvfp4::Nvfp4;
 use rustile_host::{Error, Gpu, Result, Tensor};
-
-/// An NVFP4 matrix of `rows × k` values: `values` `[rows, k/2]` (E2M1
-/// pairs, K-major), `scales` `[rows, k/16]` (E4M3, the plain layout; see
-/// `nvfp4::from_blocked` for cuBLAS's).
-#[derive(Clone, Copy)]
-pub struct Nvfp4<'a> {
-    pub values: &'a Tensor<F4E2M1x2>,
-    pub scales: &'a Tensor<F8E4M3>,
-}
-
-impl Nvfp4<'_> {
-    /// `[rows, k]`, or an error naming `what` when its two tensors disagree.
-    fn dims(&self, what: &str) -> Result<[usize; 2]> {
-        let &[rows, half] = self.values.shape() else {
-            return Err(Error::Shape(format!("dual_gemm_nvfp4: {what}'s values must be [rows, k/2]; they have shape {:?}", self.values.shape())));
-        };
-        let k = 2 * half;
-        if k % 64 != 0 {
-            return Err(Error::Shape(format!("dual_gemm_nvfp4: k = {k} is not a multiple of 64 (the kernel's K step; pad K with zeros)")));
-        }
-        expect_shape(&format!("{what}'s scales"), self.scales, &[rows, k / 16])?;
-        Ok([rows, k])
-    }
-
-    /// The values as 32-bit words of eight, as the kernel reads them.
-    fn words(&self, [rows, k]: [usize; 2]) -> Result<Tensor<u32>> {
-        self.values.view_as(&[rows, k / 8])
-    }
-}
 
 /// `c = silu(a·b1ᵀ) ⊙ (a·b2ᵀ)` of NVFP4 operands, fp16 out: `a` `m × k`,
 /// `b1` and `b2` `n × k`, `c` `[m, n]`; any `m` and `n`, `k` a multiple of 64.
@@ -47,16 +19,10 @@ pub fn dual_gemm_nvfp4(gpu: &Gpu, a: Nvfp4, b1: Nvfp4, b2: Nvfp4, c: &mut Tensor
     dual_gemm_nvfp4_with_config(gpu, cfg, a, b1, b2, c)
 }
 
-/// The config where the tuned table has none: 128×128 blocks when they
-/// give every SM of an H100 one, else 128×64, else 64×64.
+/// The config where the tuned table has none: 128×64 blocks when they give
+/// every SM of an H100 one, else 64×64.
 pub fn default_config(m: usize, n: usize) -> usize {
-    if cdiv(m, 128) * cdiv(n, 128) >= 132 {
-        2
-    } else if cdiv(m, 128) * cdiv(n, 64) >= 132 {
-        1
-    } else {
-        0
-    }
+    if cdiv(m, 128) * cdiv(n, 64) >= 132 { 1 } else { 0 }
 }
 
 /// [`dual_gemm_nvfp4`] with config `cfg` of `dual_gemm_nvfp4_kernel::CONFIGS`.
@@ -77,16 +43,3 @@ pub fn dual_gemm_nvfp4_with_config(gpu: &Gpu, cfg: usize, a: Nvfp4, b1: Nvfp4, b
     dual_gemm_nvfp4_kernel::launch(gpu, cfg, &wa, a.scales, &wb1, b1.scales, &wb2, b2.scales, c, m, n, k)
 }
 
-/// `out` `[rows, k]` (f16 or bf16) = `x` dequantized, exactly; `k` a
-/// multiple of 64 as for [`dual_gemm_nvfp4`].
-pub fn dequantize<T: Elem>(gpu: &Gpu, x: Nvfp4, out: &mut Tensor<T>) -> Result<()> {
-    if !matches!(T::KIND, rustile::Kind::F16 | rustile::Kind::Bf16) {
-        return Err(Error::DType(format!("nvfp4 dequantize writes f16 or bf16, not {}", T::NAME)));
-    }
-    let [rows, k] = x.dims("x")?;
-    expect_shape("out", out, &[rows, k])?;
-    if rows * k == 0 {
-        return Ok(());
-    }
-    nvfp4_dequantize_kernel::launch(gpu, 0, &x.words([rows, k])?, x.scales, out, rows, k)
-}

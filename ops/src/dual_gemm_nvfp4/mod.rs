@@ -15,45 +15,20 @@
 //!   integer work of a few instructions an element, a word of eight values
 //!   and a scale byte at a time.
 //! * **Plain layouts.** The kernel reads packed rows `[rows, K/2]` as words
-//!   of eight values and scales `[rows, K/16]` in the plain layout; the host
-//!   converts cuBLAS's blocked scale layout ([`crate::nvfp4`]) once, as it
-//!   would for weights.
+//!   of eight values and scales `[rows, K/16]` in the plain layout
+//!   ([`crate::nvfp4`]: the formats, decoding, and the conversion from
+//!   cuBLAS's blocked scale layout, done once, as for weights).
 use crate::gemm::block;
+use crate::nvfp4::decoded;
 use rustile::prelude::*;
 
-/// The tile `[R, C]` of an NVFP4 operand at row `row0`, column `col0`
-/// (a multiple of `C`, itself a multiple of 16), decoded to `T`: `words`
-/// holds each row's values eight to a 32-bit word (`k / 8` a row), `scales`
-/// one E4M3 a 16 values (`k / 16` a row). Rows past `rows` and columns
-/// past `k` are zeros.
-#[inline(always)]
-fn decoded<T: Elem, const R: usize, const C: usize, const TH: usize>(
-    words: Ptr<u32>, scales: Ptr<F8E4M3>, rows: usize, k: usize, [row0, col0]: [usize; 2],
-) -> Tile<T, R, C, TH>
-where
-    [(); rustile::len(R, C, TH)]:,
-{
-    // A thread holds whole 8-column chunks: the eight values of a chunk share
-    // one word and one scale, so their repeated reads fold into one load each.
-    Tile::from_fn(|r, c| {
-        let (row, col) = (row0 + r, col0 + c);
-        if row < rows && col < k {
-            let word = words.read(row * (k / 8) + col / 8);
-            let scale = scales.read(row * (k / 16) + col / 16).to_f32();
-            T::from_f32(rustile::e2m1_to_f32((word >> (4 * (col % 8) as u32)) as u8) * scale)
-        } else {
-            T::default()
-        }
-    })
-}
-
 // `SMEM ≥ (BM + 2·BN)·BK·2` (one stage of the decoded A, B₁, B₂) and
-// `≥ 4·BM·BN` (the staged store of C).
+// `≥ 4·BM·BN` (the staged store of C). 128×128 by 8 warps was measured out:
+// with the decode inlined it needed 255 registers and spilled.
 #[kernel(
     configs = [
         (BM = 64, BN = 64, BK = 64, WARPS = 4, SMEM = 24576),
         (BM = 128, BN = 64, BK = 64, WARPS = 8, SMEM = 32768),
-        (BM = 128, BN = 128, BK = 64, WARPS = 8, SMEM = 65536),
     ],
     grid = [cdiv(m, BM) * cdiv(n, BN)],
     dtypes = [f16],
@@ -84,21 +59,6 @@ pub fn dual_gemm_nvfp4_kernel<T: Elem>(
     }
     let h = gate.zip(up, |g, u| math::silu(g) * u);
     store_acc_staged(&BlockPtr::rows(c, m, n, at), &h, 0, |_, _, x: [f32; 8]| x);
-}
-
-/// The NVFP4 matrix `[rows, k]` (`words`, `scales` as the dual GEMM reads
-/// them) dequantized into `out` `[rows, k]`, exactly: what a framework does
-/// on a GPU without FP4 tensor cores before a 16-bit GEMM (the bench's
-/// baseline), and a way to look at an NVFP4 tensor.
-#[kernel(
-    configs = [(BR = 16, BC = 256, WARPS = 4)],
-    grid = [cdiv(rows, BR), cdiv(k, BC)],
-    dtypes = [f16, bf16],
-)]
-pub fn nvfp4_dequantize_kernel<T: Elem>(words: Ptr<u32>, scales: Ptr<F8E4M3>, out: PtrMut<T>, rows: usize, k: usize) {
-    let at = [program_id(0) * BR, program_id(1) * BC];
-    let t = decoded::<T, BR, BC, THREADS>(words, scales, rows, k, at);
-    store(&BlockPtr::rows(out, rows, k, at), &t);
 }
 
 #[cfg(not(target_arch = "nvptx64"))]

@@ -2,6 +2,7 @@
 //! dequantized operands (GPU MODE's tolerance), every config, odd M and N.
 use super::*;
 use crate::reference;
+use crate::nvfp4::{dequantize, Nvfp4};
 use crate::testing::*;
 
 /// The packed pairs as the kernel reads them: 32-bit words of eight values.

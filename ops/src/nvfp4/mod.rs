@@ -17,7 +17,7 @@
 //!   them uniformly from `[0, 1)`).
 //! - **Dequantization is exact.** An E2M1 value times an e4m3 scale is exact
 //!   in f32, and in f16 and bf16 too (the DSL's element tests check all
-//!   16 × 254 products), so [`dequantize`] and a kernel that multiplies in
+//!   16 × 254 products), so [`dequantize_cpu`], [`dequantize`] and a kernel that multiplies in
 //!   16 bits see the same numbers.
 //! - **Quantization follows NVIDIA's convention.** A block's scale is
 //!   `amax / 6` rounded to e4m3 (nearest even, saturating at 448); its
@@ -65,9 +65,53 @@ pub fn nvfp4_quantize_kernel<T: Elem>(x: Ptr<T>, q: PtrMut<F4E2M1x2>, scales: Pt
     scaled.scatter_pairs(q, F4E2M1x2::encode, |r, j| (b0 + r < blocks).then(|| (b0 + r) * (BLOCK / 2) + j));
 }
 
+// ---- decoding: what GEMMs on NVFP4 operands read -----------------------------------------
+
+/// The tile `[R, C]` of an NVFP4 operand at row `row0`, column `col0`
+/// (a multiple of `C`, itself a multiple of 16), decoded to `T`: `words`
+/// holds each row's values eight to a 32-bit word (`k / 8` a row), `scales`
+/// one E4M3 a 16 values (`k / 16` a row). Rows past `rows` and columns
+/// past `k` are zeros.
+#[inline(always)]
+pub fn decoded<T: Elem, const R: usize, const C: usize, const TH: usize>(
+    words: Ptr<u32>, scales: Ptr<F8E4M3>, rows: usize, k: usize, [row0, col0]: [usize; 2],
+) -> Tile<T, R, C, TH>
+where
+    [(); rustile::len(R, C, TH)]:,
+{
+    // A thread holds whole 8-column chunks: the eight values of a chunk share
+    // one word and one scale, so their repeated reads fold into one load each.
+    Tile::from_fn(|r, c| {
+        let (row, col) = (row0 + r, col0 + c);
+        if row < rows && col < k {
+            let word = words.read(row * (k / 8) + col / 8);
+            let scale = scales.read(row * (k / 16) + col / 16).to_f32();
+            T::from_f32(rustile::e2m1_to_f32((word >> (4 * (col % 8) as u32)) as u8) * scale)
+        } else {
+            T::default()
+        }
+    })
+}
+
+/// The NVFP4 matrix `[rows, k]` (`words`, `scales` as the dual GEMM reads
+/// them) dequantized into `out` `[rows, k]`, exactly: what a framework does
+/// on a GPU without FP4 tensor cores before a 16-bit GEMM (the bench's
+/// baseline), and a way to look at an NVFP4 tensor.
+#[kernel(
+    configs = [(BR = 16, BC = 256, WARPS = 4)],
+    grid = [cdiv(rows, BR), cdiv(k, BC)],
+    dtypes = [f16, bf16],
+)]
+pub fn nvfp4_dequantize_kernel<T: Elem>(words: Ptr<u32>, scales: Ptr<F8E4M3>, out: PtrMut<T>, rows: usize, k: usize) {
+    let at = [program_id(0) * BR, program_id(1) * BC];
+    let t = decoded::<T, BR, BC, THREADS>(words, scales, rows, k, at);
+    store(&BlockPtr::rows(out, rows, k, at), &t);
+}
+
 #[cfg(not(target_arch = "nvptx64"))]
 mod host {
     use super::*;
+    use crate::check::expect_shape;
     use rustile_host::{Error, Gpu, Result, Tensor};
 
     // ---- formats on the host ---------------------------------------------------------------
@@ -112,7 +156,7 @@ mod host {
     }
 
     /// The `[rows, k]` values that `q` and its plain `scales` stand for, exactly.
-    pub fn dequantize(q: &[F4E2M1x2], scales: &[F8E4M3], rows: usize, k: usize) -> Vec<f32> {
+    pub fn dequantize_cpu(q: &[F4E2M1x2], scales: &[F8E4M3], rows: usize, k: usize) -> Vec<f32> {
         assert_sizes("dequantize", q.len(), scales.len(), rows, k);
         let mut out = Vec::with_capacity(rows * k);
         for (pairs, scale) in q.chunks(BLOCK / 2).zip(scales) {
@@ -196,11 +240,56 @@ mod host {
         a: &[F4E2M1x2], sfa: &[F8E4M3], b1: &[F4E2M1x2], sfb1: &[F8E4M3], b2: &[F4E2M1x2], sfb2: &[F8E4M3],
         m: usize, n: usize, k: usize,
     ) -> Vec<f64> {
-        let wide = |q: &[F4E2M1x2], s: &[F8E4M3], rows: usize| dequantize(q, s, rows, k).into_iter().map(f64::from).collect::<Vec<_>>();
+        let wide = |q: &[F4E2M1x2], s: &[F8E4M3], rows: usize| dequantize_cpu(q, s, rows, k).into_iter().map(f64::from).collect::<Vec<_>>();
         let a = wide(a, sfa, m);
         let gate = crate::reference::matmul_nt(&a, &wide(b1, sfb1, n), m, n, k);
         let up = crate::reference::matmul_nt(&a, &wide(b2, sfb2, n), m, n, k);
         crate::reference::swiglu(&gate, &up)
+    }
+
+    // ---- NVFP4 operands on the device, and their exact dequantization -----------------------
+
+    /// An NVFP4 matrix of `rows × k` values: `values` `[rows, k/2]` (E2M1
+    /// pairs, K-major), `scales` `[rows, k/16]` (E4M3, the plain layout;
+    /// [`from_blocked`] for cuBLAS's), as the kernels take it: `k` a multiple of 64.
+    #[derive(Clone, Copy)]
+    pub struct Nvfp4<'a> {
+        pub values: &'a Tensor<F4E2M1x2>,
+        pub scales: &'a Tensor<F8E4M3>,
+    }
+
+    impl Nvfp4<'_> {
+        /// `[rows, k]`, or an error naming `what` when its two tensors disagree.
+        pub fn dims(&self, what: &str) -> Result<[usize; 2]> {
+            let &[rows, half] = self.values.shape() else {
+                return Err(Error::Shape(format!("nvfp4: {what}'s values must be [rows, k/2]; they have shape {:?}", self.values.shape())));
+            };
+            let k = 2 * half;
+            if k % 64 != 0 {
+                return Err(Error::Shape(format!("nvfp4: k = {k} is not a multiple of 64 (the kernels' K step; pad K with zeros)")));
+            }
+            expect_shape(&format!("{what}'s scales"), self.scales, &[rows, k / 16])?;
+            Ok([rows, k])
+        }
+
+        /// The values as 32-bit words of eight, as the kernel reads them.
+        pub fn words(&self, [rows, k]: [usize; 2]) -> Result<Tensor<u32>> {
+            self.values.view_as(&[rows, k / 8])
+        }
+    }
+
+    /// `out` `[rows, k]` (f16 or bf16) = `x` dequantized, exactly; `k` a
+    /// multiple of 64.
+    pub fn dequantize<T: Elem>(gpu: &Gpu, x: Nvfp4, out: &mut Tensor<T>) -> Result<()> {
+        if !matches!(T::KIND, rustile::Kind::F16 | rustile::Kind::Bf16) {
+            return Err(Error::DType(format!("nvfp4 dequantize writes f16 or bf16, not {}", T::NAME)));
+        }
+        let [rows, k] = x.dims("x")?;
+        expect_shape("out", out, &[rows, k])?;
+        if rows * k == 0 {
+            return Ok(());
+        }
+        nvfp4_dequantize_kernel::launch(gpu, 0, &x.words([rows, k])?, x.scales, out, rows, k)
     }
 }
 #[cfg(not(target_arch = "nvptx64"))]

@@ -84,7 +84,7 @@ fn exact_nvfp4_values_come_back_unchanged() {
     }
     // Every positive scale, subnormals included (0x7f is NaN).
     let scales: Vec<F8E4M3> = (0..rows * k / BLOCK).map(|_| F8E4M3(rng.gen_range(0x01..0x7f))).collect();
-    let x: Vec<bf16> = dequantize(&q, &scales, rows, k).into_iter().map(bf16::from_f32).collect();
+    let x: Vec<bf16> = dequantize_cpu(&q, &scales, rows, k).into_iter().map(bf16::from_f32).collect();
     assert_eq!(quantize_cpu(&x, rows, k), (q.clone(), scales.clone()), "quantize_cpu (seed {seed})");
     let xt = gpu.upload(&x, &[rows, k]).unwrap();
     let (mut qt, mut st) = (gpu.alloc::<F4E2M1x2>(&[rows, k / 2]).unwrap(), gpu.alloc::<F8E4M3>(&[rows, k / BLOCK]).unwrap());
@@ -98,7 +98,7 @@ fn quantize_cpu_keeps_each_value_within_half_an_e2m1_step() {
     let (rows, k) = (61, 112);
     let x: Vec<f32> = (0..rows * k).map(|_| standard_normal(&mut rng) * 2f32.powi(rng.gen_range(-4..8))).collect();
     let (q, scales) = quantize_cpu(&x, rows, k);
-    let back = dequantize(&q, &scales, rows, k);
+    let back = dequantize_cpu(&q, &scales, rows, k);
     for (b, block) in x.chunks(BLOCK).enumerate() {
         let amax = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         let s = scales[b].to_f32();
@@ -127,15 +127,15 @@ fn blocks_whose_scale_rounds_to_zero_store_zeros() {
     let x: Vec<f32> = [[0.0; 16], [-tiny; 16], [f32::NAN; 16]].concat();
     let (q, scales) = quantize_cpu(&x, 1, 48);
     assert_eq!(scales, vec![F8E4M3(0); 3]);
-    assert!(dequantize(&q, &scales, 1, 48).iter().all(|&v| v == 0.0), "{q:?}");
+    assert!(dequantize_cpu(&q, &scales, 1, 48).iter().all(|&v| v == 0.0), "{q:?}");
     // A NaN is left out of its block's amax and stored as a zero.
     let mut x = [1.0f32; 16];
     x[3] = f32::NAN;
     x[5] = 6.0;
     let (q, scales) = quantize_cpu(&x, 1, 16);
     assert_eq!(scales[0].to_f32(), 1.0);
-    assert_eq!(dequantize(&q, &scales, 1, 16)[3], 0.0);
-    assert_eq!(dequantize(&q, &scales, 1, 16)[5], 6.0);
+    assert_eq!(dequantize_cpu(&q, &scales, 1, 16)[3], 0.0);
+    assert_eq!(dequantize_cpu(&q, &scales, 1, 16)[5], 6.0);
 }
 
 #[test]
