@@ -403,14 +403,15 @@ fn nvfp4_case(gpu: &Gpu, (m, n, k): (usize, usize, usize), draw: Nvfp4Draw, all:
             reference::swiglu(&gate, &up)
         })
         .collect();
-    let check = |c: &Tensor<f16>, what: &str| {
+    let check_single = |c: &Tensor<f16>, want: &[Vec<f64>], what: &str| {
         let got = gpu.download(c).unwrap();
-        for (&r, w) in rows.iter().zip(&want) {
+        for (&r, w) in rows.iter().zip(want) {
             if let Some((j, g, w)) = testing::nvfp4_outside_tolerance(&got[r * n..(r + 1) * n], w) {
-                panic!("dual_gemm_nvfp4 {m}×{n}×{k} {what}, {draw:?} (seed {seed}): c[{r}, {j}] = {g}, want {w}");
+                panic!("{what} {m}×{n}×{k}, {draw:?} (seed {seed}): c[{r}, {j}] = {g}, want {w}");
             }
         }
     };
+    let check = |c: &Tensor<f16>, what: &str| check_single(c, &want, &format!("dual_gemm_nvfp4 {what}"));
     for cfg in (0..dual_gemm_nvfp4_kernel::CONFIGS.len()).filter(|_| all) {
         let mut c = poisoned::<f16>(gpu, &[m, n]);
         dual_gemm_nvfp4_with_config(gpu, cfg, op(0), op(1), op(2), &mut c).unwrap();
@@ -419,6 +420,17 @@ fn nvfp4_case(gpu: &Gpu, (m, n, k): (usize, usize, usize), draw: Nvfp4Draw, all:
     let mut c = poisoned::<f16>(gpu, &[m, n]);
     dual_gemm_nvfp4(gpu, op(0), op(1), op(2), &mut c).unwrap();
     check(&c, "default");
+    // The single product, A·B₁ᵀ, on the same operands.
+    let want: Vec<Vec<f64>> = rows.iter().map(|&r| (0..n).map(|j| dot(&ops[0].2[r * k..(r + 1) * k], &ops[1].2[j * k..(j + 1) * k])).collect()).collect();
+    let cfgs = if all { 0..dual_gemm_nvfp4::gemm_nvfp4_kernel::CONFIGS.len() } else { 0..0 };
+    for cfg in cfgs {
+        let mut c = poisoned::<f16>(gpu, &[m, n]);
+        dual_gemm_nvfp4::gemm_nvfp4_with_config(gpu, cfg, op(0), op(1), &mut c).unwrap();
+        check_single(&c, &want, &format!("gemm_nvfp4 cfg={cfg}"));
+    }
+    let mut c = poisoned::<f16>(gpu, &[m, n]);
+    dual_gemm_nvfp4::gemm_nvfp4(gpu, op(0), op(1), &mut c).unwrap();
+    check_single(&c, &want, "gemm_nvfp4 default");
 }
 
 #[test]

@@ -13,9 +13,8 @@ use rustile_host::{Error, Gpu, Result, Tensor};
 /// dual_gemm_nvfp4(&gpu, a, Nvfp4 { values: &w1, scales: &s1 }, Nvfp4 { values: &w2, scales: &s2 }, &mut c)?;
 /// ```
 pub fn dual_gemm_nvfp4(gpu: &Gpu, a: Nvfp4, b1: Nvfp4, b2: Nvfp4, c: &mut Tensor<f16>) -> Result<()> {
-    let [m, _] = a.dims("a")?;
-    let [n, _] = b1.dims("b1")?;
-    let cfg = crate::tune::config(gpu.compute_capability(), "dual_gemm_nvfp4", dual_gemm_nvfp4_kernel::CONFIGS, &[m, n, 2 * a.values.shape()[1]], || default_config(m, n));
+    let [m, n, k] = product_shape("dual_gemm_nvfp4", a, b1, c)?;
+    let cfg = crate::tune::config(gpu.compute_capability(), "dual_gemm_nvfp4", dual_gemm_nvfp4_kernel::CONFIGS, &[m, n, k], || default_config(m, n));
     dual_gemm_nvfp4_with_config(gpu, cfg, a, b1, b2, c)
 }
 
@@ -27,15 +26,10 @@ pub fn default_config(m: usize, n: usize) -> usize {
 
 /// [`dual_gemm_nvfp4`] with config `cfg` of `dual_gemm_nvfp4_kernel::CONFIGS`.
 pub fn dual_gemm_nvfp4_with_config(gpu: &Gpu, cfg: usize, a: Nvfp4, b1: Nvfp4, b2: Nvfp4, c: &mut Tensor<f16>) -> Result<()> {
-    let [m, k] = a.dims("a")?;
-    let [n, kb] = b1.dims("b1")?;
-    if b2.dims("b2")? != [n, kb] || kb != k {
-        return Err(Error::Shape(format!(
-            "dual_gemm_nvfp4: a is {m}×{k}, b1 {n}×{kb}, b2 {:?} values: b1 and b2 must be n×k with a's k",
-            b2.values.shape()
-        )));
+    let [m, n, k] = product_shape("dual_gemm_nvfp4", a, b1, c)?;
+    if b2.dims("b2")? != [n, k] {
+        return Err(Error::Shape(format!("dual_gemm_nvfp4: b1 is {n}×{k} values, b2 {:?} bytes: b1 and b2 must be alike", b2.values.shape())));
     }
-    expect_shape("c", c, &[m, n])?;
     if m * n == 0 {
         return Ok(());
     }
@@ -43,3 +37,35 @@ pub fn dual_gemm_nvfp4_with_config(gpu: &Gpu, cfg: usize, a: Nvfp4, b1: Nvfp4, b
     dual_gemm_nvfp4_kernel::launch(gpu, cfg, &wa, a.scales, &wb1, b1.scales, &wb2, b2.scales, c, m, n, k)
 }
 
+/// `[m, n, k]` of `c = a·bᵀ`, or the error naming what does not fit.
+fn product_shape(op: &str, a: Nvfp4, b: Nvfp4, c: &Tensor<f16>) -> Result<[usize; 3]> {
+    let ([m, k], [n, kb]) = (a.dims("a")?, b.dims("b")?);
+    if kb != k {
+        return Err(Error::Shape(format!("{op}: a is {m}×{k} values, b {n}×{kb}: they must share k")));
+    }
+    expect_shape("c", c, &[m, n])?;
+    Ok([m, n, k])
+}
+
+/// `c = a·bᵀ` of NVFP4 operands, fp16 out: `a` `m × k`, `b` `n × k`, `c`
+/// `[m, n]`; any `m` and `n`, `k` a multiple of 64.
+pub fn gemm_nvfp4(gpu: &Gpu, a: Nvfp4, b: Nvfp4, c: &mut Tensor<f16>) -> Result<()> {
+    let [m, n, k] = product_shape("gemm_nvfp4", a, b, c)?;
+    let cfg = if cdiv(m, 128) * cdiv(n, 128) >= 132 {
+        2
+    } else if cdiv(m, 128) * cdiv(n, 64) >= 132 {
+        1
+    } else {
+        0
+    };
+    gemm_nvfp4_with_config(gpu, cfg, a, b, c)
+}
+
+/// [`gemm_nvfp4`] with config `cfg` of `gemm_nvfp4_kernel::CONFIGS`.
+pub fn gemm_nvfp4_with_config(gpu: &Gpu, cfg: usize, a: Nvfp4, b: Nvfp4, c: &mut Tensor<f16>) -> Result<()> {
+    let [m, n, k] = product_shape("gemm_nvfp4", a, b, c)?;
+    if m * n == 0 {
+        return Ok(());
+    }
+    gemm_nvfp4_kernel::launch(gpu, cfg, &a.words([m, k])?, a.scales, &b.words([n, k])?, b.scales, c, m, n, k)
+}

@@ -58,3 +58,20 @@ fn host_wrapper_runs_and_refuses_bad_shapes() {
     let mut c_wrong = gpu.alloc::<f16>(&[m, n + 1]).unwrap();
     assert!(err(dual_gemm_nvfp4(&gpu, op(&av, &as_), op(&b1v, &b1s), op(&b2v, &b2s), &mut c_wrong)).contains("c"));
 }
+
+#[test]
+fn gemm_nvfp4_matches_float64_at_odd_shapes() {
+    for (m, n, k) in [(1, 1, 64), (70, 33, 128), (129, 131, 192)] {
+        let (mut rng, seed) = rng();
+        let (a, sa, av) = nvfp4_random(&mut rng, m, k, true);
+        let (b, sb, bv) = nvfp4_random(&mut rng, n, k, true);
+        let want = reference::matmul_nt(&av, &bv, m, n, k);
+        for cfg in 0..gemm_nvfp4_kernel::CONFIGS.len() {
+            let mut c = poisoned::<f16>(m * n);
+            gemm_nvfp4_kernel::cpu(cfg, &words(&a), &sa, &words(&b), &sb, &mut c, m, n, k);
+            if let Some((i, got, w)) = nvfp4_outside_tolerance(&c, &want) {
+                panic!("gemm_nvfp4 {m}×{n}×{k} cfg={cfg} (seed {seed}): c[{i}] = {got}, want {w}");
+            }
+        }
+    }
+}
