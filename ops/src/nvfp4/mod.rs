@@ -79,17 +79,19 @@ pub fn decoded<T: Elem, const R: usize, const C: usize, const TH: usize>(
 where
     [(); rustile::len(R, C, TH)]:,
 {
-    // A thread holds whole 8-column chunks: the eight values of a chunk share
-    // one word and one scale, so their repeated reads fold into one load each.
+    // No branch around the loads: an element outside reads element 0 (a
+    // select of the index) and is zeroed after. Behind a branch, each load
+    // was issued only once the one before it had returned (RESULTS, "The
+    // NVFP4 dual GEMM's first kernel on the H100"). A thread holds whole
+    // 8-column chunks, so a chunk's eight values share one word and one scale.
     Tile::from_fn(|r, c| {
         let (row, col) = (row0 + r, col0 + c);
-        if row < rows && col < k {
-            let word = words.read(row * (k / 8) + col / 8);
-            let scale = scales.read(row * (k / 16) + col / 16).to_f32();
-            T::from_f32(rustile::e2m1_to_f32((word >> (4 * (col % 8) as u32)) as u8) * scale)
-        } else {
-            T::default()
-        }
+        let inside = row < rows && col < k;
+        let (row, col) = if inside { (row, col) } else { (0, 0) };
+        let word = words.read(row * (k / 8) + col / 8);
+        let scale = scales.read(row * (k / 16) + col / 16).to_f32();
+        let x = rustile::e2m1_to_f32((word >> (4 * (col % 8) as u32)) as u8) * scale;
+        T::from_f32(if inside { x } else { 0.0 })
     })
 }
 
