@@ -16,7 +16,8 @@ use rustile_host::{Gpu, Result, Tensor};
 use rustile_ops::dual_gemm::dual_gemm;
 use rustile_ops::dual_gemm_nvfp4::dual_gemm_nvfp4;
 use rustile_ops::nvfp4::{dequantize, dequantize_cpu, Nvfp4};
-use rustile_ops::testing::{nvfp4_gpu_mode, nvfp4_outside_tolerance, rng};
+use rustile_ops::reference;
+use rustile_ops::testing::{gather_rows, nvfp4_gpu_mode, nvfp4_outside_tolerance, rng};
 
 /// GPU MODE's benchmark shapes, (M, N, K).
 pub const SHAPES: [[usize; 3]; 4] = [[256, 4096, 7168], [512, 4096, 7168], [256, 3072, 4096], [512, 3072, 7168]];
@@ -44,42 +45,48 @@ impl Operand {
     }
 }
 
-/// `silu(a·b1ᵀ)·(a·b2ᵀ)` in float64 for rows `r` of the dequantized operands.
-fn want_rows(a: &Operand, b1: &Operand, b2: &Operand, r: std::ops::Range<usize>, n: usize, k: usize) -> Vec<f64> {
-    let dot = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(p, q)| p * q).sum::<f64>();
-    r.flat_map(|i| (0..n).map(move |j| (i, j)))
-        .map(|(i, j)| {
-            let row = &a.wide[i * k..(i + 1) * k];
-            let (g, u) = (dot(row, &b1.wide[j * k..(j + 1) * k]), dot(row, &b2.wide[j * k..(j + 1) * k]));
-            g / (1.0 + (-g).exp()) * u
-        })
-        .collect()
+/// The rows a large product is checked on, and their float64 values.
+struct Sampled {
+    rows: [usize; 3],
+    want: Vec<f64>,
 }
 
-/// GPU MODE's check ([`nvfp4_outside_tolerance`]) on three sampled rows.
-fn check_rows(what: &str, got: &[f16], a: &Operand, b1: &Operand, b2: &Operand, [m, n, k]: [usize; 3]) -> Result<String> {
-    for r in [0..1, m / 2..m / 2 + 1, m - 1..m] {
-        if let Some((i, g, w)) = nvfp4_outside_tolerance(&got[r.start * n..r.end * n], &want_rows(a, b1, b2, r.clone(), n, k)) {
-            return Err(rustile_host::Error::Invalid(format!("{what}: row {}, column {i}: {g} against {w}, outside rtol = atol = 1e-3", r.start)));
+impl Sampled {
+    /// `silu(a·b1ᵀ) ⊙ (a·b2ᵀ)` for the first, middle and last rows of `a`.
+    fn new([a, b1, b2]: &[Operand; 3], [m, n, k]: [usize; 3]) -> Sampled {
+        let rows = [0, m / 2, m - 1];
+        let ga = gather_rows(&a.wide, &rows, k);
+        let want = reference::swiglu(&reference::matmul_nt(&ga, &b1.wide, 3, n, k), &reference::matmul_nt(&ga, &b2.wide, 3, n, k));
+        Sampled { rows, want }
+    }
+
+    /// The sampled rows of the `[m, n]` output `c`.
+    fn of(&self, c: &[f16]) -> Vec<f16> {
+        let n = self.want.len() / 3;
+        self.rows.iter().flat_map(|&r| c[r * n..(r + 1) * n].iter().copied()).collect()
+    }
+
+    /// GPU MODE's check ([`nvfp4_outside_tolerance`]) of `c` on the sampled rows.
+    fn check(&self, what: &str, c: &[f16]) -> Result<String> {
+        match nvfp4_outside_tolerance(&self.of(c), &self.want) {
+            Some((i, g, w)) => Err(rustile_host::Error::Invalid(format!("{what}: sampled element {i}: {g} against {w}, outside rtol = atol = 1e-3"))),
+            None => Ok(format!("{what}: 3 sampled rows within rtol = atol = 1e-3 of float64")),
         }
     }
-    Ok(format!("{what}: 3 sampled rows within rtol = atol = 1e-3 of float64"))
-}
 
-/// The cuBLAS baseline against float64 on the sampled rows: it rounds the
-/// gate and up products to fp16 before the SwiGLU, so it is held to the
-/// usual relative check, and whether it would pass GPU MODE's elementwise
-/// one is said, not required.
-fn check_baseline(got: &[f16], a: &Operand, b1: &Operand, b2: &Operand, [m, n, k]: [usize; 3]) -> Result<String> {
-    let rows = [0..1, m / 2..m / 2 + 1, m - 1..m];
-    let want: Vec<f64> = rows.iter().flat_map(|r| want_rows(a, b1, b2, r.clone(), n, k)).collect();
-    let sampled: Vec<f16> = rows.iter().flat_map(|r| got[r.start * n..r.end * n].iter().copied()).collect();
-    let line = close("(b) cuBLAS×2 + swiglu, 3 sampled rows vs float64", &sampled, &want)?;
-    let gpu_mode = match nvfp4_outside_tolerance(&sampled, &want) {
-        None => "passes".to_string(),
-        Some((_, g, w)) => format!("fails ({g} against {w}: the fp16 gate and up round before the product)"),
-    };
-    Ok(format!("{line}; GPU MODE's rtol = atol = 1e-3: {gpu_mode}"))
+    /// The cuBLAS baseline on the sampled rows: it rounds the gate and up
+    /// products to fp16 before the SwiGLU, so it is held to the usual
+    /// relative check, and whether it would pass GPU MODE's elementwise one
+    /// is said, not required.
+    fn check_baseline(&self, c: &[f16]) -> Result<String> {
+        let got = self.of(c);
+        let line = close("(b) cuBLAS×2 + swiglu, 3 sampled rows vs float64", &got, &self.want)?;
+        let gpu_mode = match nvfp4_outside_tolerance(&got, &self.want) {
+            None => "passes".to_string(),
+            Some((_, g, w)) => format!("fails ({g} against {w}: the fp16 gate and up round before the product)"),
+        };
+        Ok(format!("{line}; GPU MODE's rtol = atol = 1e-3: {gpu_mode}"))
+    }
 }
 
 /// The bench: checks ours, (b) and (c) against float64 on sampled rows,
@@ -100,7 +107,8 @@ pub fn bench_nvfp4(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, check_only
         gpu.fill_bytes(&mut c, 0xFF)?;
         let ours = |c: &mut Tensor<f16>, [a, b1, b2]: &[Operand; 3]| dual_gemm_nvfp4(gpu, a.nvfp4(), b1.nvfp4(), b2.nvfp4(), c);
         ours(&mut c, &sets[0])?;
-        say(check_rows("ours", &gpu.download(&c)?, a, b1, b2, [m, n, k])?);
+        let sampled = Sampled::new(&sets[0], [m, n, k]);
+        say(sampled.check("ours", &gpu.download(&c)?)?);
 
         // The operands dequantized (exactly) to fp16, for (a), (b) and (c).
         let (mut a16, mut b116, mut b216) = (gpu.alloc::<f16>(&[m, k])?, gpu.alloc::<f16>(&[n, k])?, gpu.alloc::<f16>(&[n, k])?);
@@ -112,13 +120,13 @@ pub fn bench_nvfp4(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, check_only
         deq(&mut a16, &mut b116, &mut b216)?;
         let mut c16 = gpu.alloc::<f16>(&[m, n])?;
         dual_gemm(gpu, &a16, &b116, &b216, &mut c16)?;
-        say(check_rows("(c) our f16 dual GEMM on the dequantized operands", &gpu.download(&c16)?, a, b1, b2, [m, n, k])?);
+        say(sampled.check("(c) our f16 dual GEMM on the dequantized operands", &gpu.download(&c16)?)?);
 
         if check_only {
             if let Some(blas) = blas {
                 let (mut gate, mut up, mut base) = (gpu.alloc::<f16>(&[m, n])?, gpu.alloc::<f16>(&[m, n])?, gpu.alloc::<f16>(&[m, n])?);
                 cublas_swiglu(gpu, blas, &a16, [&b116, &b216], [&mut gate, &mut up], &mut base)?;
-                say(check_baseline(&gpu.download(&base)?, a, b1, b2, [m, n, k])?);
+                say(sampled.check_baseline(&gpu.download(&base)?)?);
             }
             continue;
         }
@@ -134,7 +142,7 @@ pub fn bench_nvfp4(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, check_only
             let (mut gate, mut up) = (gpu.alloc::<f16>(&[m, n])?, gpu.alloc::<f16>(&[m, n])?);
             let mut base = gpu.alloc::<f16>(&[m, n])?;
             cublas_swiglu(gpu, blas, &a16, [&b116, &b216], [&mut gate, &mut up], &mut base)?;
-            say(check_baseline(&gpu.download(&base)?, a, b1, b2, [m, n, k])?);
+            say(sampled.check_baseline(&gpu.download(&base)?)?);
             let stats = measure(gpu, mcfg, || {
                 deq(&mut a16, &mut b116, &mut b216)?;
                 cublas_swiglu(gpu, blas, &a16, [&b116, &b216], [&mut gate, &mut up], &mut base)

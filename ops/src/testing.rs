@@ -546,7 +546,7 @@ pub fn nvfp4_random(rng: &mut StdRng, rows: usize, k: usize, odd_scales: bool) -
     let scales: Vec<F8E4M3> = (0..rows * k / 16)
         .map(|_| if odd_scales && rng.gen_range(0..8) == 0 { F8E4M3(rng.gen_range(0..8)) } else { F8E4M3::from_f32(rng.gen_range(0.0625f32..0.5)) })
         .collect();
-    let values = (0..rows * k).map(|i| pairs[i / 2].decode()[i % 2] as f64 * scales[i / 16].to_f32() as f64).collect();
+    let values = crate::nvfp4::dequantize_cpu(&pairs, &scales, rows, k).into_iter().map(f64::from).collect();
     (pairs, scales, values)
 }
 
@@ -554,4 +554,11 @@ pub fn nvfp4_random(rng: &mut StdRng, rows: usize, k: usize, odd_scales: bool) -
 /// 1e-3 + 1e-3·|want|`: the first element outside it (index, got, want), if any.
 pub fn nvfp4_outside_tolerance(got: &[rustile::f16], want: &[f64]) -> Option<(usize, f64, f64)> {
     got.iter().zip(want).enumerate().map(|(i, (g, &w))| (i, g.to_f32() as f64, w)).find(|&(_, g, w)| !((g - w).abs() <= 1e-3 + 1e-3 * w.abs()))
+}
+
+/// Rows `rows` of the row-major `x` (`k` a row), gathered: the operand of a
+/// float64 reference computed on sampled rows of a product too large to
+/// check whole (`reference::matmul_nt(&gather_rows(a, rows, k), b, rows.len(), n, k)`).
+pub fn gather_rows(x: &[f64], rows: &[usize], k: usize) -> Vec<f64> {
+    rows.iter().flat_map(|&r| x[r * k..(r + 1) * k].iter().copied()).collect()
 }

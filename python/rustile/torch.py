@@ -177,7 +177,8 @@ def _(x, w, dy):
     return torch.empty_like(x), w.new_empty(w.shape, dtype=torch.float32)
 
 
-def _conv_setup(ctx, inputs, output):
+def _save_inputs(ctx, inputs, output):
+    """A backward that needs every input and no output saves them all."""
     ctx.save_for_backward(*inputs)
 
 
@@ -187,7 +188,7 @@ def _conv_grad(ctx, dy):
     return dx, dw.to(w.dtype)
 
 
-_conv_silu.register_autograd(_conv_grad, setup_context=_conv_setup)
+_conv_silu.register_autograd(_conv_grad, setup_context=_save_inputs)
 
 
 def conv_silu(x, w):
@@ -266,10 +267,6 @@ def _(q, k, v, beta, do, initial, d_final):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), beta.new_empty(beta.shape, dtype=torch.float32), d_initial
 
 
-def _delta_setup(ctx, inputs, output):
-    ctx.save_for_backward(*inputs)
-
-
 def _delta_grad(ctx, do, d_final):
     q, k, v, beta, initial = ctx.saved_tensors
     d_final = d_final.contiguous() if d_final is not None else None
@@ -277,7 +274,7 @@ def _delta_grad(ctx, do, d_final):
     return dq, dk, dv, dbeta.to(beta.dtype), d_initial if initial is not None else None
 
 
-_delta_rule.register_autograd(_delta_grad, setup_context=_delta_setup)
+_delta_rule.register_autograd(_delta_grad, setup_context=_save_inputs)
 
 
 def delta_rule(q, k, v, beta, initial=None, return_final_state=False):

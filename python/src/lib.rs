@@ -126,24 +126,24 @@ fn where_(ordinal: i64) -> String {
     if ordinal < 0 { "host memory".into() } else { format!("cuda:{ordinal}") }
 }
 
-/// Runs `$body` with `$t` the element type named by `$dtype` (bf16, f16, f32).
+/// Runs `$body` with `$t` the element type named by `$dtype`, one of the
+/// listed names (`"bf16" => bf16, ...`); any other is a dtype error.
+macro_rules! with_type {
+    ($dtype:expr, $t:ident => $body:expr, $($name:literal => $ty:ty),+) => {
+        match $dtype {
+            $($name => {
+                type $t = $ty;
+                $body
+            })+
+            other => Err(Error::DType(format!("dtype {other} is not supported here ({})", [$($name),+].join(", ")))),
+        }
+    };
+}
+
+/// [`with_type!`] over the 16- and 32-bit floats.
 macro_rules! with_dtype {
     ($dtype:expr, $t:ident => $body:expr) => {
-        match $dtype {
-            "bf16" => {
-                type $t = bf16;
-                $body
-            }
-            "f16" => {
-                type $t = f16;
-                $body
-            }
-            "f32" => {
-                type $t = f32;
-                $body
-            }
-            other => Err(Error::Invalid(format!("dtype {other} is not supported (bf16, f16, f32)"))),
-        }
+        with_type!($dtype, $t => $body, "bf16" => bf16, "f16" => f16, "f32" => f32)
     };
 }
 
@@ -219,6 +219,18 @@ fn activation(name: &str) -> rustile_host::Result<Act> {
     })
 }
 
+/// The GEMMs' fused epilogue: `act(alpha·product + bias) + residual`.
+fn epilogue<'a, T: Elem>(act: &str, alpha: f32, bias: Option<&'a Tensor<T>>, residual: Option<&'a Tensor<T>>) -> rustile_host::Result<Epilogue<'a, T>> {
+    let mut epi = Epilogue::new().act(activation(act)?).scale(alpha);
+    if let Some(bias) = bias {
+        epi = epi.bias_per_column(bias);
+    }
+    if let Some(residual) = residual {
+        epi = epi.residual(residual);
+    }
+    Ok(epi)
+}
+
 /// `c = act(alpha·a·bᵀ + bias) + residual` (`b` as `[n, k]`, or `[k, n]`
 /// with `b_kn`), in the GEMM's fused epilogue. `a` `[m, k]` (a batch `[z,
 /// m, k]`), or `[k, m]` with `a_km` (a weight gradient's `dyᵀ·x`).
@@ -235,13 +247,7 @@ fn gemm(
         with_dtype!(a.dtype(), T => {
             let (at, bt) = (a.tensor::<T>(gpu)?, b.tensor::<T>(gpu)?);
             let (bias, residual) = (optional::<T>(&bias, gpu)?, optional::<T>(&residual, gpu)?);
-            let mut epi = Epilogue::new().act(activation(act)?).scale(alpha);
-            if let Some(bias) = &bias {
-                epi = epi.bias_per_column(bias);
-            }
-            if let Some(residual) = &residual {
-                epi = epi.residual(residual);
-            }
+            let epi = epilogue(act, alpha, bias.as_ref(), residual.as_ref())?;
             let mut ct = c.tensor::<T>(gpu)?;
             // Each operand as stored, or read transposed.
             let am: Mat<T> = if a_km { at.t() } else { (&at).into() };
@@ -249,23 +255,6 @@ fn gemm(
             gemm_op(gpu, am, bm, &mut ct, &epi)
         })
     })
-}
-
-/// Runs `$body` with `$t` the FP8 format named by `$dtype` (e4m3, e5m2).
-macro_rules! with_fp8 {
-    ($dtype:expr, $t:ident => $body:expr) => {
-        match $dtype {
-            "e4m3" => {
-                type $t = F8E4M3;
-                $body
-            }
-            "e5m2" => {
-                type $t = F8E5M2;
-                $body
-            }
-            other => Err(Error::DType(format!("gemm_fp8 takes e4m3 or e5m2 operands, not {other}"))),
-        }
-    };
 }
 
 /// How an FP8 operand was scaled: no array, one value, or one a row.
@@ -290,21 +279,15 @@ fn gemm_fp8(
     all.extend([&sa, &sb, &bias, &residual].into_iter().flatten());
     run(py, &all, stream, |gpu| {
         let (bias, residual) = (optional::<bf16>(&bias, gpu)?, optional::<bf16>(&residual, gpu)?);
-        let mut epi = Epilogue::new().act(activation(act)?).scale(alpha);
-        if let Some(bias) = &bias {
-            epi = epi.bias_per_column(bias);
-        }
-        if let Some(residual) = &residual {
-            epi = epi.residual(residual);
-        }
+        let epi = epilogue(act, alpha, bias.as_ref(), residual.as_ref())?;
         let (ta, tb) = (optional::<f32>(&sa, gpu)?, optional::<f32>(&sb, gpu)?);
         let mut ct = c.tensor::<bf16>(gpu)?;
         let &[m, n] = ct.shape() else {
             return Err(Error::Shape(format!("gemm_fp8: c must be [m, n]; it has shape {:?}", ct.shape())));
         };
-        with_fp8!(a.dtype(), TA => with_fp8!(b.dtype(), TB => {
+        with_type!(a.dtype(), TA => with_type!(b.dtype(), TB => {
             gemm_fp8_op(gpu, &a.tensor::<TA>(gpu)?, &b.tensor::<TB>(gpu)?, &mut ct, fp8_scale(&ta, m), fp8_scale(&tb, n), &epi)
-        }))
+        }, "e4m3" => F8E4M3, "e5m2" => F8E5M2), "e4m3" => F8E4M3, "e5m2" => F8E5M2)
     })
 }
 

@@ -283,9 +283,7 @@ mod host {
     /// `out` `[rows, k]` (f16 or bf16) = `x` dequantized, exactly; `k` a
     /// multiple of 64.
     pub fn dequantize<T: Elem>(gpu: &Gpu, x: Nvfp4, out: &mut Tensor<T>) -> Result<()> {
-        if !matches!(T::KIND, rustile::Kind::F16 | rustile::Kind::Bf16) {
-            return Err(Error::DType(format!("nvfp4 dequantize writes f16 or bf16, not {}", T::NAME)));
-        }
+        crate::gemm::check_dtype::<T>("nvfp4::dequantize")?;
         let [rows, k] = x.dims("x")?;
         expect_shape("out", out, &[rows, k])?;
         if rows * k == 0 {
