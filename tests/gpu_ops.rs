@@ -373,7 +373,7 @@ enum Nvfp4Draw {
 /// One NVFP4 dual GEMM against float64 of its dequantized operands at GPU
 /// MODE's tolerance: every row and config (`all`), or three rows of the default.
 fn nvfp4_case(gpu: &Gpu, (m, n, k): (usize, usize, usize), draw: Nvfp4Draw, all: bool) {
-    use dual_gemm_nvfp4::{dual_gemm_nvfp4, dual_gemm_nvfp4_kernel, dual_gemm_nvfp4_with_config};
+    use dual_gemm_nvfp4::{dual_gemm_nvfp4, dual_gemm_nvfp4_with_config, Config};
     use rustile_ops::nvfp4::{dequantize_cpu, quantize, Nvfp4};
     let (mut rng, seed) = rng();
     let mut operand = |rows: usize| {
@@ -406,10 +406,10 @@ fn nvfp4_case(gpu: &Gpu, (m, n, k): (usize, usize, usize), draw: Nvfp4Draw, all:
         }
     };
     let check = |c: &Tensor<f16>, what: &str| check_single(c, &want, &format!("dual_gemm_nvfp4 {what}"));
-    for cfg in (0..dual_gemm_nvfp4_kernel::CONFIGS.len()).filter(|_| all) {
+    for cfg in Config::all(gpu).into_iter().filter(|_| all) {
         let mut c = poisoned::<f16>(gpu, &[m, n]);
         dual_gemm_nvfp4_with_config(gpu, cfg, op(0), op(1), op(2), &mut c).unwrap();
-        check(&c, &format!("cfg={cfg}"));
+        check(&c, &cfg.describe());
     }
     let mut c = poisoned::<f16>(gpu, &[m, n]);
     dual_gemm_nvfp4(gpu, op(0), op(1), op(2), &mut c).unwrap();

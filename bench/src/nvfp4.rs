@@ -14,7 +14,7 @@ use crate::harness::{gb_per_s, measure, MeasureCfg, Row, Stats, RUSTILE};
 use rustile::{f16, F4E2M1x2, F8E4M3};
 use rustile_host::{Gpu, Result, Tensor};
 use rustile_ops::dual_gemm::dual_gemm;
-use rustile_ops::dual_gemm_nvfp4::dual_gemm_nvfp4;
+use rustile_ops::dual_gemm_nvfp4::{default_config, dual_gemm_nvfp4, dual_gemm_nvfp4_with_config, Config};
 use rustile_ops::nvfp4::{dequantize, dequantize_cpu, Nvfp4};
 use rustile_ops::reference;
 use rustile_ops::testing::{gather_rows, nvfp4_gpu_mode, nvfp4_outside_tolerance, rng};
@@ -137,6 +137,13 @@ pub fn bench_nvfp4(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, check_only
         let stats = measure(gpu, mcfg, || ours(&mut c, &sets[0]))?;
         ours_us.push(stats.median_ms * 1e3);
         rows.push(row(RUSTILE, stats));
+        // Every config, for the heuristic and the tuner (the default's figure is the row above).
+        let mut sweep = vec![];
+        for cfg in Config::all(gpu) {
+            let t = measure(gpu, mcfg, || dual_gemm_nvfp4_with_config(gpu, cfg, a.nvfp4(), b1.nvfp4(), b2.nvfp4(), &mut c))?;
+            sweep.push(format!("{} {:.1}", cfg.describe(), t.median_ms * 1e3));
+        }
+        say(format!("default {}; every config (µs): {}", default_config(gpu, m, n).describe(), sweep.join(", ")));
         rows.push(row("rustile f16 dual_gemm, dequantized ahead (c)", measure(gpu, mcfg, || dual_gemm(gpu, &a16, &b116, &b216, &mut c16))?));
         if let Some(blas) = blas {
             let (mut gate, mut up) = (gpu.alloc::<f16>(&[m, n])?, gpu.alloc::<f16>(&[m, n])?);

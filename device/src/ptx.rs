@@ -212,6 +212,15 @@ pub unsafe fn ld_v4_if(p: *const u32, on: bool, fill: u32) -> [u32; 4] {
     [a, b, c, d]
 }
 
+/// `mul.rn.f16x2`: the products of two f16 pairs packed in 32 bits, each
+/// rounded to nearest even.
+#[inline(always)]
+pub fn mul_f16x2(a: u32, b: u32) -> u32 {
+    let out: u32;
+    unsafe { asm!("mul.rn.f16x2 {o}, {a}, {b};", o = out(reg32) out, a = in(reg32) a, b = in(reg32) b, options(pure, nomem, nostack)) };
+    out
+}
+
 /// 8 bytes at `p` (8-aligned) if `on`, else `fill`.
 #[inline(always)]
 pub unsafe fn ld_v2_if(p: *const u32, on: bool, fill: u32) -> [u32; 2] {

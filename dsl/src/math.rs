@@ -191,3 +191,21 @@ mod tests {
         }
     }
 }
+
+/// Two f16 products at once: `a` and `b` each hold two f16 values (the
+/// first in the low half), and each product is rounded to nearest even (one
+/// instruction on the GPU; for decoding packed formats in registers).
+#[inline(always)]
+pub fn mul_f16x2(a: u32, b: u32) -> u32 {
+    #[cfg(target_arch = "nvptx64")]
+    return dev::mul_f16x2(a, b);
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        use half::f16;
+        let half = |x: u32, at: u32| f16::from_bits((x >> at) as u16).to_f32();
+        // An f16 product is exact in f32, so rounding it once to f16 is the
+        // correctly rounded f16 product.
+        let prod = |at: u32| f16::from_f32(half(a, at) * half(b, at)).to_bits() as u32;
+        prod(0) | prod(16) << 16
+    }
+}

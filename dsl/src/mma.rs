@@ -751,6 +751,77 @@ where
     }
 }
 
+/// Runs of 16 values along K that one thread supplies to [`Packed::from_runs`]
+/// for an `M×K` operand: two rows a 64-deep group on the GPU, every run of
+/// every row on the CPU.
+pub const fn runs_len(m: usize, k: usize, th: usize) -> usize {
+    acc_len(m, k, th) / 16
+}
+
+impl<T: Elem, const M: usize, const K: usize, const TH: usize> Packed<T, M, K, TH>
+where
+    [(); acc_len(M, K, TH) / 2]:,
+{
+    /// The row and the run (values `16·run..16·run+16` along K) that this
+    /// thread supplies as slot `i` (`i < runs_len(M, K, TH)`) of
+    /// [`Packed::from_runs`]: a kernel loads its slots ahead, then decodes them.
+    #[inline(always)]
+    pub fn run_at(i: usize) -> (usize, usize) {
+        #[cfg(target_arch = "nvptx64")]
+        {
+            let (row0, _, lane) = Warps::<M, K, TH, true>::origin();
+            let (h, g, mi) = (i % 2, (i / 2) % (K / 64), i / 2 / (K / 64));
+            (row0 + mi * 16 + lane / 4 + 8 * h, 4 * g + lane % 4)
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        (i / (K / 16), i % (K / 16))
+    }
+
+    /// Pins the operand's registers here: the code that computes them runs
+    /// before this point. Call it before the products that read them start:
+    /// left alone, LLVM sinks such code down to its first use, between a
+    /// `wgmma` fence and the products, and ptxas then runs every `wgmma`
+    /// of the kernel alone.
+    #[inline(always)]
+    pub fn settle(&mut self) {
+        self.v = crate::settled(self.v);
+    }
+
+    /// A left operand (one column of warps, as `wgmma` takes it) made in
+    /// registers from runs of 16 values along K: `f(i)` gives slot `i`'s
+    /// run ([`Packed::run_at`]) as eight words of two 16-bit values (the
+    /// first in the low half). A thread supplies only runs that become its
+    /// own registers, so a narrow format is loaded and widened where it is
+    /// used; the price is an order of K: value `p` sits at column
+    /// [`crate::wgmma::run_column`]`(p)`, and the right operand must be stored that way.
+    #[inline(always)]
+    pub fn from_runs(f: impl Fn(usize) -> [u32; 8]) -> Self {
+        let () = Bits::<T>::SIXTEEN;
+        assert!(K % 64 == 0, "Packed::from_runs: K must be a multiple of 64 (four runs a group)");
+        let mut v = [0u32; acc_len(M, K, TH) / 2];
+        for i in 0..runs_len(M, K, TH) {
+            let words = f(i);
+            #[cfg(target_arch = "nvptx64")]
+            {
+                // Pair j of slot i's run is this thread's pair of 8-column
+                // piece 8g + j, in row half h.
+                let (h, g, mi) = (i % 2, (i / 2) % (K / 64), i / 2 / (K / 64));
+                for j in 0..8 {
+                    v[(mi * Warps::<M, K, TH, true>::NI + 8 * g + j) * 2 + h] = words[j];
+                }
+            }
+            #[cfg(not(target_arch = "nvptx64"))]
+            {
+                let (row, run) = Self::run_at(i);
+                for j in 0..8 {
+                    v[(row * K + crate::wgmma::run_column(16 * run + 2 * j)) / 2] = words[j];
+                }
+            }
+        }
+        Packed { v, _t: core::marker::PhantomData }
+    }
+}
+
 /// `acc + p·v` with `p` a packed accumulator of this program (the left
 /// operand straight from registers) and `v` stored `[K, N]` in shared
 /// memory: attention's `P·V`, the probabilities never leaving the

@@ -423,6 +423,113 @@ pub fn dot_acc_async<T: Elem, const M: usize, const K: usize, const N: usize, co
     }
 }
 
+/// The column of a register operand built by [`Packed::from_runs`] that
+/// holds the value at position `p` along K: a thread's run of 16
+/// consecutive values (run `4g + t` of a 64-deep group `g`, `t` the thread's
+/// place in its quad) is its eight register pairs of that group, pair `j` at
+/// column `64g + 8j + 2t`. So the right operand is stored with its K columns
+/// in this order ([`run_position`] is the inverse) and no value moves
+/// between threads: a narrow format's 16-value block (an NVFP4 word pair and
+/// its one scale) becomes a thread's registers where it was loaded.
+pub const fn run_column(p: usize) -> usize {
+    let (group, q) = (p - p % 64, p % 64);
+    let (t, j, b) = (q / 16, (q % 16) / 2, q % 2);
+    group + 8 * j + 2 * t + b
+}
+
+/// The position along K whose value [`run_column`] puts at column `col`.
+pub const fn run_position(col: usize) -> usize {
+    let (group, q) = (col - col % 64, col % 64);
+    let (j, t, b) = (q / 8, (q % 8) / 2, q % 2);
+    group + 16 * t + 2 * j + b
+}
+
+/// Why `p·bᵀ` with `p` packed `M×K` and `b` an `[N, K]` tile cannot be a
+/// register-operand `wgmma` on `TH` threads, or `None`.
+pub const fn check_packed(m: usize, k: usize, n: usize, th: usize) -> Option<&'static str> {
+    if let Some(why) = check_rows(m, th) {
+        return Some(why);
+    }
+    if !(n == 64 || n == 128 || n == 256) {
+        return Some("wgmma: dot_packed_async's right tile has 64, 128 or 256 rows (N)");
+    }
+    if k != 64 {
+        return Some("wgmma: dot_packed_async multiplies 64 deep: a packed operand of 64 columns, a right tile of 128-byte rows");
+    }
+    None
+}
+
+/// Compile-time form of [`check_packed`].
+pub struct WgPackedShape<const M: usize, const K: usize, const N: usize, const TH: usize>;
+impl<const M: usize, const K: usize, const N: usize, const TH: usize> WgPackedShape<M, K, N, TH> {
+    pub const OK: () = match check_packed(M, K, N, TH) {
+        None => (),
+        Some(msg) => panic!("{}", msg),
+    };
+}
+
+/// Starts `acc + p·bᵀ` on the tensor cores with the left operand from
+/// registers (`p`, 64 deep, e.g. made by [`Packed::from_runs`]) and `b`
+/// stored `[N, 64]` K-major in shared memory (a weight-shaped tile, as
+/// [`dot_async`] reads it). As [`dot_async`], `acc` and `p` must not be
+/// touched until [`wait`].
+#[inline(always)]
+pub fn dot_packed_async<T: Elem, const M: usize, const K: usize, const N: usize, const TH: usize>(
+    p: &Packed<T, M, K, TH>,
+    b: &Shared<T, N, K, TH>,
+    acc: &mut Acc<M, N, TH, true>,
+) where
+    [(); acc_len(M, K, TH) / 2]:,
+    [(); acc_len(M, N, TH)]:,
+{
+    let () = WgPackedShape::<M, K, N, TH>::OK;
+    on_period(b, K * 2);
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+    {
+        use rustile_device as d;
+        let db = d::wgmma_desc(b.base, (K * 2) as u32);
+        d::wgmma_fence();
+        for ks in 0..K / 16 {
+            // 32 bytes further along b's rows: the descriptor + 2.
+            let db = db + 2 * ks as u64;
+            let a = [p.v[4 * ks], p.v[4 * ks + 1], p.v[4 * ks + 2], p.v[4 * ks + 3]];
+            let acc_v = acc.v.as_mut_ptr();
+            macro_rules! issue {
+                ($n64:ident, $n128:ident, $n256:ident) => {
+                    match N {
+                        64 => d::$n64(&mut *(acc_v as *mut [f32; 32]), a, db),
+                        128 => d::$n128(&mut *(acc_v as *mut [f32; 64]), a, db),
+                        _ => d::$n256(&mut *(acc_v as *mut [f32; 128]), a, db),
+                    }
+                };
+            }
+            unsafe {
+                match T::KIND {
+                    Kind::Bf16 => issue!(wgmma_m64n64k16_bf16_rs_t, wgmma_m64n128k16_bf16_rs_t, wgmma_m64n256k16_bf16_rs_t),
+                    _ => issue!(wgmma_m64n64k16_f16_rs_t, wgmma_m64n128k16_f16_rs_t, wgmma_m64n256k16_f16_rs_t),
+                }
+            }
+        }
+        d::wgmma_commit();
+    }
+    #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_90a")))]
+    {
+        let _ = (p, b, acc);
+        panic!("wgmma needs sm_90a: give the kernel `arch = sm_90a`");
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    for m in 0..M {
+        for n in 0..N {
+            let mut s = acc.v[m * N + n];
+            for k in 0..K {
+                let pair: [T; 2] = unsafe { core::mem::transmute_copy(&p.v[(m * K + k) / 2]) };
+                s += pair[k % 2].to_f32() * b.get(n, k).to_f32();
+            }
+            acc.v[m * N + n] = s;
+        }
+    }
+}
+
 // ---- FP8 products with the left operand in registers -------------------------------------
 
 /// The accumulator column that position `p` of an FP8 `wgmma` A fragment
@@ -615,6 +722,46 @@ mod tests {
         let off = std::panic::catch_unwind(|| product_at(0)).expect_err("a tile 512 bytes off its period ran");
         let msg = off.downcast_ref::<String>().map(String::as_str).or(off.downcast_ref::<&str>().copied()).unwrap_or("");
         assert!(msg.contains("swizzle period"), "{msg}");
+    }
+    /// [`super::run_position`] undoes [`super::run_column`], and an operand
+    /// made by `Packed::from_runs` times a right tile stored in run order is
+    /// the plain product (small integers: exact in f16 and f32).
+    #[test]
+    fn a_product_of_runs_is_the_plain_product() {
+        use crate::mma::Packed;
+        use crate::f16;
+        for p in 0..128 {
+            assert_eq!(super::run_position(super::run_column(p)), p);
+        }
+        assert_eq!((0..4).map(super::run_column).collect::<Vec<_>>(), [0, 1, 8, 9]);
+        assert_eq!(super::run_column(16), 2, "run 1 is the second thread of the quad");
+        let at = super::pad(128);
+        run_grid([1, 1, 1], 128 * 4 + at + 128 * 64 * 2, || {
+            let x = |r: usize, k: usize| ((r * 3 + k * 5) % 7) as f32 - 3.0;
+            let y = |n: usize, k: usize| ((n + 2 * k) % 5) as f32 - 2.0;
+            let b = Shared::<f16, 128, 64, 128>::at(at);
+            for n in 0..128 {
+                for col in 0..64 {
+                    b.set(n, col, f16::from_f32(y(n, super::run_position(col))));
+                }
+            }
+            let p = Packed::<f16, 64, 64, 128>::from_runs(|i| {
+                let (r, run) = Packed::<f16, 64, 64, 128>::run_at(i);
+                core::array::from_fn(|j| {
+                    let k = 16 * run + 2 * j;
+                    let pair = [f16::from_f32(x(r, k)), f16::from_f32(x(r, k + 1))];
+                    unsafe { core::mem::transmute::<[f16; 2], u32>(pair) }
+                })
+            });
+            let mut acc = Acc::<64, 128, 128, true>::zeros().map(|_, _, _| 1.0);
+            super::dot_packed_async(&p, &b, &mut acc);
+            for r in 0..64 {
+                for n in 0..128 {
+                    let want: f32 = 1.0 + (0..64).map(|k| x(r, k) * y(n, k)).sum::<f32>();
+                    assert_eq!(acc.v[r * 128 + n], want, "({r}, {n})");
+                }
+            }
+        });
     }
     /// [`super::fp8_position`] undoes [`super::fp8_column`], and a packed
     /// accumulator times a right tile stored in that order is the plain

@@ -14,13 +14,25 @@
 //!   products (the dual GEMM's point) and each B tile once; decoding is
 //!   integer work of a few instructions an element, a word of eight values
 //!   and a scale byte at a time.
+//! * **On Hopper, B never touches shared memory.** `dual_gemm_nvfp4_wgmma_kernel`
+//!   widens each thread's own B₁ and B₂ values in registers into the left
+//!   operand of register `wgmma`s (`Packed::from_runs`: a thread's 16
+//!   values of a row along K are one scale block, one 8-byte load and one
+//!   scale), and the tensor cores multiply them by A's rows, which a first
+//!   kernel decoded to fp16 once (A is the small operand: 256-512 rows
+//!   against thousands of weight rows) in the matching order of K, and the
+//!   copy engine streams in. The product is Cᵀ's block; the epilogue
+//!   turns it around through shared memory.
 //! * **Plain layouts.** The kernel reads packed rows `[rows, K/2]` as words
 //!   of eight values and scales `[rows, K/16]` in the plain layout
 //!   ([`crate::nvfp4`]: the formats, decoding, and the conversion from
 //!   cuBLAS's blocked scale layout, done once, as for weights).
 use crate::gemm::block;
-use crate::nvfp4::decoded;
+use crate::nvfp4::{decoded, run_codes, run_scaled, scale_f16x2};
+use rustile::mma::{acc_len, runs_len, Packed};
 use rustile::prelude::*;
+use rustile::tma::{self, Barrier};
+use rustile::wgmma::{self, pad};
 
 /// An NVFP4 operand as the kernels read it: values as words of eight, scales.
 type Fp4 = (Ptr<u32>, Ptr<F8E4M3>);
@@ -97,6 +109,221 @@ pub fn gemm_nvfp4_kernel<T: Elem>(a: Ptr<u32>, sa: Ptr<F8E4M3>, b: Ptr<u32>, sb:
         acc = mma(&FragA::load(ta, ks), &FragB::load(tb, ks), acc);
     });
     store_acc_staged(&BlockPtr::rows(c, m, n, at), &acc, 0, |_, _, x: [f32; 8]| x);
+}
+
+// ---- Hopper: B widened in registers, register `wgmma` ---------------------------------------
+
+/// The values of one k-step (64 deep) that a thread widens itself: for B₁
+/// and B₂, each of its `R` runs ([`Packed::run_at`]) as two words and a scale.
+#[derive(Clone, Copy)]
+struct Runs<const R: usize> {
+    words: [[[u32; 2]; R]; 2],
+    scales: [[F8E4M3; R]; 2],
+}
+
+impl<const R: usize> Runs<R> {
+    const ZERO: Self = Runs { words: [[[0; 2]; R]; 2], scales: [[F8E4M3(0); R]; 2] };
+}
+
+/// Issues the loads of k-step `kt` of B₁ and B₂ for the `BN` weight rows
+/// from `n0`: one 8-byte load and one byte a run, off (zeros) past `n`
+/// rows or the last step. Nothing waits for them until they are widened.
+#[inline(always)]
+fn fetch<T: Elem, const BN: usize, const TH: usize>(bs: [Fp4; 2], n: usize, k: usize, n0: usize, kt: usize) -> Runs<{ runs_len(BN, 64, TH) }>
+where
+    [(); acc_len(BN, 64, TH) / 2]:,
+{
+    let mut r = Runs::ZERO;
+    for i in 0..runs_len(BN, 64, TH) {
+        let (row, run) = Packed::<T, BN, 64, TH>::run_at(i);
+        let row = n0 + row;
+        let on = row < n && kt < k / 64;
+        for mat in 0..2 {
+            let (b, sb) = bs[mat];
+            r.words[mat][i] = b.read2_if(row * (k / 8) + kt * 8 + 2 * run, on);
+            // An index select, not a branch: the loads stay in flight together.
+            r.scales[mat][i] = sb.read(if on { row * (k / 16) + kt * 4 + run } else { 0 });
+        }
+    }
+    r
+}
+
+/// A k-step's runs of B₁ and B₂ widened but for the last product
+/// ([`run_codes`], [`scale_f16x2`]): what a thread computes while the
+/// tensor cores work.
+#[derive(Clone, Copy)]
+struct Coded<const R: usize> {
+    codes: [[[u32; 8]; R]; 2],
+    scales: [[u32; R]; 2],
+}
+
+impl<const R: usize> Coded<R> {
+    #[inline(always)]
+    fn new(r: &Runs<R>) -> Self {
+        let mut c = Coded { codes: [[[0; 8]; R]; 2], scales: [[0; R]; 2] };
+        for mat in 0..2 {
+            for i in 0..R {
+                c.codes[mat][i] = run_codes(r.words[mat][i]);
+                c.scales[mat][i] = scale_f16x2(r.scales[mat][i]);
+            }
+        }
+        c
+    }
+
+    /// The same values, computed before this point ([`rustile::settled`]).
+    #[inline(always)]
+    fn settled(self) -> Self {
+        let mut c = self;
+        for mat in 0..2 {
+            for i in 0..R {
+                c.codes[mat][i] = rustile::settled(c.codes[mat][i]);
+            }
+            c.scales[mat] = rustile::settled(c.scales[mat]);
+        }
+        c
+    }
+
+    /// B₁'s and B₂'s operands (2⁻⁸ times their values): the products with
+    /// the scales, after this point.
+    #[inline(always)]
+    fn widen<T: Elem, const BN: usize, const TH: usize>(self) -> (Packed<T, BN, 64, TH>, Packed<T, BN, 64, TH>)
+    where
+        [(); acc_len(BN, 64, TH) / 2]:,
+    {
+        let c = self.settled();
+        let op = |mat: usize| Packed::from_runs(|i| run_scaled(c.codes[mat][i], c.scales[mat][i]));
+        (op(0), op(1))
+    }
+}
+
+/// The ring of A's decoded tiles (`BM×64`, 128-byte rows), `STAGES` of
+/// them from `pad(TH)`, then a `full` barrier a stage (its copy landed) and
+/// an `empty` one (every thread saw the products that read it finish).
+struct ARing<T, const BM: usize, const STAGES: usize, const TH: usize>(core::marker::PhantomData<T>);
+
+impl<T: Elem, const BM: usize, const STAGES: usize, const TH: usize> ARing<T, BM, STAGES, TH> {
+    const BYTES: usize = BM * 64 * 2;
+
+    #[inline(always)]
+    fn new() -> Self {
+        let ring = ARing(core::marker::PhantomData);
+        for s in 0..STAGES {
+            ring.full(s).init(1);
+            ring.empty(s).init(TH as u32);
+        }
+        tma::fence_init();
+        sync();
+        ring
+    }
+
+    #[inline(always)]
+    fn tile(&self, s: usize) -> Shared<T, BM, 64, TH> {
+        Shared::at(pad(TH) + s * Self::BYTES)
+    }
+
+    #[inline(always)]
+    fn full(&self, s: usize) -> Barrier {
+        Barrier::at::<TH>(pad(TH) + STAGES * Self::BYTES + 8 * s)
+    }
+
+    #[inline(always)]
+    fn empty(&self, s: usize) -> Barrier {
+        Barrier::at::<TH>(pad(TH) + STAGES * Self::BYTES + 8 * (STAGES + s))
+    }
+
+    /// The program's leader starts copying k-step `kt`'s A tile (rows `m0..`).
+    #[inline(always)]
+    fn fill(&self, a: Ptr<T>, map: u64, [m, k]: [usize; 2], m0: usize, kt: usize) {
+        let full = self.full(kt % STAGES);
+        full.expect(Self::BYTES);
+        self.tile(kt % STAGES).load_tma(map, &BlockPtr::new(a, [m, k], [k, 1], [m0, kt * 64]), 0, &full);
+    }
+}
+
+// `SMEM = pad(TH) + STAGES·(BM·128 + 16)`, at least `BM·BN·4` past
+// `pad(TH)` (the epilogue's f32 block). `BN = 64·WARPS/4` weight rows, one
+// warpgroup each; `BM` rows of A: a 64×64 program's two accumulators are
+// 64 registers a thread, so two or more programs share an SM, each
+// widening while another multiplies. B's words are loaded `AHEAD` steps before they
+// are multiplied; with `EARLY` a step's codes are made while the step
+// before multiplies. 128 rows of A (128 accumulator registers) spilled.
+#[kernel(
+    configs = [
+        (BN = 64, BM = 64, WARPS = 4, STAGES = 6, AHEAD = 3, EARLY = 1, SMEM = 49760),
+        (BN = 128, BM = 64, WARPS = 8, STAGES = 6, AHEAD = 3, EARLY = 1, SMEM = 49248),
+        (BN = 64, BM = 64, WARPS = 4, STAGES = 6, AHEAD = 3, EARLY = 0, SMEM = 49760),
+    ],
+    grid = [cdiv(m, BM) * cdiv(n, BN)],
+    dtypes = [f16],
+    arch = sm_90a,
+)]
+/// [`dual_gemm_nvfp4_kernel`] on Hopper: `a` is A decoded to fp16 `[m, k]`
+/// in the column order of `wgmma::run_column` (`nvfp4_dequantize_runs_kernel`),
+/// `map_a` its tensor map (boxes of `BM×64`); B₁, B₂ and C as there.
+pub fn dual_gemm_nvfp4_wgmma_kernel<T: Elem>(
+    a: Ptr<T>, b1: Ptr<u32>, sb1: Ptr<F8E4M3>, b2: Ptr<u32>, sb2: Ptr<F8E4M3>, c: PtrMut<T>, m: usize, n: usize, k: usize, map_a: u64,
+) {
+    // The product is Cᵀ's block: weight rows down, A's rows across.
+    let [n0, m0] = block::<BN, BM>(n, m);
+    let bs = [(b1, sb1), (b2, sb2)];
+    let steps = k / 64;
+    let ring = ARing::<T, BM, STAGES, THREADS>::new();
+    for kt in 0..STAGES.min(steps) {
+        ring.fill(a, map_a, [m, k], m0, kt);
+    }
+    let (mut gate, mut up) = (rustile::Acc::<BN, BM, THREADS, true>::zeros(), rustile::Acc::<BN, BM, THREADS, true>::zeros());
+    // Step kt + 1 is widened while step kt multiplies, its words loaded
+    // AHEAD − 1 steps before that; only the last product with the scales waits
+    // for step kt's products to finish. Registers a product reads must not
+    // be written while products run (ptxas would run every `wgmma` of the
+    // kernel alone), so the operands are made between the wait and the next
+    // products, and pinned there (`settled`, `settle`): LLVM would otherwise
+    // move the pure code that makes them to either side.
+    const R: usize = runs_len(BN, 64, THREADS);
+    let fetch = |kt: usize| fetch::<T, BN, THREADS>(bs, n, k, n0, kt);
+    let mut ops = Coded::<R>::new(&fetch(0)).widen::<T, BN, THREADS>();
+    // Steps kt + 1 .. kt + AHEAD − 1, loaded.
+    let mut ahead = [Runs::<R>::ZERO; AHEAD - 1];
+    for i in 0..AHEAD - 1 {
+        ahead[i] = fetch(i + 1);
+    }
+    for kt in 0..steps {
+        let (s, use_) = (kt % STAGES, kt / STAGES);
+        ops.0.settle();
+        ops.1.settle();
+        ring.full(s).wait(use_ % 2);
+        wgmma::dot_packed_async(&ops.0, &ring.tile(s), &mut gate);
+        wgmma::dot_packed_async(&ops.1, &ring.tile(s), &mut up);
+        let newest = fetch(kt + AHEAD);
+        // EARLY: the codes while the products run (36 more registers live
+        // across them), else after.
+        let next = if EARLY == 1 { Coded::<R>::new(&ahead[0]).settled() } else { Coded::<R>::new(&ahead[0]) };
+        wgmma::wait::<0, BN, BM, THREADS>(&mut gate);
+        wgmma::wait::<0, BN, BM, THREADS>(&mut up);
+        // The stage goes back to the copy engine.
+        ring.empty(s).arrive();
+        if kt + STAGES < steps {
+            ring.empty(s).wait_leader(use_ % 2);
+            ring.fill(a, map_a, [m, k], m0, kt + STAGES);
+        }
+        ops = next.widen::<T, BN, THREADS>();
+        for i in 0..AHEAD - 2 {
+            ahead[i] = ahead[i + 1];
+        }
+        ahead[AHEAD - 2] = newest;
+    }
+    // The widened values were 2⁻⁸ times B's: both products are 2⁸ short, exactly.
+    let h = gate.zip(up, |g, u| math::silu_fast(g * 256.0) * (u * 256.0));
+    // Every stage is read and no copy is in flight: the ring's memory turns
+    // C's block around (A's rows down), and each thread stores whole chunks.
+    sync();
+    let turned = SharedF32::<BM, BN>::at(pad(THREADS));
+    let _ = h.map(|r, col, x| {
+        turned.set(col, r, x);
+        x
+    });
+    sync();
+    store(&BlockPtr::rows(c, m, n, [m0, n0]), &turned.load().cast::<T>());
 }
 
 #[cfg(not(target_arch = "nvptx64"))]

@@ -28,6 +28,47 @@ fn dual_gemm_nvfp4_matches_float64_at_odd_shapes() {
     }
 }
 
+/// The Hopper kernel (B widened in registers, A decoded in run order
+/// first) through the host wrapper in the interpreter, every config.
+#[test]
+fn the_widening_kernel_matches_float64_at_odd_shapes() {
+    let gpu = rustile_host::Gpu::interpreter();
+    for (m, n, k) in [(1, 1, 64), (70, 33, 128), (129, 131, 192)] {
+        let (mut rng, seed) = rng();
+        let ops: Vec<_> = [m, n, n].into_iter().map(|rows| nvfp4_random(&mut rng, rows, k, true)).collect();
+        let want = dual_gemm_nvfp4_ref(&ops[0].0, &ops[0].1, &ops[1].0, &ops[1].1, &ops[2].0, &ops[2].1, m, n, k);
+        let dev: Vec<_> = ops.iter().zip([m, n, n]).map(|((v, s, _), rows)| (gpu.upload(v, &[rows, k / 2]).unwrap(), gpu.upload(s, &[rows, k / 16]).unwrap())).collect();
+        let op = |j: usize| Nvfp4 { values: &dev[j].0, scales: &dev[j].1 };
+        for cfg in (0..dual_gemm_nvfp4_wgmma_kernel::CONFIGS.len()).map(Config::Wgmma) {
+            let mut c = gpu.upload(&poisoned::<f16>(m * n), &[m, n]).unwrap();
+            dual_gemm_nvfp4_with_config(&gpu, cfg, op(0), op(1), op(2), &mut c).unwrap();
+            if let Some((i, got, w)) = nvfp4_outside_tolerance(&gpu.download(&c).unwrap(), &want) {
+                panic!("{m}×{n}×{k} {} (seed {seed}): c[{i}] = {got}, want {w}", cfg.describe());
+            }
+        }
+    }
+}
+
+/// Every code times every finite scale, widened to f16 pairs, is 2⁻⁸ times
+/// the exact product, in the order the words hold the values.
+#[test]
+fn a_run_widens_exactly() {
+    use crate::nvfp4::run_f16x2;
+    for scale in (0..=255u8).map(F8E4M3).filter(|s| s.to_f32().is_finite()) {
+        for codes in 0..16u32 {
+            // Sixteen values: code `codes`, then its neighbours, so each nibble position sees every code.
+            let value = |i: u32| (codes + i) % 16;
+            let words = [0, 1].map(|w| (0..8).fold(0u32, |acc, i| acc | value(8 * w + i) << (4 * i)));
+            let pairs = run_f16x2(words, scale);
+            for i in 0..16 {
+                let half = f16::from_bits((pairs[i as usize / 2] >> (16 * (i % 2))) as u16).to_f32();
+                let want = rustile::e2m1_to_f32(value(i) as u8) * scale.to_f32() / 256.0;
+                assert_eq!(half, want, "code {} scale {:#x}, value {i}", value(i), scale.0);
+            }
+        }
+    }
+}
+
 #[test]
 fn host_wrapper_runs_and_refuses_bad_shapes() {
     let gpu = rustile_host::Gpu::interpreter();

@@ -74,7 +74,19 @@ pub fn nvfp4_quantize_kernel<T: Elem>(x: Ptr<T>, q: PtrMut<F4E2M1x2>, scales: Pt
 /// past `k` are zeros.
 #[inline(always)]
 pub fn decoded<T: Elem, const R: usize, const C: usize, const TH: usize>(
-    words: Ptr<u32>, scales: Ptr<F8E4M3>, rows: usize, k: usize, [row0, col0]: [usize; 2],
+    words: Ptr<u32>, scales: Ptr<F8E4M3>, rows: usize, k: usize, at: [usize; 2],
+) -> Tile<T, R, C, TH>
+where
+    [(); rustile::len(R, C, TH)]:,
+{
+    decoded_in_order::<T, R, C, TH>(words, scales, rows, k, at, |c| c)
+}
+
+/// [`decoded`] with the columns of each `C`-wide tile in another order:
+/// column `c` of the tile holds the value at `col0 + position(c)`.
+#[inline(always)]
+pub fn decoded_in_order<T: Elem, const R: usize, const C: usize, const TH: usize>(
+    words: Ptr<u32>, scales: Ptr<F8E4M3>, rows: usize, k: usize, [row0, col0]: [usize; 2], position: impl Fn(usize) -> usize,
 ) -> Tile<T, R, C, TH>
 where
     [(); rustile::len(R, C, TH)]:,
@@ -83,9 +95,10 @@ where
     // select of the index) and is zeroed after. Behind a branch, each load
     // was issued only once the one before it had returned (RESULTS, "The
     // NVFP4 dual GEMM's first kernel on the H100"). A thread holds whole
-    // 8-column chunks, so a chunk's eight values share one word and one scale.
+    // 8-column chunks, so in plain order a chunk's eight values share one
+    // word and one scale.
     Tile::from_fn(|r, c| {
-        let (row, col) = (row0 + r, col0 + c);
+        let (row, col) = (row0 + r, col0 + position(c));
         let inside = row < rows && col < k;
         let (row, col) = if inside { (row, col) } else { (0, 0) };
         let word = words.read(row * (k / 8) + col / 8);
@@ -93,6 +106,53 @@ where
         let x = rustile::e2m1_to_f32((word >> (4 * (col % 8) as u32)) as u8) * scale;
         T::from_f32(if inside { x } else { 0.0 })
     })
+}
+
+/// The 16 values of one scale block (`words`: values `8i..8i+8` in word
+/// `i`, value `2j` in the low nibble) times their `scale`, as eight f16
+/// pairs (value `2j` in the low half), each **2⁻⁸ times** the decoded
+/// value: what [`rustile::Packed::from_runs`] takes. A code's bits placed
+/// under an f16 exponent are its value times 2⁻¹⁴ (E2M1's subnormal 0.5 is
+/// f16's subnormal 2⁻¹⁵), and one f16 product with the scale times 2⁶
+/// gives value · scale · 2⁻⁸, exact: five significant bits, a multiple of
+/// 2⁻¹⁸, at most 10.5. So a product's accumulator is 2⁸ times too small,
+/// exactly, and the decode is a few integer instructions and one `mul.f16x2`
+/// a pair. It is [`run_codes`] then [`run_scaled`], which a kernel may
+/// place apart.
+#[inline(always)]
+pub fn run_f16x2(words: [u32; 2], scale: F8E4M3) -> [u32; 8] {
+    run_scaled(run_codes(words), scale_f16x2(scale))
+}
+
+/// The codes of [`run_f16x2`] under an f16 exponent (2⁻¹⁴ times their values).
+#[inline(always)]
+pub fn run_codes(words: [u32; 2]) -> [u32; 8] {
+    let mut out = [0u32; 8];
+    for j in 0..8 {
+        let byte = (words[j / 4] >> (8 * (j % 4))) & 0xff;
+        // The low code at bits 0-3, the high one at 16-19.
+        let z = (byte & 0xf) | (byte & 0xf0) << 12;
+        // Magnitude bits (e1 e0 m) to f16 bits 9-11, the sign to bit 15.
+        out[j] = (z << 9) & 0x0e00_0e00 | (z << 12) & 0x8000_8000;
+    }
+    out
+}
+
+/// A scale times 2⁶ as two f16 (≤ 448 · 64 and ≥ 2⁻⁹ · 64: normal, exact).
+#[inline(always)]
+pub fn scale_f16x2(scale: F8E4M3) -> u32 {
+    let s = f16::from_f32(scale.to_f32() * 64.0).to_bits() as u32;
+    s | s << 16
+}
+
+/// [`run_codes`] times [`scale_f16x2`]: [`run_f16x2`]'s last step.
+#[inline(always)]
+pub fn run_scaled(codes: [u32; 8], scale: u32) -> [u32; 8] {
+    let mut out = [0u32; 8];
+    for j in 0..8 {
+        out[j] = rustile::math::mul_f16x2(codes[j], scale);
+    }
+    out
 }
 
 /// The NVFP4 matrix `[rows, k]` (`words`, `scales` as the dual GEMM reads
@@ -107,6 +167,21 @@ where
 pub fn nvfp4_dequantize_kernel<T: Elem>(words: Ptr<u32>, scales: Ptr<F8E4M3>, out: PtrMut<T>, rows: usize, k: usize) {
     let at = [program_id(0) * BR, program_id(1) * BC];
     let t = decoded::<T, BR, BC, THREADS>(words, scales, rows, k, at);
+    store(&BlockPtr::rows(out, rows, k, at), &t);
+}
+
+#[kernel(
+    configs = [(BR = 16, BC = 256, WARPS = 4)],
+    grid = [cdiv(rows, BR), cdiv(k, BC)],
+    dtypes = [f16],
+)]
+/// [`nvfp4_dequantize_kernel`] with each 64 columns in the order of
+/// [`rustile::wgmma::run_column`]: the right operand of a product whose
+/// left one is NVFP4 widened in registers (`Packed::from_runs`), as
+/// `dual_gemm_nvfp4`'s Hopper kernel reads its A.
+pub fn nvfp4_dequantize_runs_kernel<T: Elem>(words: Ptr<u32>, scales: Ptr<F8E4M3>, out: PtrMut<T>, rows: usize, k: usize) {
+    let at = [program_id(0) * BR, program_id(1) * BC];
+    let t = decoded_in_order::<T, BR, BC, THREADS>(words, scales, rows, k, at, rustile::wgmma::run_position);
     store(&BlockPtr::rows(out, rows, k, at), &t);
 }
 
