@@ -79,6 +79,25 @@ pub unsafe fn cp_async_4(dst: u32, src: *const u8) {
     }
 }
 
+/// Starts copying the first `bytes` (4, 8 or 0) of 8 at global `src` to
+/// shared `dst` (`cp.async.ca`, 8-aligned both), the rest zeros: a copy of 0
+/// bytes reads nothing, wherever `src` points.
+#[inline(always)]
+pub unsafe fn cp_async_8_zfill(dst: u32, src: *const u8, bytes: u32) {
+    unsafe {
+        asm!("cp.async.ca.shared.global [{d}], [{s}], 8, {n};", d = in(reg32) dst, s = in(reg64) src, n = in(reg32) bytes,
+             options(nostack));
+    }
+}
+
+/// Reads 8 bytes at shared address `addr` (8-aligned).
+#[inline(always)]
+pub unsafe fn ld_shared_v2(addr: u32) -> [u32; 2] {
+    let (a, b): (u32, u32);
+    unsafe { asm!("ld.shared.v2.b32 {{{a}, {b}}}, [{p}];", p = in(reg32) addr, a = out(reg32) a, b = out(reg32) b, options(nostack)) };
+    [a, b]
+}
+
 /// Reads 4 bytes at shared address `addr` (4-aligned).
 #[inline(always)]
 pub unsafe fn ld_shared_b32(addr: u32) -> u32 {

@@ -360,6 +360,78 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
     }
 }
 
+/// `E` eight-byte entries a thread keeps for itself in the program's shared
+/// memory (on the CPU the program's one thread keeps all of them: `E`
+/// counts a GPU thread's or the whole program's, as `runs_len` does),
+/// filled by `cp.async`: data a thread loads ahead and reads back itself,
+/// so no register is written by a load still in flight. A `wgmma` fence
+/// waits for every load that still writes a register, so loads into
+/// registers ahead of products hold up the next products; these do not.
+/// Entry `e` of thread `t` is at `(e·TH + t)·8`: a warp's reads of one
+/// entry are 256 consecutive bytes.
+#[derive(Clone, Copy)]
+pub struct Stash<const E: usize, const TH: usize> {
+    #[cfg(target_arch = "nvptx64")]
+    base: u32,
+    #[cfg(not(target_arch = "nvptx64"))]
+    base: *mut u32,
+}
+
+impl<const E: usize, const TH: usize> Stash<E, TH> {
+    /// The entries at `byte_offset` (8-aligned) of the program's shared
+    /// memory; `E·TH·8` bytes (the config's `SMEM` must cover them).
+    #[inline(always)]
+    pub fn at(byte_offset: usize) -> Self {
+        #[cfg(target_arch = "nvptx64")]
+        {
+            let base = rustile_device::smem_addr(rustile_device::dyn_smem::<u8>()) + (TH * 4 + byte_offset) as u32;
+            Stash { base: base + rustile_device::thread_idx() * 8 }
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        Stash { base: be::smem_at(TH * 4 + byte_offset, E * 8) as *mut u32 }
+    }
+
+    /// Starts copying `words` (1 or 2) words of `src` from word `idx` (an
+    /// 8-byte aligned pair for 2) into entry `e`, the rest of the entry
+    /// zeros, or (not `on`) zeros only, touching nothing. Joins the
+    /// current copy group ([`commit_copies`], [`wait_copies`]).
+    #[inline(always)]
+    pub fn copy_if(&self, e: usize, src: crate::Ptr<u32>, idx: usize, words: usize, on: bool) {
+        debug_assert!(e < E && (words == 1 || words == 2));
+        #[cfg(target_arch = "nvptx64")]
+        unsafe {
+            let bytes = if on { 4 * words as u32 } else { 0 };
+            rustile_device::cp_async_8_zfill(self.base + (e * TH * 8) as u32, src.0.at(idx) as *const u8, bytes)
+        };
+        #[cfg(not(target_arch = "nvptx64"))]
+        {
+            assert!(e < E, "rustile interpreter: Stash entry {e} of {E}");
+            let mut x = [0u32; 2];
+            if on {
+                assert!(words == 1 || idx % 2 == 0, "Stash::copy_if: a pair of words starts at an even index ({idx})");
+                src.0.check("Stash::copy_if", idx, 1, words, false);
+                for (w, x) in x.iter_mut().enumerate().take(words) {
+                    *x = unsafe { *src.0.at(idx + w) };
+                }
+            }
+            unsafe { *(self.base.add(2 * e) as *mut [u32; 2]) = x };
+        }
+    }
+
+    /// Entry `e`, after [`wait_copies`] for the group that filled it (no
+    /// `sync()`: the thread reads only what it copied).
+    #[inline(always)]
+    pub fn get(&self, e: usize) -> [u32; 2] {
+        #[cfg(target_arch = "nvptx64")]
+        return unsafe { rustile_device::ld_shared_v2(self.base + (e * TH * 8) as u32) };
+        #[cfg(not(target_arch = "nvptx64"))]
+        {
+            assert!(e < E, "rustile interpreter: Stash entry {e} of {E}");
+            unsafe { *(self.base.add(2 * e) as *const [u32; 2]) }
+        }
+    }
+}
+
 /// `N` f32 values in the program's shared memory: a statistic per row of a
 /// tile that every thread reads a few of (a log-sum-exp, a softmax
 /// correction), copied in with the tiles of the same pipeline stage so that

@@ -67,6 +67,7 @@ pub fn dual_gemm_nvfp4_with_config(gpu: &Gpu, cfg: Config, a: Nvfp4, b1: Nvfp4, 
         Config::Wgmma(cfg) => cfg,
     };
     for (what, w) in [("b1", &wb1), ("b2", &wb2)] {
+        // One 8-byte copy a run of 16 values.
         if w.device_ptr() % 8 != 0 {
             return Err(Error::Shape(format!("dual_gemm_nvfp4: {what}'s values must start 8-byte aligned for the Hopper kernel (they start at {:#x})", w.device_ptr())));
         }
@@ -76,7 +77,8 @@ pub fn dual_gemm_nvfp4_with_config(gpu: &Gpu, cfg: Config, a: Nvfp4, b1: Nvfp4, 
     let mut a16 = gpu.alloc::<f16>(&[m, k])?;
     crate::nvfp4::nvfp4_dequantize_runs_kernel::launch(gpu, 0, &wa, a.scales, &mut a16, m, k)?;
     let map_a = crate::gemm::tma_map(gpu, &a16, [k, m, 1], [k, m * k], bm)?;
-    dual_gemm_nvfp4_wgmma_kernel::launch(gpu, cfg, &a16, &wb1, b1.scales, &wb2, b2.scales, c, m, n, k, map_a)
+    let (s1, s2) = (b1.scales.view_as::<u32>(&[n, k / 64])?, b2.scales.view_as::<u32>(&[n, k / 64])?);
+    dual_gemm_nvfp4_wgmma_kernel::launch(gpu, cfg, &a16, &wb1, &s1, &wb2, &s2, c, m, n, k, map_a)
 }
 
 /// `[m, n, k]` of `c = a·bᵀ`, or the error naming what does not fit.

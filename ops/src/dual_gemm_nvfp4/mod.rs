@@ -29,7 +29,7 @@
 //!   cuBLAS's blocked scale layout, done once, as for weights).
 use crate::gemm::block;
 use crate::nvfp4::{decoded, run_codes, run_scaled, scale_f16x2};
-use rustile::mma::{acc_len, runs_len, Packed};
+use rustile::mma::{acc_len, runs_len, Packed, Stash};
 use rustile::prelude::*;
 use rustile::tma::{self, Barrier};
 use rustile::wgmma::{self, pad};
@@ -113,39 +113,34 @@ pub fn gemm_nvfp4_kernel<T: Elem>(a: Ptr<u32>, sa: Ptr<F8E4M3>, b: Ptr<u32>, sb:
 
 // ---- Hopper: B widened in registers, register `wgmma` ---------------------------------------
 
-/// The values of one k-step (64 deep) that a thread widens itself: for B₁
-/// and B₂, each of its `R` runs ([`Packed::run_at`]) as two words and a scale.
-#[derive(Clone, Copy)]
-struct Runs<const R: usize> {
-    words: [[[u32; 2]; R]; 2],
-    scales: [[F8E4M3; R]; 2],
+/// Entries of one k-step in a thread's [`Stash`]: for B₁ and B₂, each of
+/// its `R` runs' two words ([`Packed::run_at`]), then for each run the word
+/// of its row's four scales of the step.
+const fn step_entries(r: usize) -> usize {
+    4 * r
 }
 
-impl<const R: usize> Runs<R> {
-    const ZERO: Self = Runs { words: [[[0; 2]; R]; 2], scales: [[F8E4M3(0); R]; 2] };
-}
-
-/// Issues the loads of k-step `kt` of B₁ and B₂ for the `BN` weight rows
-/// from `n0`: one 8-byte load and one byte a run, off (zeros) past `n`
-/// rows or the last step. Nothing waits for them until they are widened.
+/// Starts copying k-step `kt`'s B₁ and B₂ runs for the `BN` weight rows
+/// from `n0` into stash slot `slot` (zeros past `n` rows or the last step),
+/// as one copy group.
 #[inline(always)]
-fn fetch<T: Elem, const BN: usize, const TH: usize>(bs: [Fp4; 2], n: usize, k: usize, n0: usize, kt: usize) -> Runs<{ runs_len(BN, 64, TH) }>
+fn fetch<T: Elem, const BN: usize, const TH: usize, const E: usize>(stash: &Stash<E, TH>, slot: usize, bs: [(Ptr<u32>, Ptr<u32>); 2], n: usize, k: usize, n0: usize, kt: usize)
 where
     [(); acc_len(BN, 64, TH) / 2]:,
 {
-    let mut r = Runs::ZERO;
-    for i in 0..runs_len(BN, 64, TH) {
+    let r = runs_len(BN, 64, TH);
+    for i in 0..r {
         let (row, run) = Packed::<T, BN, 64, TH>::run_at(i);
         let row = n0 + row;
         let on = row < n && kt < k / 64;
         for mat in 0..2 {
             let (b, sb) = bs[mat];
-            r.words[mat][i] = b.read2_if(row * (k / 8) + kt * 8 + 2 * run, on);
-            // An index select, not a branch: the loads stay in flight together.
-            r.scales[mat][i] = sb.read(if on { row * (k / 16) + kt * 4 + run } else { 0 });
+            let e = slot * step_entries(r) + mat * r + i;
+            stash.copy_if(e, b, if on { row * (k / 8) + kt * 8 + 2 * run } else { 0 }, 2, on);
+            stash.copy_if(e + 2 * r, sb, if on { row * (k / 64) + kt } else { 0 }, 1, on);
         }
     }
-    r
+    commit_copies();
 }
 
 /// A k-step's runs of B₁ and B₂ widened but for the last product
@@ -158,13 +153,19 @@ struct Coded<const R: usize> {
 }
 
 impl<const R: usize> Coded<R> {
+    /// From stash slot `slot` (landed: after its `wait_copies`).
     #[inline(always)]
-    fn new(r: &Runs<R>) -> Self {
+    fn new<T: Elem, const BN: usize, const TH: usize, const E: usize>(stash: &Stash<E, TH>, slot: usize) -> Self
+    where
+        [(); acc_len(BN, 64, TH) / 2]:,
+    {
         let mut c = Coded { codes: [[[0; 8]; R]; 2], scales: [[0; R]; 2] };
         for mat in 0..2 {
             for i in 0..R {
-                c.codes[mat][i] = run_codes(r.words[mat][i]);
-                c.scales[mat][i] = scale_f16x2(r.scales[mat][i]);
+                let e = slot * step_entries(R) + mat * R + i;
+                c.codes[mat][i] = run_codes(stash.get(e));
+                let run = Packed::<T, BN, 64, TH>::run_at(i).1;
+                c.scales[mat][i] = scale_f16x2(F8E4M3((stash.get(e + 2 * R)[0] >> (8 * (run % 4))) as u8));
             }
         }
         c
@@ -240,8 +241,9 @@ impl<T: Elem, const BM: usize, const STAGES: usize, const TH: usize> ARing<T, BM
     }
 }
 
-// `SMEM = pad(TH) + STAGES·(BM·128 + 16)`, at least `BM·BN·4` past
-// `pad(TH)` (the epilogue's f32 block). `BN = 64·WARPS/4` weight rows, one
+// `SMEM = pad(TH) + STAGES·(BM·128 + 16) + AHEAD·TH·64` (the ring, then
+// each thread's stash of B's next steps), with at least `BM·BN·4` in the
+// ring (the epilogue's f32 block). `BN = 64·WARPS/4` weight rows, one
 // warpgroup each; `BM` rows of A: a 64×64 program's two accumulators are
 // 64 registers a thread, so two or more programs share an SM, each
 // widening while another multiplies. B's words are loaded `AHEAD` steps before they
@@ -249,9 +251,9 @@ impl<T: Elem, const BM: usize, const STAGES: usize, const TH: usize> ARing<T, BM
 // before multiplies. 128 rows of A (128 accumulator registers) spilled.
 #[kernel(
     configs = [
-        (BN = 64, BM = 64, WARPS = 4, STAGES = 6, AHEAD = 3, EARLY = 1, SMEM = 49760),
-        (BN = 128, BM = 64, WARPS = 8, STAGES = 6, AHEAD = 3, EARLY = 1, SMEM = 49248),
-        (BN = 64, BM = 64, WARPS = 4, STAGES = 6, AHEAD = 3, EARLY = 0, SMEM = 49760),
+        (BN = 64, BM = 64, WARPS = 4, STAGES = 6, AHEAD = 3, EARLY = 1, SMEM = 74336),
+        (BN = 128, BM = 64, WARPS = 8, STAGES = 6, AHEAD = 3, EARLY = 1, SMEM = 98400),
+        (BN = 64, BM = 64, WARPS = 4, STAGES = 4, AHEAD = 4, EARLY = 1, SMEM = 66112),
     ],
     grid = [cdiv(m, BM) * cdiv(n, BN)],
     dtypes = [f16],
@@ -259,9 +261,10 @@ impl<T: Elem, const BM: usize, const STAGES: usize, const TH: usize> ARing<T, BM
 )]
 /// [`dual_gemm_nvfp4_kernel`] on Hopper: `a` is A decoded to fp16 `[m, k]`
 /// in the column order of `wgmma::run_column` (`nvfp4_dequantize_runs_kernel`),
-/// `map_a` its tensor map (boxes of `BM×64`); B₁, B₂ and C as there.
+/// `map_a` its tensor map (boxes of `BM×64`); B₁, B₂ and C as there, but
+/// their scales read as words of four (`[n, k/64]`, one a row a k-step).
 pub fn dual_gemm_nvfp4_wgmma_kernel<T: Elem>(
-    a: Ptr<T>, b1: Ptr<u32>, sb1: Ptr<F8E4M3>, b2: Ptr<u32>, sb2: Ptr<F8E4M3>, c: PtrMut<T>, m: usize, n: usize, k: usize, map_a: u64,
+    a: Ptr<T>, b1: Ptr<u32>, sb1: Ptr<u32>, b2: Ptr<u32>, sb2: Ptr<u32>, c: PtrMut<T>, m: usize, n: usize, k: usize, map_a: u64,
 ) {
     // The product is Cᵀ's block: weight rows down, A's rows across.
     let [n0, m0] = block::<BN, BM>(n, m);
@@ -280,13 +283,14 @@ pub fn dual_gemm_nvfp4_wgmma_kernel<T: Elem>(
     // products, and pinned there (`settled`, `settle`): LLVM would otherwise
     // move the pure code that makes them to either side.
     const R: usize = runs_len(BN, 64, THREADS);
-    let fetch = |kt: usize| fetch::<T, BN, THREADS>(bs, n, k, n0, kt);
-    let mut ops = Coded::<R>::new(&fetch(0)).widen::<T, BN, THREADS>();
-    // Steps kt + 1 .. kt + AHEAD − 1, loaded.
-    let mut ahead = [Runs::<R>::ZERO; AHEAD - 1];
-    for i in 0..AHEAD - 1 {
-        ahead[i] = fetch(i + 1);
+    let stash = Stash::<{ step_entries(R) * AHEAD }, THREADS>::at(pad(THREADS) + STAGES * (BM * 128 + 16));
+    let fetch = |slot: usize, kt: usize| fetch::<T, BN, THREADS, { step_entries(R) * AHEAD }>(&stash, slot, bs, n, k, n0, kt);
+    let coded = |slot: usize| Coded::<R>::new::<T, BN, THREADS, { step_entries(R) * AHEAD }>(&stash, slot);
+    for kt in 0..AHEAD {
+        fetch(kt, kt);
     }
+    wait_copies::<{ AHEAD as u32 - 1 }>();
+    let mut ops = coded(0).widen::<T, BN, THREADS>();
     for kt in 0..steps {
         let (s, use_) = (kt % STAGES, kt / STAGES);
         ops.0.settle();
@@ -294,10 +298,11 @@ pub fn dual_gemm_nvfp4_wgmma_kernel<T: Elem>(
         ring.full(s).wait(use_ % 2);
         wgmma::dot_packed_async(&ops.0, &ring.tile(s), &mut gate);
         wgmma::dot_packed_async(&ops.1, &ring.tile(s), &mut up);
-        let newest = fetch(kt + AHEAD);
-        // EARLY: the codes while the products run (36 more registers live
-        // across them), else after.
-        let next = if EARLY == 1 { Coded::<R>::new(&ahead[0]).settled() } else { Coded::<R>::new(&ahead[0]) };
+        // Step kt's slot was read one step ago: step kt + AHEAD goes there.
+        fetch(kt % AHEAD, kt + AHEAD);
+        wait_copies::<{ AHEAD as u32 - 1 }>();
+        // EARLY: step kt + 1's codes while the products run, else after.
+        let next = if EARLY == 1 { coded((kt + 1) % AHEAD).settled() } else { coded((kt + 1) % AHEAD) };
         wgmma::wait::<0, BN, BM, THREADS>(&mut gate);
         wgmma::wait::<0, BN, BM, THREADS>(&mut up);
         // The stage goes back to the copy engine.
@@ -307,10 +312,6 @@ pub fn dual_gemm_nvfp4_wgmma_kernel<T: Elem>(
             ring.fill(a, map_a, [m, k], m0, kt + STAGES);
         }
         ops = next.widen::<T, BN, THREADS>();
-        for i in 0..AHEAD - 2 {
-            ahead[i] = ahead[i + 1];
-        }
-        ahead[AHEAD - 2] = newest;
     }
     // The widened values were 2⁻⁸ times B's: both products are 2⁸ short, exactly.
     let h = gate.zip(up, |g, u| math::silu_fast(g * 256.0) * (u * 256.0));
