@@ -392,16 +392,22 @@ impl<const E: usize, const TH: usize> Stash<E, TH> {
     }
 
     /// Starts copying `words` (1 or 2) words of `src` from word `idx` (an
-    /// 8-byte aligned pair for 2) into entry `e`, the rest of the entry
-    /// zeros, or (not `on`) zeros only, touching nothing. Joins the
-    /// current copy group ([`commit_copies`], [`wait_copies`]).
+    /// 8-byte aligned pair for 2) into entry `e` (one word: its first), or
+    /// (not `on`) zeros, touching nothing. Joins the current copy group
+    /// ([`commit_copies`], [`wait_copies`]).
     #[inline(always)]
     pub fn copy_if(&self, e: usize, src: crate::Ptr<u32>, idx: usize, words: usize, on: bool) {
         debug_assert!(e < E && (words == 1 || words == 2));
+        // A copy is as wide as what it moves: an 8-byte copy of a lone word
+        // would need 8-byte alignment and read past a 4-byte tensor.
         #[cfg(target_arch = "nvptx64")]
         unsafe {
-            let bytes = if on { 4 * words as u32 } else { 0 };
-            rustile_device::cp_async_8_zfill(self.base + (e * TH * 8) as u32, src.0.at(idx) as *const u8, bytes)
+            let (dst, src) = (self.base + (e * TH * 8) as u32, src.0.at(idx) as *const u8);
+            if words == 2 {
+                rustile_device::cp_async_8_zfill(dst, src, if on { 8 } else { 0 })
+            } else {
+                rustile_device::cp_async_4_zfill(dst, src, if on { 4 } else { 0 })
+            }
         };
         #[cfg(not(target_arch = "nvptx64"))]
         {
