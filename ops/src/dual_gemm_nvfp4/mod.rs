@@ -251,9 +251,8 @@ impl<T: Elem, const BM: usize, const STAGES: usize, const TH: usize> ARing<T, BM
 // before multiplies. 128 rows of A (128 accumulator registers) spilled.
 #[kernel(
     configs = [
-        (BN = 64, BM = 64, WARPS = 4, STAGES = 6, AHEAD = 3, EARLY = 1, SMEM = 74336),
-        (BN = 128, BM = 64, WARPS = 8, STAGES = 6, AHEAD = 3, EARLY = 1, SMEM = 98400),
-        (BN = 64, BM = 64, WARPS = 4, STAGES = 4, AHEAD = 4, EARLY = 1, SMEM = 66112),
+        (BN = 64, BM = 64, WARPS = 4, STAGES = 4, AHEAD = 4, EARLY = 1, OCC = 2, SMEM = 66112),
+        (BN = 64, BM = 64, WARPS = 4, STAGES = 4, AHEAD = 4, EARLY = 1, OCC = 3, SMEM = 66112),
     ],
     grid = [cdiv(m, BM) * cdiv(n, BN)],
     dtypes = [f16],
