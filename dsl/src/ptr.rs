@@ -116,27 +116,6 @@ impl<T: crate::Elem> Ptr<T> {
     }
 }
 
-impl Ptr<u32> {
-    /// Words `idx` and `idx + 1` (`idx` even, the tensor 8-byte aligned) in
-    /// one 8-byte load if `on`, else zeros: packed data a thread decodes
-    /// itself (NVFP4 values, sixteen to the pair). A load off is no access,
-    /// so an index past the end may be asked for with `on` false.
-    #[inline(always)]
-    pub fn read2_if(self, idx: usize, on: bool) -> [u32; 2] {
-        #[cfg(target_arch = "nvptx64")]
-        return unsafe { rustile_device::ld_v2_if(self.0.at(idx), on, 0) };
-        #[cfg(not(target_arch = "nvptx64"))]
-        {
-            assert!(idx % 2 == 0, "Ptr::read2_if: index {idx} is odd (one 8-byte load reads an aligned pair)");
-            if !on {
-                return [0, 0];
-            }
-            self.0.check("Ptr::read2_if", idx, 1, 2, false);
-            unsafe { [*self.0.at(idx), *self.0.at(idx + 1)] }
-        }
-    }
-}
-
 impl<T: crate::Elem> PtrMut<T> {
     /// This pointer as `PtrMut<U>` when `U` is `T` (the same [`Elem::KIND`](crate::Elem::KIND)),
     /// else `None`: for a kernel generic over its output type that takes

@@ -44,12 +44,14 @@ pub fn dual_gemm_nvfp4(gpu: &Gpu, a: Nvfp4, b1: Nvfp4, b2: Nvfp4, c: &mut Tensor
 }
 
 /// The config for `m × n` on `gpu`: on Hopper the widening kernel (64
-/// weight rows by 64 rows of A a program); elsewhere the portable kernel.
+/// weight rows by 64 rows of A a program, three programs an SM: the
+/// fastest or within 3 % at GPU MODE's four shapes, RESULTS "The NVFP4 dual
+/// GEMM with B widened in registers"); elsewhere the portable kernel.
 pub fn default_config(gpu: &Gpu, _m: usize, _n: usize) -> Config {
     if !dual_gemm_nvfp4_wgmma_kernel::supported(gpu) {
         return Config::Mma(0);
     }
-    Config::Wgmma(0)
+    Config::Wgmma(1)
 }
 
 /// [`dual_gemm_nvfp4`] with config `cfg`.

@@ -32,6 +32,7 @@ use crate::nvfp4::{decoded, run_codes, run_scaled, scale_f16x2};
 use rustile::mma::{acc_len, runs_len, Packed, Stash};
 use rustile::prelude::*;
 use rustile::tma::{self, Barrier};
+#[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(unused_imports))]
 use rustile::wgmma::{self, pad};
 
 /// An NVFP4 operand as the kernels read it: values as words of eight, scales.
@@ -116,6 +117,7 @@ pub fn gemm_nvfp4_kernel<T: Elem>(a: Ptr<u32>, sa: Ptr<F8E4M3>, b: Ptr<u32>, sb:
 /// Entries of one k-step in a thread's [`Stash`]: for B₁ and B₂, each of
 /// its `R` runs' two words ([`Packed::run_at`]), then for each run the word
 /// of its row's four scales of the step.
+#[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(dead_code))]
 const fn step_entries(r: usize) -> usize {
     4 * r
 }
@@ -123,6 +125,7 @@ const fn step_entries(r: usize) -> usize {
 /// Starts copying k-step `kt`'s B₁ and B₂ runs for the `BN` weight rows
 /// from `n0` into stash slot `slot` (zeros past `n` rows or the last step),
 /// as one copy group.
+#[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(dead_code))]
 #[inline(always)]
 fn fetch<T: Elem, const BN: usize, const TH: usize, const E: usize>(stash: &Stash<E, TH>, slot: usize, bs: [(Ptr<u32>, Ptr<u32>); 2], n: usize, k: usize, n0: usize, kt: usize)
 where
@@ -146,12 +149,14 @@ where
 /// A k-step's runs of B₁ and B₂ widened but for the last product
 /// ([`run_codes`], [`scale_f16x2`]): what a thread computes while the
 /// tensor cores work.
+#[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(dead_code))]
 #[derive(Clone, Copy)]
 struct Coded<const R: usize> {
     codes: [[[u32; 8]; R]; 2],
     scales: [[u32; R]; 2],
 }
 
+#[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(dead_code))]
 impl<const R: usize> Coded<R> {
     /// From stash slot `slot` (landed: after its `wait_copies`).
     #[inline(always)]
@@ -200,8 +205,10 @@ impl<const R: usize> Coded<R> {
 /// The ring of A's decoded tiles (`BM×64`, 128-byte rows), `STAGES` of
 /// them from `pad(TH)`, then a `full` barrier a stage (its copy landed) and
 /// an `empty` one (every thread saw the products that read it finish).
+#[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(dead_code))]
 struct ARing<T, const BM: usize, const STAGES: usize, const TH: usize>(core::marker::PhantomData<T>);
 
+#[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(dead_code))]
 impl<T: Elem, const BM: usize, const STAGES: usize, const TH: usize> ARing<T, BM, STAGES, TH> {
     const BYTES: usize = BM * 64 * 2;
 
