@@ -14,11 +14,12 @@
 //!   products (the dual GEMM's point) and each B tile once; decoding is
 //!   integer work of a few instructions an element, a word of eight values
 //!   and a scale byte at a time.
-//! * **On Hopper, B never touches shared memory.** `dual_gemm_nvfp4_wgmma_kernel`
+//! * **On Hopper, B is widened where it is multiplied.** `dual_gemm_nvfp4_wgmma_kernel`
 //!   widens each thread's own B₁ and B₂ values in registers into the left
 //!   operand of register `wgmma`s (`Packed::from_runs`: a thread's 16
-//!   values of a row along K are one scale block, one 8-byte load and one
-//!   scale), and the tensor cores multiply them by A's rows, which a first
+//!   values of a row along K are one scale block, one 8-byte copy into the
+//!   thread's own `Stash` entries and one scale; no shared tile, no
+//!   barrier), and the tensor cores multiply them by A's rows, which a first
 //!   kernel decoded to fp16 once (A is the small operand: 256-512 rows
 //!   against thousands of weight rows) in the matching order of K, and the
 //!   copy engine streams in. The product is Cᵀ's block; the epilogue
