@@ -63,9 +63,10 @@ pub use tile::{len, load, load_or, store, Col, Row, Tile};
 /// program's memory operations and asm. A kernel places work around an
 /// asynchronous instruction with it (`Packed::settle`).
 #[inline(always)]
-pub fn settled<const N: usize>(mut words: [u32; N]) -> [u32; N] {
+pub fn settled<const N: usize>(words: [u32; N]) -> [u32; N] {
     #[cfg(target_arch = "nvptx64")]
     {
+        let mut words = words;
         let mut i = 0;
         while i + 4 <= N {
             let x = rustile_device::settle4([words[i], words[i + 1], words[i + 2], words[i + 3]]);
@@ -76,7 +77,9 @@ pub fn settled<const N: usize>(mut words: [u32; N]) -> [u32; N] {
             words[i] = rustile_device::settle2([words[i], 0])[0];
             i += 1;
         }
+        words
     }
+    #[cfg(not(target_arch = "nvptx64"))]
     words
 }
 

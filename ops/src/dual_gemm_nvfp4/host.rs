@@ -71,7 +71,7 @@ pub fn dual_gemm_nvfp4_with_config(gpu: &Gpu, cfg: Config, a: Nvfp4, b1: Nvfp4, 
     for (what, w) in [("b1", &wb1), ("b2", &wb2)] {
         // One 8-byte copy a run of 16 values.
         if w.device_ptr() % 8 != 0 {
-            return Err(Error::Shape(format!("dual_gemm_nvfp4: {what}'s values must start 8-byte aligned for the Hopper kernel (they start at {:#x})", w.device_ptr())));
+            return Err(Error::Misaligned(format!("dual_gemm_nvfp4: {what}'s values must start 8-byte aligned for the Hopper kernel (they start at {:#x})", w.device_ptr())));
         }
     }
     let [bm, _] = crate::gemm::block_shape("dual_gemm_nvfp4_wgmma_kernel", dual_gemm_nvfp4_wgmma_kernel::CONFIGS, cfg)?;

@@ -28,11 +28,10 @@
 //!   of eight values and scales `[rows, K/16]` in the plain layout
 //!   ([`crate::nvfp4`]: the formats, decoding, and the conversion from
 //!   cuBLAS's blocked scale layout, done once, as for weights).
-use crate::gemm::block;
+use crate::gemm::{block, Mapped, Operand, Ring};
 use crate::nvfp4::{decoded, run_codes, run_scaled, scale_f16x2};
 use rustile::mma::{acc_len, runs_len, Packed, Stash};
 use rustile::prelude::*;
-use rustile::tma::{self, Barrier};
 #[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(unused_imports))]
 use rustile::wgmma::{self, pad};
 
@@ -203,52 +202,6 @@ impl<const R: usize> Coded<R> {
     }
 }
 
-/// The ring of A's decoded tiles (`BM×64`, 128-byte rows), `STAGES` of
-/// them from `pad(TH)`, then a `full` barrier a stage (its copy landed) and
-/// an `empty` one (every thread saw the products that read it finish).
-#[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(dead_code))]
-struct ARing<T, const BM: usize, const STAGES: usize, const TH: usize>(core::marker::PhantomData<T>);
-
-#[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(dead_code))]
-impl<T: Elem, const BM: usize, const STAGES: usize, const TH: usize> ARing<T, BM, STAGES, TH> {
-    const BYTES: usize = BM * 64 * 2;
-
-    #[inline(always)]
-    fn new() -> Self {
-        let ring = ARing(core::marker::PhantomData);
-        for s in 0..STAGES {
-            ring.full(s).init(1);
-            ring.empty(s).init(TH as u32);
-        }
-        tma::fence_init();
-        sync();
-        ring
-    }
-
-    #[inline(always)]
-    fn tile(&self, s: usize) -> Shared<T, BM, 64, TH> {
-        Shared::at(pad(TH) + s * Self::BYTES)
-    }
-
-    #[inline(always)]
-    fn full(&self, s: usize) -> Barrier {
-        Barrier::at::<TH>(pad(TH) + STAGES * Self::BYTES + 8 * s)
-    }
-
-    #[inline(always)]
-    fn empty(&self, s: usize) -> Barrier {
-        Barrier::at::<TH>(pad(TH) + STAGES * Self::BYTES + 8 * (STAGES + s))
-    }
-
-    /// The program's leader starts copying k-step `kt`'s A tile (rows `m0..`).
-    #[inline(always)]
-    fn fill(&self, a: Ptr<T>, map: u64, [m, k]: [usize; 2], m0: usize, kt: usize) {
-        let full = self.full(kt % STAGES);
-        full.expect(Self::BYTES);
-        self.tile(kt % STAGES).load_tma(map, &BlockPtr::new(a, [m, k], [k, 1], [m0, kt * 64]), 0, &full);
-    }
-}
-
 // `SMEM = pad(TH) + STAGES·(BM·128 + 16) + AHEAD·TH·64` (the ring, then
 // each thread's stash of B's next steps), with at least `BM·BN·4` in the
 // ring (the epilogue's f32 block). `BN = 64·WARPS/4` weight rows, one
@@ -277,9 +230,12 @@ pub fn dual_gemm_nvfp4_wgmma_kernel<T: Elem>(
     let [n0, m0] = block::<BN, BM>(n, m);
     let bs = [(b1, sb1), (b2, sb2)];
     let steps = k / 64;
-    let ring = ARing::<T, BM, STAGES, THREADS>::new();
+    // The GEMM's ring of TMA stages, with A's tiles only (B has no tiles).
+    let ring = Ring::<T, T, BM, BN, 64, STAGES, THREADS, 0>::new(THREADS as u32);
+    let a = Mapped { map: map_a, z: 0, op: Operand { ptr: a, ld: k } };
+    let fill = |kt: usize| ring.fill(a, &[], [m, n, k], [m0, n0], kt, false);
     for kt in 0..STAGES.min(steps) {
-        ring.fill(a, map_a, [m, k], m0, kt);
+        fill(kt);
     }
     let (mut gate, mut up) = (rustile::Acc::<BN, BM, THREADS, true>::zeros(), rustile::Acc::<BN, BM, THREADS, true>::zeros());
     // Step kt + 1 is widened while step kt multiplies, its words loaded
@@ -303,8 +259,8 @@ pub fn dual_gemm_nvfp4_wgmma_kernel<T: Elem>(
         ops.0.settle();
         ops.1.settle();
         ring.full(s).wait(use_ % 2);
-        wgmma::dot_packed_async(&ops.0, &ring.tile(s), &mut gate);
-        wgmma::dot_packed_async(&ops.1, &ring.tile(s), &mut up);
+        wgmma::dot_packed_async(&ops.0, &ring.a(s), &mut gate);
+        wgmma::dot_packed_async(&ops.1, &ring.a(s), &mut up);
         // Step kt's slot was read one step ago: step kt + AHEAD goes there.
         fetch(kt % AHEAD, kt + AHEAD);
         wait_copies::<{ AHEAD as u32 - 1 }>();
@@ -316,7 +272,7 @@ pub fn dual_gemm_nvfp4_wgmma_kernel<T: Elem>(
         ring.empty(s).arrive();
         if kt + STAGES < steps {
             ring.empty(s).wait_leader(use_ % 2);
-            ring.fill(a, map_a, [m, k], m0, kt + STAGES);
+            fill(kt + STAGES);
         }
         ops = next.widen::<T, BN, THREADS>();
     }

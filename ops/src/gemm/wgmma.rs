@@ -247,12 +247,13 @@ where
     }
 }
 
-/// The shared memory of [`mainloop_tma`] and [`mainloop_tma_ws`]: `STAGES`
+/// The shared memory of [`mainloop_tma`] and [`mainloop_tma_ws`] (and, with
+/// no B, of the NVFP4 dual GEMM's A tiles): `STAGES`
 /// stages, each A's `BM×BK` tile then each Bᵢ's `BN×BK` (from the byte
 /// offset that puts every tile on its swizzle period, `pad(TH)`), then a
 /// `full` barrier a stage (its copies landed) and an `empty` one (the
 /// multiplying threads saw the `wgmma`s that read it finish).
-struct Ring<TA, TB, const BM: usize, const BN: usize, const BK: usize, const STAGES: usize, const TH: usize, const NB: usize>(
+pub(crate) struct Ring<TA, TB, const BM: usize, const BN: usize, const BK: usize, const STAGES: usize, const TH: usize, const NB: usize>(
     core::marker::PhantomData<(TA, TB)>,
 );
 
@@ -265,8 +266,7 @@ impl<TA: Elem, TB: Elem, const BM: usize, const BN: usize, const BK: usize, cons
 
     /// Sets up the barriers (`empty` counts `arrivals`) and meets every thread.
     #[inline(always)]
-    fn new(arrivals: u32) -> Self {
-        let () = OneOrTwo::<NB>::OK;
+    pub(crate) fn new(arrivals: u32) -> Self {
         let ring = Ring(core::marker::PhantomData);
         for s in 0..STAGES {
             ring.full(s).init(1);
@@ -278,7 +278,7 @@ impl<TA: Elem, TB: Elem, const BM: usize, const BN: usize, const BK: usize, cons
     }
 
     #[inline(always)]
-    fn a(&self, s: usize) -> Shared<TA, BM, BK, TH> {
+    pub(crate) fn a(&self, s: usize) -> Shared<TA, BM, BK, TH> {
         Shared::at(pad(TH) + s * Self::BYTES)
     }
 
@@ -288,12 +288,12 @@ impl<TA: Elem, TB: Elem, const BM: usize, const BN: usize, const BK: usize, cons
     }
 
     #[inline(always)]
-    fn full(&self, s: usize) -> Barrier {
+    pub(crate) fn full(&self, s: usize) -> Barrier {
         Barrier::at::<TH>(pad(TH) + STAGES * Self::BYTES + 8 * s)
     }
 
     #[inline(always)]
-    fn empty(&self, s: usize) -> Barrier {
+    pub(crate) fn empty(&self, s: usize) -> Barrier {
         Barrier::at::<TH>(pad(TH) + STAGES * Self::BYTES + 8 * (STAGES + s))
     }
 
@@ -301,7 +301,7 @@ impl<TA: Elem, TB: Elem, const BM: usize, const BN: usize, const BK: usize, cons
     /// leader ([`tma::leader`]), or (`by_this_thread`) by the caller; other
     /// threads return at once.
     #[inline(always)]
-    fn fill(&self, a: Mapped<TA>, b: &[Mapped<TB>; NB], [m, n, k]: [usize; 3], at: [usize; 2], kt: usize, by_this_thread: bool) {
+    pub(crate) fn fill(&self, a: Mapped<TA>, b: &[Mapped<TB>; NB], [m, n, k]: [usize; 3], at: [usize; 2], kt: usize, by_this_thread: bool) {
         if !(by_this_thread || tma::leader()) {
             return;
         }
@@ -322,6 +322,7 @@ impl<TA: Elem, TB: Elem, const BM: usize, const BN: usize, const BK: usize, cons
     where
         [(); acc_len(BM, BN, TH)]:,
     {
+        let () = OneOrTwo::<NB>::OK;
         // Stage kt % STAGES, in its (kt / STAGES)-th use: the barrier's phase parity.
         let (s, use_) = (kt % STAGES, kt / STAGES);
         self.full(s).wait(use_ % 2);
