@@ -149,6 +149,16 @@ pub const fn swizzled(row: usize, chunk: usize, c: usize) -> usize {
     row * c + (chunk ^ phase) * V
 }
 
+/// [`swizzled`] in bytes, for a tile of any element size: the byte offset
+/// of byte `byte` of row `row` in a tile of `row_bytes` (32, 64 or 128) a
+/// row, as the copy engine and the tensor cores place it.
+#[inline(always)]
+pub const fn swizzled_byte(row: usize, byte: usize, row_bytes: usize) -> usize {
+    let w = row_bytes / 16;
+    let phase = if w >= 8 { row % 8 } else { (row / (8 / w)) % w };
+    row * row_bytes + ((byte / 16) ^ phase) * 16 + byte % 16
+}
+
 impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, TH> {
     /// The tile at `byte_offset` of the program's shared memory (after the
     /// reduction scratch; the config's `SMEM` must cover every tile).
@@ -344,6 +354,51 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
         #[cfg(not(target_arch = "nvptx64"))]
         unsafe {
             core::ptr::copy_nonoverlapping(x.as_ptr(), self.base.add(row * C + col), V);
+        }
+    }
+
+    /// `N` (1 or 2) 32-bit words of row `row` from byte `byte` (a multiple
+    /// of `4·N`) of the row: a thread's own bits of a tile the copy engine
+    /// filled, whatever its element type (packed FP4 values, their scales).
+    #[inline(always)]
+    pub fn words<const N: usize>(&self, row: usize, byte: usize) -> [u32; N] {
+        let row_bytes = C * core::mem::size_of::<T>();
+        debug_assert!(row < R && byte + 4 * N <= row_bytes && byte % (4 * N) == 0 && (N == 1 || N == 2));
+        #[cfg(target_arch = "nvptx64")]
+        unsafe {
+            let at = self.base + swizzled_byte(row, byte, row_bytes) as u32;
+            let mut x = [0u32; N];
+            if N == 2 {
+                let v = rustile_device::ld_shared_v2(at);
+                x[0] = v[0];
+                x[N - 1] = v[1];
+            } else {
+                x[0] = rustile_device::ld_shared_b32(at);
+            }
+            x
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        {
+            assert!(row < R && byte + 4 * N <= row_bytes, "Shared::words: row {row}, byte {byte} of a {R}×{row_bytes}-byte tile");
+            unsafe { core::ptr::read_unaligned((self.base as *const u8).add(row * row_bytes + byte) as *const [u32; N]) }
+        }
+    }
+
+    /// Writes 16 bytes (`x`, the first word lowest) at byte `byte` (a
+    /// multiple of 16) of row `row`: values a thread made for the tensor
+    /// cores ([`crate::wgmma::fence_shared`] before they read them).
+    #[inline(always)]
+    pub fn put_words(&self, row: usize, byte: usize, x: [u32; 4]) {
+        let row_bytes = C * core::mem::size_of::<T>();
+        debug_assert!(row < R && byte + 16 <= row_bytes && byte % 16 == 0);
+        #[cfg(target_arch = "nvptx64")]
+        unsafe {
+            rustile_device::st_shared_v4(self.base + swizzled_byte(row, byte, row_bytes) as u32, x)
+        };
+        #[cfg(not(target_arch = "nvptx64"))]
+        {
+            assert!(row < R && byte + 16 <= row_bytes, "Shared::put_words: row {row}, byte {byte} of a {R}×{row_bytes}-byte tile");
+            unsafe { core::ptr::write_unaligned((self.base as *mut u8).add(row * row_bytes + byte) as *mut [u32; 4], x) }
         }
     }
 
@@ -1575,5 +1630,39 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The byte swizzle is the chunk swizzle for 16-bit tiles, and a
+    /// permutation of each 8-row period's bytes for every row width.
+    #[test]
+    fn the_byte_swizzle_is_the_chunk_swizzle() {
+        use super::swizzled_byte;
+        for c in [16, 32, 64] {
+            for row in 0..24 {
+                for chunk in 0..c / 8 {
+                    assert_eq!(swizzled_byte(row, 16 * chunk + 6, 2 * c), swizzled(row, chunk, c) * 2 + 6);
+                }
+            }
+        }
+        for row_bytes in [32, 64, 128] {
+            let mut seen: Vec<usize> = (0..8).flat_map(|r| (0..row_bytes).map(move |b| swizzled_byte(r, b, row_bytes))).collect();
+            seen.sort();
+            assert_eq!(seen, (0..8 * row_bytes).collect::<Vec<_>>(), "{row_bytes}-byte rows");
+        }
+    }
+
+    /// A thread's words land where the tile's elements are, and read back.
+    #[test]
+    fn words_written_are_the_elements_read() {
+        crate::backend::run_grid([1, 1, 1], 128 * 4 + 8 * 128, || {
+            let t = super::Shared::<crate::f16, 8, 64, 128>::at(0);
+            t.put_words(3, 32, [0x3c00_0000, 0x4000_3800, 7, 8]);
+            assert_eq!(t.get(3, 16), crate::f16::from_f32(0.0));
+            assert_eq!(t.get(3, 17), crate::f16::from_f32(1.0));
+            assert_eq!(t.get(3, 18), crate::f16::from_f32(0.5));
+            assert_eq!(t.get(3, 19), crate::f16::from_f32(2.0));
+            assert_eq!(t.words::<2>(3, 40), [7, 8]);
+            assert_eq!(t.words::<1>(3, 36), [0x4000_3800]);
+        });
     }
 }

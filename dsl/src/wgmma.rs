@@ -106,6 +106,32 @@ pub fn copier_done() -> ! {
     unreachable!("the interpreter runs no copy warpgroup");
 }
 
+/// Calls `f(row, part)` for the pieces of a `ROWS`-row tile, `PARTS` a
+/// row (a power of two up to 32), that this thread works on when its
+/// warpgroup shares the tile out (a copy warpgroup that also transforms
+/// what it copied): each warp takes bands of `32 / PARTS` consecutive
+/// rows, its lanes along a row's parts first, so a warp's reads of
+/// consecutive parts are consecutive bytes. The interpreter's one thread
+/// takes every piece.
+#[inline(always)]
+pub fn warpgroup_pieces<const ROWS: usize, const PARTS: usize>(mut f: impl FnMut(usize, usize)) {
+    assert!(PARTS.is_power_of_two() && PARTS <= 32 && ROWS % (128 / PARTS) == 0, "warpgroup_pieces: PARTS a power of two up to 32, ROWS a multiple of 128 / PARTS");
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let t = rustile_device::thread_idx() as usize % 128;
+        let (warp, lane) = (t / 32, t % 32);
+        for band in 0..ROWS / (128 / PARTS) {
+            f(band * (128 / PARTS) + warp * (32 / PARTS) + lane / PARTS, lane % PARTS);
+        }
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    for row in 0..ROWS {
+        for part in 0..PARTS {
+            f(row, part);
+        }
+    }
+}
+
 /// Which warpgroup of the program this thread is in (0 in the interpreter).
 #[inline(always)]
 pub fn warpgroup() -> usize {

@@ -3,13 +3,16 @@
 use super::*;
 use crate::check::expect_shape;
 use crate::nvfp4::Nvfp4;
-use rustile_host::{Error, Gpu, Result, Tensor};
+use rustile_host::{Error, Gpu, Result, Tensor, TileMap};
 
-/// Which kernel runs the dual GEMM, and its config: the Hopper kernel
-/// (`dual_gemm_nvfp4_wgmma_kernel`, B widened in registers, after A is
-/// decoded to fp16 once) or the portable one (`dual_gemm_nvfp4_kernel`).
+/// Which kernel runs the dual GEMM, and its config: a Hopper kernel, after
+/// A is decoded to fp16 once (`dual_gemm_nvfp4_ws_kernel`: a warpgroup
+/// widens B into shared memory; `dual_gemm_nvfp4_wgmma_kernel`: each
+/// multiplying thread widens its own B in registers), or the portable one
+/// (`dual_gemm_nvfp4_kernel`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Config {
+    Ws(usize),
     Wgmma(usize),
     Mma(usize),
 }
@@ -17,13 +20,15 @@ pub enum Config {
 impl Config {
     /// Every config `gpu` can run, the Hopper kernel's first.
     pub fn all(gpu: &Gpu) -> Vec<Config> {
-        let hopper = (0..dual_gemm_nvfp4_wgmma_kernel::CONFIGS.len()).map(Config::Wgmma).filter(|_| dual_gemm_nvfp4_wgmma_kernel::supported(gpu));
-        hopper.chain((0..dual_gemm_nvfp4_kernel::CONFIGS.len()).map(Config::Mma)).collect()
+        let ws = (0..dual_gemm_nvfp4_ws_kernel::CONFIGS.len()).map(Config::Ws).filter(|_| dual_gemm_nvfp4_ws_kernel::supported(gpu));
+        let wgmma = (0..dual_gemm_nvfp4_wgmma_kernel::CONFIGS.len()).map(Config::Wgmma).filter(|_| dual_gemm_nvfp4_wgmma_kernel::supported(gpu));
+        ws.chain(wgmma).chain((0..dual_gemm_nvfp4_kernel::CONFIGS.len()).map(Config::Mma)).collect()
     }
 
     /// The config's block and warps, for messages and the bench.
     pub fn describe(self) -> String {
         let (name, c) = match self {
+            Config::Ws(i) => ("ws", &dual_gemm_nvfp4_ws_kernel::CONFIGS[i]),
             Config::Wgmma(i) => ("wgmma", &dual_gemm_nvfp4_wgmma_kernel::CONFIGS[i]),
             Config::Mma(i) => ("mma", &dual_gemm_nvfp4_kernel::CONFIGS[i]),
         };
@@ -43,15 +48,24 @@ pub fn dual_gemm_nvfp4(gpu: &Gpu, a: Nvfp4, b1: Nvfp4, b2: Nvfp4, c: &mut Tensor
     dual_gemm_nvfp4_with_config(gpu, default_config(gpu, m, n), a, b1, b2, c)
 }
 
-/// The config for `m × n` on `gpu`: on Hopper the widening kernel (64
-/// weight rows by 64 rows of A a program, three programs an SM: the
-/// fastest or within 3 % at GPU MODE's four shapes, RESULTS "The NVFP4 dual
-/// GEMM with B widened in registers"); elsewhere the portable kernel.
-pub fn default_config(gpu: &Gpu, _m: usize, _n: usize) -> Config {
-    if !dual_gemm_nvfp4_wgmma_kernel::supported(gpu) {
+/// The config for `m × n` on `gpu`: on Hopper the warp-specialized kernel,
+/// 64 weight rows by 128 rows of A a program while those programs fit one
+/// wave, else 128 by 128 (RESULTS "The NVFP4 dual GEMM with a widening
+/// warpgroup": the fastest at GPU MODE's four shapes); elsewhere the
+/// portable kernel.
+pub fn default_config(gpu: &Gpu, m: usize, n: usize) -> Config {
+    if !dual_gemm_nvfp4_ws_kernel::supported(gpu) {
         return Config::Mma(0);
     }
-    Config::Wgmma(1)
+    let config = |bn, bm| {
+        let i = dual_gemm_nvfp4_ws_kernel::CONFIGS.iter().position(|c| c.get("BN") == Some(bn) && c.get("BM") == Some(bm) && c.get("WIDENERS") == Some(1));
+        Config::Ws(i.expect("dual_gemm_nvfp4_ws_kernel has a config of one widening warpgroup for each block it picks"))
+    };
+    if cdiv(m, 128) * cdiv(n, 64) <= gpu.sm_count() as usize {
+        config(64, 128)
+    } else {
+        config(128, 128)
+    }
 }
 
 /// [`dual_gemm_nvfp4`] with config `cfg`.
@@ -66,6 +80,7 @@ pub fn dual_gemm_nvfp4_with_config(gpu: &Gpu, cfg: Config, a: Nvfp4, b1: Nvfp4, 
     let (wa, wb1, wb2) = (a.words([m, k])?, b1.words([n, k])?, b2.words([n, k])?);
     let cfg = match cfg {
         Config::Mma(cfg) => return dual_gemm_nvfp4_kernel::launch(gpu, cfg, &wa, a.scales, &wb1, b1.scales, &wb2, b2.scales, c, m, n, k),
+        Config::Ws(cfg) => return widened_once(gpu, cfg, a, b1, b2, c, [m, n, k]),
         Config::Wgmma(cfg) => cfg,
     };
     for (what, w) in [("b1", &wb1), ("b2", &wb2)] {
@@ -81,6 +96,29 @@ pub fn dual_gemm_nvfp4_with_config(gpu: &Gpu, cfg: Config, a: Nvfp4, b1: Nvfp4, 
     let map_a = crate::gemm::tma_map(gpu, &a16, [k, m, 1], [k, m * k], bm)?;
     let (s1, s2) = (b1.scales.view_as::<u32>(&[n, k / 64])?, b2.scales.view_as::<u32>(&[n, k / 64])?);
     dual_gemm_nvfp4_wgmma_kernel::launch(gpu, cfg, &a16, &wb1, &s1, &wb2, &s2, c, m, n, k, map_a)
+}
+
+/// [`Config::Ws`]: A decoded to fp16 in the order of `chunk_k_position`,
+/// B's scales put in cuBLAS's blocked layout (both once a call, inside its
+/// time), then the warp-specialized kernel.
+fn widened_once(gpu: &Gpu, cfg: usize, a: Nvfp4, b1: Nvfp4, b2: Nvfp4, c: &mut Tensor<f16>, [m, n, k]: [usize; 3]) -> Result<()> {
+    let [bm, bn] = crate::gemm::block_shape("dual_gemm_nvfp4_ws_kernel", dual_gemm_nvfp4_ws_kernel::CONFIGS, cfg)?;
+    let mut a16 = gpu.alloc::<f16>(&[m, k])?;
+    crate::nvfp4::nvfp4_dequantize_chunks_kernel::launch(gpu, 0, &a.words([m, k])?, a.scales, &mut a16, m, k)?;
+    let map_a = crate::gemm::tma_map(gpu, &a16, [k, m, 1], [k, m * k], bm)?;
+    let blocked_len = crate::nvfp4::blocked_len(n, k);
+    let (mut s1, mut s2) = (gpu.alloc::<F8E4M3>(&[blocked_len])?, gpu.alloc::<F8E4M3>(&[blocked_len])?);
+    crate::nvfp4::scales_to_blocked(gpu, b1, &mut s1)?;
+    crate::nvfp4::scales_to_blocked(gpu, b2, &mut s2)?;
+    // Codes as rows of bytes, boxes of one step (32 bytes) of `bn` rows;
+    // scales as rows of 128 bytes, boxes of one atom (4 rows).
+    let codes_map = |b: Nvfp4| {
+        gpu.tensor_map(&TileMap { base: b.values.device_ptr(), dims: [k as u64 / 2, n as u64, 1], strides: [k as u64 / 2, (k / 2 * n) as u64], boxes: [32, bn as u32, 1], elem_bytes: 1 })
+    };
+    let rows = (blocked_len / 128) as u64;
+    let scales_map = |s: &Tensor<F8E4M3>| gpu.tensor_map(&TileMap { base: s.device_ptr(), dims: [128, rows, 1], strides: [128, 128 * rows], boxes: [128, 4, 1], elem_bytes: 1 });
+    let (map_b1, map_s1, map_b2, map_s2) = (codes_map(b1)?, scales_map(&s1)?, codes_map(b2)?, scales_map(&s2)?);
+    dual_gemm_nvfp4_ws_kernel::launch(gpu, cfg, &a16, b1.values, &s1, b2.values, &s2, c, m, n, k, map_a, map_b1, map_s1, map_b2, map_s2)
 }
 
 /// `[m, n, k]` of `c = a·bᵀ`, or the error naming what does not fit.

@@ -14,7 +14,14 @@
 //!   products (the dual GEMM's point) and each B tile once; decoding is
 //!   integer work of a few instructions an element, a word of eight values
 //!   and a scale byte at a time.
-//! * **On Hopper, B is widened where it is multiplied.** `dual_gemm_nvfp4_wgmma_kernel`
+//! * **On Hopper, B is widened once, by warpgroups that do only that.**
+//!   `dual_gemm_nvfp4_ws_kernel` (the default): the copy engine brings A's
+//!   fp16 tile and B₁'s and B₂'s codes and scales into a stage, widening
+//!   warpgroups turn the codes into fp16 tiles beside them, and the other
+//!   warpgroups multiply from shared memory with `wgmma`. A value is widened
+//!   once a program, where widening in the multiplying threads' registers
+//!   (below) did it once a thread's step and held up the products.
+//! * **The first Hopper kernel widened B where it is multiplied.** `dual_gemm_nvfp4_wgmma_kernel`
 //!   widens each thread's own B₁ and B₂ values in registers into the left
 //!   operand of register `wgmma`s (`Packed::from_runs`: a thread's 16
 //!   values of a row along K are one scale block, one 8-byte copy into the
@@ -24,16 +31,20 @@
 //!   against thousands of weight rows) in the matching order of K, and the
 //!   copy engine streams in. The product is Cᵀ's block; the epilogue
 //!   turns it around through shared memory.
-//! * **Plain layouts.** The kernel reads packed rows `[rows, K/2]` as words
-//!   of eight values and scales `[rows, K/16]` in the plain layout
-//!   ([`crate::nvfp4`]: the formats, decoding, and the conversion from
-//!   cuBLAS's blocked scale layout, done once, as for weights).
+//! * **Plain layouts in, the copy engine's layouts inside.** The API takes
+//!   packed rows `[rows, K/2]` and scales `[rows, K/16]` in the plain layout
+//!   ([`crate::nvfp4`]: the formats, decoding, and the conversions to and
+//!   from cuBLAS's blocked scale layout). The warp-specialized kernel reads
+//!   B's scales in the blocked layout, where one step's scales of 128 rows
+//!   are one 512-byte copy; the host converts them once a call.
 use crate::gemm::{block, Mapped, Operand, Ring};
 use crate::nvfp4::{decoded, run_codes, run_scaled, scale_f16x2};
 use rustile::mma::{acc_len, runs_len, Packed, Stash};
 use rustile::prelude::*;
 #[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(unused_imports))]
 use rustile::wgmma::{self, pad};
+#[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(unused_imports))]
+use rustile::tma;
 
 /// An NVFP4 operand as the kernels read it: values as words of eight, scales.
 type Fp4 = (Ptr<u32>, Ptr<F8E4M3>);
@@ -112,6 +123,32 @@ pub fn gemm_nvfp4_kernel<T: Elem>(a: Ptr<u32>, sa: Ptr<F8E4M3>, b: Ptr<u32>, sb:
     store_acc_staged(&BlockPtr::rows(c, m, n, at), &acc, 0, |_, _, x: [f32; 8]| x);
 }
 
+// ---- Hopper: the epilogue of both kernels ---------------------------------------------------
+
+/// `c[m0.., n0..] = silu(gate) ⊙ up` from accumulators of Cᵀ's block
+/// (weight rows down, A's rows across) over B widened to 2⁻⁸ of its values:
+/// both products are 2⁸ short, exactly. The block turns around through the
+/// shared memory from `pad(TH)` (free: every stage read, no copy in flight)
+/// so that each of the `TH` threads stores whole chunks of C's rows.
+#[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(dead_code))]
+#[inline(always)]
+fn gated_store<T: Elem, const BN: usize, const BM: usize, const TH: usize>(
+    gate: rustile::Acc<BN, BM, TH, true>, up: rustile::Acc<BN, BM, TH, true>, c: PtrMut<T>, [m, n]: [usize; 2], [m0, n0]: [usize; 2],
+) where
+    [(); acc_len(BN, BM, TH)]:,
+    [(); rustile::len(BM, BN, TH)]:,
+{
+    let h = gate.zip(up, |g, u| math::silu_fast(g * 256.0) * (u * 256.0));
+    sync();
+    let turned = rustile::SharedF32::<BM, BN, TH>::at(pad(TH));
+    let _ = h.map(|r, col, x| {
+        turned.set(col, r, x);
+        x
+    });
+    sync();
+    store(&rustile::BlockPtr::<T, BM, BN, TH>::rows(c, m, n, [m0, n0]), &turned.load().cast::<T>());
+}
+
 // ---- Hopper: B widened in registers, register `wgmma` ---------------------------------------
 
 /// Entries of one k-step in a thread's [`Stash`]: for B₁ and B₂, each of
@@ -132,15 +169,20 @@ where
     [(); acc_len(BN, 64, TH) / 2]:,
 {
     let r = runs_len(BN, 64, TH);
+    // A copy that is off reads nothing, from an address inside: the rows'
+    // offsets stay the same every step (the compiler keeps them) and a step
+    // adds its own.
+    let steps = k / 64;
+    let (on_k, kt) = (kt < steps, kt.min(steps - 1));
     for i in 0..r {
         let (row, run) = Packed::<T, BN, 64, TH>::run_at(i);
-        let row = n0 + row;
-        let on = row < n && kt < k / 64;
+        let on = n0 + row < n && on_k;
+        let row = (n0 + row).min(n - 1);
         for mat in 0..2 {
             let (b, sb) = bs[mat];
             let e = slot * step_entries(r) + mat * r + i;
-            stash.copy_if(e, b, if on { row * (k / 8) + kt * 8 + 2 * run } else { 0 }, 2, on);
-            stash.copy_if(e + 2 * r, sb, if on { row * (k / 64) + kt } else { 0 }, 1, on);
+            stash.copy_if(e, b, row * (k / 8) + 2 * run + kt * 8, 2, on);
+            stash.copy_if(e + 2 * r, sb, row * (k / 64) + kt, 1, on);
         }
     }
     commit_copies();
@@ -220,7 +262,7 @@ impl<const R: usize> Coded<R> {
     arch = sm_90a,
 )]
 /// [`dual_gemm_nvfp4_kernel`] on Hopper: `a` is A decoded to fp16 `[m, k]`
-/// in the column order of `wgmma::run_column` (`nvfp4_dequantize_runs_kernel`),
+/// in the column order of `nvfp4::run_k_position` (`nvfp4_dequantize_runs_kernel`),
 /// `map_a` its tensor map (boxes of `BM×64`); B₁, B₂ and C as there, but
 /// their scales read as words of four (`[n, k/64]`, one a row a k-step).
 pub fn dual_gemm_nvfp4_wgmma_kernel<T: Elem>(
@@ -276,18 +318,240 @@ pub fn dual_gemm_nvfp4_wgmma_kernel<T: Elem>(
         }
         ops = next.widen::<T, BN, THREADS>();
     }
-    // The widened values were 2⁻⁸ times B's: both products are 2⁸ short, exactly.
-    let h = gate.zip(up, |g, u| math::silu_fast(g * 256.0) * (u * 256.0));
-    // Every stage is read and no copy is in flight: the ring's memory turns
-    // C's block around (A's rows down), and each thread stores whole chunks.
-    sync();
-    let turned = SharedF32::<BM, BN>::at(pad(THREADS));
-    let _ = h.map(|r, col, x| {
-        turned.set(col, r, x);
-        x
-    });
-    sync();
-    store(&BlockPtr::rows(c, m, n, [m0, n0]), &turned.load().cast::<T>());
+    // Every stage is read and no copy is in flight: the ring's memory turns C's block around.
+    gated_store::<T, BN, BM, THREADS>(gate, up, c, [m, n], [m0, n0]);
+}
+
+// ---- Hopper, warp-specialized: B widened once into shared memory ----------------------------
+
+/// The stages of [`dual_gemm_nvfp4_ws_kernel`]. Each holds A's `BM×64`
+/// fp16 tile, B₁'s and B₂'s `BN×64` widened tiles (what the products
+/// read), their codes as the copy engine brings them (`BN` rows of 32
+/// bytes) and their scales of the step (an atom of cuBLAS's blocked
+/// layout: 128 rows × 4 scales in 512 bytes, given 1024 for its swizzle
+/// period). After the stages, three barriers a stage: `full` (its copies
+/// landed), `widened` (the widening warpgroups stored B₁ and B₂) and `empty` (the multiplying threads saw the products that read it
+/// finish).
+#[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(dead_code))]
+#[derive(Clone, Copy)]
+struct Stages<T, const BM: usize, const BN: usize, const STAGES: usize, const TH: usize>(core::marker::PhantomData<T>);
+
+#[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(dead_code))]
+impl<T: Elem, const BM: usize, const BN: usize, const STAGES: usize, const TH: usize> Stages<T, BM, BN, STAGES, TH> {
+    const A: usize = BM * 128;
+    const W: usize = BN * 128;
+    const CODES: usize = BN * 32;
+    const SCALES: usize = 1024;
+    const BYTES: usize = Self::A + 2 * Self::W + 2 * Self::CODES + 2 * Self::SCALES;
+    /// Bytes a stage's copies bring: A's tile, B₁'s and B₂'s codes and scale atoms.
+    const COPIED: usize = Self::A + 2 * Self::CODES + 2 * 512;
+
+    /// Sets up the barriers (`widened` counts `wideners` threads) and meets every thread.
+    #[inline(always)]
+    fn new(wideners: u32) -> Self {
+        let st = Stages(core::marker::PhantomData);
+        for s in 0..STAGES {
+            st.full(s).init(1);
+            st.widened(s).init(wideners);
+            st.empty(s).init(TH as u32);
+        }
+        tma::fence_init();
+        sync();
+        st
+    }
+
+    #[inline(always)]
+    fn at(s: usize) -> usize {
+        pad(TH) + s * Self::BYTES
+    }
+
+    #[inline(always)]
+    fn a(&self, s: usize) -> Shared<T, BM, 64, TH> {
+        Shared::at(Self::at(s))
+    }
+
+    #[inline(always)]
+    fn w(&self, s: usize, i: usize) -> Shared<T, BN, 64, TH> {
+        Shared::at(Self::at(s) + Self::A + i * Self::W)
+    }
+
+    #[inline(always)]
+    fn codes(&self, s: usize, i: usize) -> Shared<F4E2M1x2, BN, 32, TH> {
+        Shared::at(Self::at(s) + Self::A + 2 * Self::W + i * Self::CODES)
+    }
+
+    #[inline(always)]
+    fn scales(&self, s: usize, i: usize) -> Shared<F8E4M3, 4, 128, TH> {
+        Shared::at(Self::at(s) + Self::A + 2 * Self::W + 2 * Self::CODES + i * Self::SCALES)
+    }
+
+    #[inline(always)]
+    fn barrier(&self, s: usize, j: usize) -> tma::Barrier {
+        tma::Barrier::at::<TH>(pad(TH) + STAGES * Self::BYTES + 8 * (3 * s + j))
+    }
+
+    #[inline(always)]
+    fn full(&self, s: usize) -> tma::Barrier {
+        self.barrier(s, 0)
+    }
+
+    #[inline(always)]
+    fn widened(&self, s: usize) -> tma::Barrier {
+        self.barrier(s, 1)
+    }
+
+    #[inline(always)]
+    fn empty(&self, s: usize) -> tma::Barrier {
+        self.barrier(s, 2)
+    }
+}
+
+/// What the copy engine reads: A decoded (`[m, k]`), B₁'s and B₂'s codes
+/// (`[n, k/2]` bytes) and blocked scales (`[atoms·4, 128]` bytes), each
+/// with its tensor map.
+#[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(dead_code))]
+#[derive(Clone, Copy)]
+struct Sources<T> {
+    a: (Ptr<T>, u64),
+    codes: [(Ptr<F4E2M1x2>, u64); 2],
+    scales: [(Ptr<F8E4M3>, u64); 2],
+}
+
+#[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(dead_code))]
+impl<T: Elem> Sources<T> {
+    /// Starts k-step `kt`'s copies into its stage (the program's copy leader only).
+    #[inline(always)]
+    fn fill<const BM: usize, const BN: usize, const STAGES: usize, const TH: usize>(&self, st: &Stages<T, BM, BN, STAGES, TH>, [m, n, k]: [usize; 3], [n0, m0]: [usize; 2], kt: usize) {
+        if !tma::leader() {
+            return;
+        }
+        let (s, full) = (kt % STAGES, st.full(kt % STAGES));
+        full.expect_by_this_thread(Stages::<T, BM, BN, STAGES, TH>::COPIED);
+        st.a(s).load_tma_by_this_thread(self.a.1, &BlockPtr::new(self.a.0, [m, k], [k, 1], [m0, kt * 64]), 0, &full);
+        // The step's atom of 128 rows: 4 rows of 128 bytes.
+        let (atom, rows) = ((n0 / 128) * (k / 64) + kt, cdiv(n, 128) * (k / 16));
+        for i in 0..2 {
+            let (codes, map) = self.codes[i];
+            st.codes(s, i).load_tma_by_this_thread(map, &BlockPtr::new(codes, [n, k / 2], [k / 2, 1], [n0, kt * 32]), 0, &full);
+            let (scales, map) = self.scales[i];
+            st.scales(s, i).load_tma_by_this_thread(map, &BlockPtr::new(scales, [rows, 128], [128, 1], [4 * atom, 0]), 0, &full);
+        }
+    }
+}
+
+// `SMEM = pad(TH) + STAGES·(BM·128 + BN·320 + 2048 + 24)` (the stages,
+// then their barriers), with `BM·BN·4` in the stages for the epilogue.
+// The first `TH = 2·BN` threads multiply (64 weight rows a warpgroup), the
+// `WIDENERS` warpgroups after them widen (one: B₁ and B₂; two: one each).
+// `WREGS`, `CREGS`: registers a widening and a multiplying thread get
+// (`setmaxnreg`; 0: the launch bound's, `64K / THREADS` rounded down to 8).
+// What the multiplying threads take must be what the widening ones gave
+// back, or the raise waits forever: `TH·(CREGS − bound) ≤ 128·WIDENERS·(bound − WREGS)`.
+#[kernel(
+    configs = [
+        (BN = 64, BM = 128, WARPS = 8, WIDENERS = 1, STAGES = 4, WREGS = 0, CREGS = 0, SMEM = 156256),
+        (BN = 64, BM = 128, WARPS = 12, WIDENERS = 2, STAGES = 4, WREGS = 120, CREGS = 240, SMEM = 156256),
+        (BN = 128, BM = 64, WARPS = 12, WIDENERS = 1, STAGES = 4, WREGS = 0, CREGS = 0, SMEM = 204896),
+        (BN = 128, BM = 64, WARPS = 16, WIDENERS = 2, STAGES = 4, WREGS = 88, CREGS = 168, SMEM = 204896),
+        (BN = 128, BM = 128, WARPS = 12, WIDENERS = 1, STAGES = 3, WREGS = 104, CREGS = 200, SMEM = 178248),
+    ],
+    grid = [cdiv(m, BM) * cdiv(n, BN)],
+    dtypes = [f16],
+    arch = sm_90a,
+)]
+/// [`dual_gemm_nvfp4_kernel`] on Hopper with a warpgroup that only widens:
+/// the copy engine brings each step's tile of A (decoded to fp16 `[m, k]` in
+/// the order of `nvfp4::chunk_k_position`, `map_a` its map, boxes `BM×64`),
+/// and of B₁'s and B₂'s codes (`[n, k/2]` bytes, boxes `BN×32`) and scales
+/// (cuBLAS's blocked layout as `[atoms·4, 128]` bytes, boxes `4×128`); the
+/// widening warpgroups turn B₁ and B₂ into fp16 in shared memory once, and
+/// the first warpgroups (64 weight rows each) multiply them by A's rows with
+/// `wgmma` from shared memory.
+pub fn dual_gemm_nvfp4_ws_kernel<T: Elem>(
+    a: Ptr<T>, b1: Ptr<F4E2M1x2>, sb1: Ptr<F8E4M3>, b2: Ptr<F4E2M1x2>, sb2: Ptr<F8E4M3>, c: PtrMut<T>,
+    m: usize, n: usize, k: usize, map_a: u64, map_b1: u64, map_s1: u64, map_b2: u64, map_s2: u64,
+) {
+    const TH: usize = 2 * BN;
+    // The product is Cᵀ's block: weight rows down, A's rows across.
+    let [n0, m0] = block::<BN, BM>(n, m);
+    let steps = k / 64;
+    let src = Sources { a: (a, map_a), codes: [(b1, map_b1), (b2, map_b2)], scales: [(sb1, map_s1), (sb2, map_s2)] };
+    let st = Stages::<T, BM, BN, STAGES, TH>::new(128 * WIDENERS as u32);
+    let fill = |kt: usize| src.fill(&st, [m, n, k], [n0, m0], kt);
+    // Each thread widens its runs of 16 values (one scale each) of B₁ and
+    // B₂ (`mats`) into two 16-byte chunks of a row ([`run_f16x2`]'s pairs,
+    // 2⁻⁸ of the values).
+    let widen = |kt: usize, mats: core::ops::Range<usize>| {
+        let s = kt % STAGES;
+        for i in mats {
+            let (codes, scales, w) = (st.codes(s, i), st.scales(s, i), st.w(s, i));
+            wgmma::warpgroup_pieces::<BN, 4>(|row, run| {
+                let words = codes.words::<2>(row, 8 * run);
+                // The row's four scales of the step, in its atom.
+                let r = (n0 + row) % 128;
+                let at = (r % 32) * 16 + (r / 32) * 4;
+                let four = scales.words::<1>(at / 128, at % 128)[0];
+                let p = run_scaled(run_codes(words), scale_f16x2(F8E4M3((four >> (8 * run)) as u8)));
+                w.put_words(row, 32 * run, [p[0], p[1], p[2], p[3]]);
+                w.put_words(row, 32 * run + 16, [p[4], p[5], p[6], p[7]]);
+            });
+        }
+        // The tensor cores read what the threads stored.
+        wgmma::fence_shared();
+        st.widened(s).arrive();
+    };
+    if wgmma::is_copier::<TH>() {
+        if WREGS > 0 {
+            wgmma::lower_registers::<{ WREGS as u32 }>();
+        }
+        let mats = if WIDENERS == 2 {
+            let g = wgmma::warpgroup() - TH / 128;
+            g..g + 1
+        } else {
+            0..2
+        };
+        for kt in 0..steps {
+            st.full(kt % STAGES).wait((kt / STAGES) % 2);
+            widen(kt, mats.clone());
+        }
+        wgmma::copier_done();
+    }
+    if CREGS > 0 {
+        wgmma::raise_registers::<{ CREGS as u32 }>();
+    }
+    for kt in 0..STAGES.min(steps) {
+        fill(kt);
+    }
+    let (mut gate, mut up) = (rustile::Acc::<BN, BM, TH, true>::zeros(), rustile::Acc::<BN, BM, TH, true>::zeros());
+    for kt in 0..steps {
+        let (s, parity) = (kt % STAGES, (kt / STAGES) % 2);
+        // The interpreter's one thread widens too.
+        if cfg!(not(target_arch = "nvptx64")) {
+            widen(kt, 0..2);
+        }
+        st.full(s).wait(parity);
+        st.widened(s).wait(parity);
+        wgmma::dot_async(&st.w(s, 0), &st.a(s), &mut gate);
+        wgmma::dot_async(&st.w(s, 1), &st.a(s), &mut up);
+        // Each product is one group: when only this step's two run, the
+        // step before is read and its stage goes back to the copy engine.
+        wgmma::wait::<2, BN, BM, TH>(&mut gate);
+        wgmma::wait::<2, BN, BM, TH>(&mut up);
+        if kt > 0 {
+            let (prev, use_) = ((kt - 1) % STAGES, (kt - 1) / STAGES);
+            st.empty(prev).arrive();
+            if kt - 1 + STAGES < steps {
+                st.empty(prev).wait_leader(use_ % 2);
+                fill(kt - 1 + STAGES);
+            }
+        }
+    }
+    wgmma::wait::<0, BN, BM, TH>(&mut gate);
+    wgmma::wait::<0, BN, BM, TH>(&mut up);
+    // Every stage is read and no copy is in flight: the stages' memory
+    // turns C's block around. The widening warpgroups have exited: the
+    // tiles and the store are spread over the `TH` threads that remain.
+    gated_store::<T, BN, BM, TH>(gate, up, c, [m, n], [m0, n0]);
 }
 
 #[cfg(not(target_arch = "nvptx64"))]

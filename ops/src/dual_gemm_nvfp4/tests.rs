@@ -28,8 +28,9 @@ fn dual_gemm_nvfp4_matches_float64_at_odd_shapes() {
     }
 }
 
-/// The Hopper kernel (B widened in registers, A decoded in run order
-/// first) through the host wrapper in the interpreter, every config.
+/// The Hopper kernels (B widened by a warpgroup into shared memory, or in
+/// each thread's registers; A decoded in their order first) through the
+/// host wrapper in the interpreter, every config.
 #[test]
 fn the_widening_kernel_matches_float64_at_odd_shapes() {
     let gpu = rustile_host::Gpu::interpreter();
@@ -39,7 +40,8 @@ fn the_widening_kernel_matches_float64_at_odd_shapes() {
         let want = dual_gemm_nvfp4_ref(&ops[0].0, &ops[0].1, &ops[1].0, &ops[1].1, &ops[2].0, &ops[2].1, m, n, k);
         let dev: Vec<_> = ops.iter().zip([m, n, n]).map(|((v, s, _), rows)| (gpu.upload(v, &[rows, k / 2]).unwrap(), gpu.upload(s, &[rows, k / 16]).unwrap())).collect();
         let op = |j: usize| Nvfp4 { values: &dev[j].0, scales: &dev[j].1 };
-        for cfg in (0..dual_gemm_nvfp4_wgmma_kernel::CONFIGS.len()).map(Config::Wgmma) {
+        let ws = (0..dual_gemm_nvfp4_ws_kernel::CONFIGS.len()).map(Config::Ws);
+        for cfg in ws.chain((0..dual_gemm_nvfp4_wgmma_kernel::CONFIGS.len()).map(Config::Wgmma)) {
             let mut c = gpu.upload(&poisoned::<f16>(m * n), &[m, n]).unwrap();
             dual_gemm_nvfp4_with_config(&gpu, cfg, op(0), op(1), op(2), &mut c).unwrap();
             if let Some((i, got, w)) = nvfp4_outside_tolerance(&gpu.download(&c).unwrap(), &want) {
@@ -50,21 +52,40 @@ fn the_widening_kernel_matches_float64_at_odd_shapes() {
 }
 
 /// Every code times every finite scale, widened to f16 pairs, is 2⁻⁸ times
-/// the exact product, in the order the words hold the values.
+/// the exact product, each value in its [`run_slot`](crate::nvfp4::run_slot).
 #[test]
 fn a_run_widens_exactly() {
-    use crate::nvfp4::run_f16x2;
+    use crate::nvfp4::{run_f16x2, run_value};
     for scale in (0..=255u8).map(F8E4M3).filter(|s| s.to_f32().is_finite()) {
         for codes in 0..16u32 {
             // Sixteen values: code `codes`, then its neighbours, so each nibble position sees every code.
             let value = |i: u32| (codes + i) % 16;
             let words = [0, 1].map(|w| (0..8).fold(0u32, |acc, i| acc | value(8 * w + i) << (4 * i)));
             let pairs = run_f16x2(words, scale);
-            for i in 0..16 {
-                let half = f16::from_bits((pairs[i as usize / 2] >> (16 * (i % 2))) as u16).to_f32();
+            for slot in 0..16 {
+                let half = f16::from_bits((pairs[slot / 2] >> (16 * (slot % 2))) as u16).to_f32();
+                let i = run_value(slot) as u32;
                 let want = rustile::e2m1_to_f32(value(i) as u8) * scale.to_f32() / 256.0;
-                assert_eq!(half, want, "code {} scale {:#x}, value {i}", value(i), scale.0);
+                assert_eq!(half, want, "code {} scale {:#x}, value {i} in slot {slot}", value(i), scale.0);
             }
+        }
+    }
+}
+
+/// The run order is a permutation: of a run's 16 values, and of each 64
+/// columns of the decoded right operand.
+#[test]
+fn the_run_order_is_a_permutation() {
+    use crate::nvfp4::{run_k_position, run_slot, run_value};
+    for r in 0..16 {
+        assert_eq!(run_value(run_slot(r)), r);
+    }
+    assert_eq!((0..8).map(run_slot).collect::<Vec<_>>(), [0, 2, 4, 6, 1, 3, 5, 7], "values r and r + 4 share a pair");
+    for group in [0, 64, 448] {
+        for order in [run_k_position, crate::nvfp4::chunk_k_position] {
+            let mut seen: Vec<usize> = (group..group + 64).map(order).collect();
+            seen.sort();
+            assert_eq!(seen, (group..group + 64).collect::<Vec<_>>());
         }
     }
 }

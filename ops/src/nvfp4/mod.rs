@@ -110,8 +110,9 @@ where
 
 /// The 16 values of one scale block (`words`: values `8i..8i+8` in word
 /// `i`, value `2j` in the low nibble) times their `scale`, as eight f16
-/// pairs (value `2j` in the low half), each **2⁻⁸ times** the decoded
-/// value: what [`rustile::Packed::from_runs`] takes. A code's bits placed
+/// pairs, each **2⁻⁸ times** the decoded value: what
+/// [`rustile::Packed::from_runs`] takes, in the order of [`run_slot`]
+/// (values `r` and `r + 4` of a word share a pair). A code's bits placed
 /// under an f16 exponent are its value times 2⁻¹⁴ (E2M1's subnormal 0.5 is
 /// f16's subnormal 2⁻¹⁵), and one f16 product with the scale times 2⁶
 /// gives value · scale · 2⁻⁸, exact: five significant bits, a multiple of
@@ -124,16 +125,49 @@ pub fn run_f16x2(words: [u32; 2], scale: F8E4M3) -> [u32; 8] {
     run_scaled(run_codes(words), scale_f16x2(scale))
 }
 
-/// The codes of [`run_f16x2`] under an f16 exponent (2⁻¹⁴ times their values).
+/// Where [`run_codes`] puts a run's value `r` (`r < 16`): slot `s` is
+/// pair `s / 2`, half `s % 2`. Values `r` and `r + 4` of a word are 16
+/// bits apart in it, as the two halves of a pair are, so one shift moves
+/// both: pair `j` of word `i` holds values `8i + j` and `8i + j + 4`.
+pub const fn run_slot(r: usize) -> usize {
+    2 * (4 * (r / 8) + r % 4) + (r % 8) / 4
+}
+
+/// The run's value in slot `s` of [`run_codes`]' pairs ([`run_slot`]'s inverse).
+pub const fn run_value(s: usize) -> usize {
+    let (j, half) = (s / 2, s % 2);
+    8 * (j / 4) + j % 4 + 4 * half
+}
+
+/// The position along K of the value that [`run_f16x2`]'s pairs, given to
+/// `Packed::from_runs`, put at column `col` of a 64-deep group: the right
+/// operand of such a product is stored in this order.
+pub const fn run_k_position(col: usize) -> usize {
+    let p = rustile::wgmma::run_position(col);
+    p - p % 16 + run_value(p % 16)
+}
+
+/// The position, within its 8-value chunk, of the value that [`run_f16x2`]'s
+/// pairs put at column `col` when a thread stores them as two 16-byte chunks
+/// of a row (pairs 0-3, then 4-7): the right operand of a product with such
+/// a widened tile is stored in this order.
+pub const fn chunk_k_position(col: usize) -> usize {
+    let c = col % 8;
+    col - c + c / 2 + 4 * (c % 2)
+}
+
+/// The codes of [`run_f16x2`] under an f16 exponent (2⁻¹⁴ times their
+/// values), in [`run_slot`]'s order: two shifts and two masks a pair.
 #[inline(always)]
 pub fn run_codes(words: [u32; 2]) -> [u32; 8] {
     let mut out = [0u32; 8];
-    for j in 0..8 {
-        let byte = (words[j / 4] >> (8 * (j % 4))) & 0xff;
-        // The low code at bits 0-3, the high one at 16-19.
-        let z = (byte & 0xf) | (byte & 0xf0) << 12;
-        // Magnitude bits (e1 e0 m) to f16 bits 9-11, the sign to bit 15.
-        out[j] = (z << 9) & 0x0e00_0e00 | (z << 12) & 0x8000_8000;
+    for (i, &w) in words.iter().enumerate() {
+        for j in 0..4 {
+            // Values j and j + 4 at bits 0-3 and 16-19.
+            let z = w >> (4 * j);
+            // Magnitude bits (e1 e0 m) to f16 bits 9-11, the sign to bit 15, in each half.
+            out[4 * i + j] = (z << 9) & 0x0e00_0e00 | (z << 12) & 0x8000_8000;
+        }
     }
     out
 }
@@ -182,13 +216,45 @@ pub fn nvfp4_dequantize_kernel<T: Elem>(words: Ptr<u32>, scales: Ptr<F8E4M3>, ou
     dtypes = [f16],
 )]
 /// [`nvfp4_dequantize_kernel`] with each 64 columns in the order of
-/// [`rustile::wgmma::run_column`]: the right operand of a product whose
-/// left one is NVFP4 widened in registers (`Packed::from_runs`), as
-/// `dual_gemm_nvfp4`'s Hopper kernel reads its A.
+/// [`run_k_position`]: the right operand of a product whose left one is
+/// NVFP4 widened in registers ([`run_f16x2`] into `Packed::from_runs`),
+/// as `dual_gemm_nvfp4`'s Hopper kernel reads its A.
 pub fn nvfp4_dequantize_runs_kernel<T: Elem>(words: Ptr<u32>, scales: Ptr<F8E4M3>, out: PtrMut<T>, rows: usize, k: usize) {
     let at = [program_id(0) * BR, program_id(1) * BC];
-    let t = decoded_in_order::<T, BR, BC, THREADS>(words, scales, rows, k, at, rustile::wgmma::run_position);
+    let t = decoded_in_order::<T, BR, BC, THREADS>(words, scales, rows, k, at, run_k_position);
     store(&BlockPtr::rows(out, rows, k, at), &t);
+}
+
+#[kernel(
+    configs = [(BR = 16, BC = 256, WARPS = 4)],
+    grid = [cdiv(rows, BR), cdiv(k, BC)],
+    dtypes = [f16],
+)]
+/// [`nvfp4_dequantize_kernel`] with each 8 columns in the order of
+/// [`chunk_k_position`], as `dual_gemm_nvfp4_ws_kernel` reads its A.
+pub fn nvfp4_dequantize_chunks_kernel<T: Elem>(words: Ptr<u32>, scales: Ptr<F8E4M3>, out: PtrMut<T>, rows: usize, k: usize) {
+    let at = [program_id(0) * BR, program_id(1) * BC];
+    let t = decoded_in_order::<T, BR, BC, THREADS>(words, scales, rows, k, at, chunk_k_position);
+    store(&BlockPtr::rows(out, rows, k, at), &t);
+}
+
+#[kernel(
+    configs = [(BR = 32, BC = 32, WARPS = 4)],
+    grid = [cdiv(steps, BC), 4 * cdiv(rows, 128)],
+    dtypes = [f32],
+)]
+/// Plain scales as words of four (`[rows, steps]`: a row's four scales of
+/// each 64-deep step) into cuBLAS's blocked layout (`[rows/128, steps]`
+/// atoms of 128 words, rows padded to 128 with zeros), where one step's
+/// scales of 128 rows are 512 consecutive bytes: one copy. Row `r` of an
+/// atom is its word `(r % 32)·4 + r / 32`, so each quarter of the rows is a
+/// plain strided block. The words move as `f32` bits, untouched.
+pub fn nvfp4_scales_blocked_kernel<T: Elem>(plain: Ptr<T>, blocked: PtrMut<T>, rows: usize, steps: usize) {
+    let (quarter, atom_row) = (program_id(1) % 4, program_id(1) / 4);
+    let kt0 = program_id(0) * BC;
+    let tile = load(&BlockPtr::<T, BR, BC>::rows(plain, rows, steps, [atom_row * 128 + quarter * 32, kt0]));
+    let out = blocked.offset(atom_row * steps * 128 + quarter);
+    store(&BlockPtr::<T, BR, BC>::new(out, [32, steps], [4, 128], [0, kt0]), &tile);
 }
 
 #[cfg(not(target_arch = "nvptx64"))]
@@ -359,6 +425,19 @@ mod host {
         pub fn words(&self, [rows, k]: [usize; 2]) -> Result<Tensor<u32>> {
             self.values.view_as(&[rows, k / 8])
         }
+    }
+
+    /// `x`'s plain scales (`[rows, k/16]`) in cuBLAS's blocked layout on
+    /// the device: `out` holds [`blocked_len`]`(rows, k)` bytes.
+    pub fn scales_to_blocked(gpu: &Gpu, x: Nvfp4, out: &mut Tensor<F8E4M3>) -> Result<()> {
+        let [rows, k] = x.dims("x")?;
+        expect_shape("out", out, &[blocked_len(rows, k)])?;
+        if rows * k == 0 {
+            return Ok(());
+        }
+        let plain = x.scales.view_as::<f32>(&[rows, k / 64])?;
+        let mut words = out.view_as::<f32>(&[blocked_len(rows, k) / 4])?;
+        nvfp4_scales_blocked_kernel::launch(gpu, 0, &plain, &mut words, rows, k / 64)
     }
 
     /// `out` `[rows, k]` (f16 or bf16) = `x` dequantized, exactly; `k` a

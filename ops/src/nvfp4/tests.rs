@@ -182,6 +182,21 @@ fn the_blocked_layout_is_cublas_atom_order() {
     }
 }
 
+/// The device's conversion to the blocked layout is the host's, padding
+/// included, at odd row counts (the interpreter runs the kernel).
+#[test]
+fn the_blocked_kernel_matches_the_host_conversion() {
+    let gpu = rustile_host::Gpu::interpreter();
+    let (mut rng, seed) = rng();
+    for (rows, k) in [(1, 64), (129, 192), (300, 2112)] {
+        let scales: Vec<F8E4M3> = (0..rows * k / BLOCK).map(|_| F8E4M3(rng.gen_range(0..=255))).collect();
+        let (values, scales_dev) = (gpu.upload(&vec![F4E2M1x2(0); rows * k / 2], &[rows, k / 2]).unwrap(), gpu.upload(&scales, &[rows, k / BLOCK]).unwrap());
+        let mut out = gpu.upload(&vec![F8E4M3(0x7f); blocked_len(rows, k)], &[blocked_len(rows, k)]).unwrap();
+        scales_to_blocked(&gpu, Nvfp4 { values: &values, scales: &scales_dev }, &mut out).unwrap();
+        assert!(gpu.download(&out).unwrap() == to_blocked(&scales, rows, k), "[{rows}, {k}] (seed {seed})");
+    }
+}
+
 /// The task by its definition, one output at a time: sums of E2M1 table
 /// values times scales in float64, then `silu(g)·u`.
 fn dual_gemm_direct(a: &(Vec<F4E2M1x2>, Vec<F8E4M3>), b1: &(Vec<F4E2M1x2>, Vec<F8E4M3>), b2: &(Vec<F4E2M1x2>, Vec<F8E4M3>), m: usize, n: usize, k: usize) -> Vec<f64> {
