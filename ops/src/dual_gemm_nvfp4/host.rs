@@ -48,24 +48,16 @@ pub fn dual_gemm_nvfp4(gpu: &Gpu, a: Nvfp4, b1: Nvfp4, b2: Nvfp4, c: &mut Tensor
     dual_gemm_nvfp4_with_config(gpu, default_config(gpu, m, n), a, b1, b2, c)
 }
 
-/// The config for `m × n` on `gpu`: on Hopper the warp-specialized kernel,
-/// 64 weight rows by 128 rows of A a program while those programs fit one
-/// wave, else 128 by 128 (RESULTS "The NVFP4 dual GEMM with a widening
-/// warpgroup": the fastest at GPU MODE's four shapes); elsewhere the
-/// portable kernel.
-pub fn default_config(gpu: &Gpu, m: usize, n: usize) -> Config {
+/// The config for `m × n` on `gpu`: on Hopper the warp-specialized kernel
+/// with 64 weight rows by 128 rows of A a program, one widening and one copy
+/// warpgroup (RESULTS "The NVFP4 dual GEMM with a widening warpgroup": the
+/// fastest at GPU MODE's four shapes); elsewhere the portable kernel.
+pub fn default_config(gpu: &Gpu, _m: usize, _n: usize) -> Config {
     if !dual_gemm_nvfp4_ws_kernel::supported(gpu) {
         return Config::Mma(0);
     }
-    let config = |bn, bm| {
-        let i = dual_gemm_nvfp4_ws_kernel::CONFIGS.iter().position(|c| c.get("BN") == Some(bn) && c.get("BM") == Some(bm) && c.get("WIDENERS") == Some(1));
-        Config::Ws(i.expect("dual_gemm_nvfp4_ws_kernel has a config of one widening warpgroup for each block it picks"))
-    };
-    if cdiv(m, 128) * cdiv(n, 64) <= gpu.sm_count() as usize {
-        config(64, 128)
-    } else {
-        config(128, 128)
-    }
+    let i = dual_gemm_nvfp4_ws_kernel::CONFIGS.iter().position(|c| [("BN", 64), ("BM", 128), ("WIDENERS", 1), ("COPIER", 1)].iter().all(|&(k, v)| c.get(k) == Some(v)));
+    Config::Ws(i.expect("dual_gemm_nvfp4_ws_kernel has the default's config"))
 }
 
 /// [`dual_gemm_nvfp4`] with config `cfg`.

@@ -419,10 +419,13 @@ struct Sources<T> {
 
 #[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(dead_code))]
 impl<T: Elem> Sources<T> {
-    /// Starts k-step `kt`'s copies into its stage (the program's copy leader only).
+    /// Starts k-step `kt`'s copies into its stage: by the program's copy
+    /// leader ([`tma::leader`]), or (`by_this_thread`) by the caller.
     #[inline(always)]
-    fn fill<const BM: usize, const BN: usize, const STAGES: usize, const TH: usize>(&self, st: &Stages<T, BM, BN, STAGES, TH>, [m, n, k]: [usize; 3], [n0, m0]: [usize; 2], kt: usize) {
-        if !tma::leader() {
+    fn fill<const BM: usize, const BN: usize, const STAGES: usize, const TH: usize>(
+        &self, st: &Stages<T, BM, BN, STAGES, TH>, [m, n, k]: [usize; 3], [n0, m0]: [usize; 2], kt: usize, by_this_thread: bool,
+    ) {
+        if !(by_this_thread || tma::leader()) {
             return;
         }
         let (s, full) = (kt % STAGES, st.full(kt % STAGES));
@@ -443,17 +446,21 @@ impl<T: Elem> Sources<T> {
 // then their barriers), with `BM·BN·4` in the stages for the epilogue.
 // The first `TH = 2·BN` threads multiply (64 weight rows a warpgroup), the
 // `WIDENERS` warpgroups after them widen (one: B₁ and B₂; two: one each).
-// `WREGS`, `CREGS`: registers a widening and a multiplying thread get
-// (`setmaxnreg`; 0: the launch bound's, `64K / THREADS` rounded down to 8).
-// What the multiplying threads take must be what the widening ones gave
-// back, or the raise waits forever: `TH·(CREGS − bound) ≤ 128·WIDENERS·(bound − WREGS)`.
+// With `COPIER`, a last warpgroup only issues the copies (one thread, at 24
+// registers a thread); else the first multiplying thread issues them
+// between its products. `WREGS`, `CREGS`: registers a widening and a
+// multiplying thread get (`setmaxnreg`; 0: the launch bound's, `64K /
+// THREADS` rounded down to 8). What the multiplying threads take must be
+// what the others gave back, or the raise waits forever. (128 × 128 with a
+// copy warpgroup, 512 threads, spilled at the launch bound's 128 registers.)
 #[kernel(
     configs = [
-        (BN = 64, BM = 128, WARPS = 8, WIDENERS = 1, STAGES = 4, WREGS = 0, CREGS = 0, SMEM = 156256),
-        (BN = 64, BM = 128, WARPS = 12, WIDENERS = 2, STAGES = 4, WREGS = 120, CREGS = 240, SMEM = 156256),
-        (BN = 128, BM = 64, WARPS = 12, WIDENERS = 1, STAGES = 4, WREGS = 0, CREGS = 0, SMEM = 204896),
-        (BN = 128, BM = 64, WARPS = 16, WIDENERS = 2, STAGES = 4, WREGS = 88, CREGS = 168, SMEM = 204896),
-        (BN = 128, BM = 128, WARPS = 12, WIDENERS = 1, STAGES = 3, WREGS = 104, CREGS = 200, SMEM = 178248),
+        (BN = 64, BM = 128, WARPS = 8, WIDENERS = 1, COPIER = 0, STAGES = 4, WREGS = 0, CREGS = 0, SMEM = 156256),
+        (BN = 64, BM = 128, WARPS = 12, WIDENERS = 2, COPIER = 0, STAGES = 4, WREGS = 120, CREGS = 240, SMEM = 156256),
+        (BN = 128, BM = 64, WARPS = 12, WIDENERS = 1, COPIER = 0, STAGES = 4, WREGS = 0, CREGS = 0, SMEM = 204896),
+        (BN = 128, BM = 64, WARPS = 16, WIDENERS = 2, COPIER = 0, STAGES = 4, WREGS = 88, CREGS = 168, SMEM = 204896),
+        (BN = 128, BM = 128, WARPS = 12, WIDENERS = 1, COPIER = 0, STAGES = 3, WREGS = 104, CREGS = 200, SMEM = 178248),
+        (BN = 64, BM = 128, WARPS = 12, WIDENERS = 1, COPIER = 1, STAGES = 4, WREGS = 0, CREGS = 232, SMEM = 156256),
     ],
     grid = [cdiv(m, BM) * cdiv(n, BN)],
     dtypes = [f16],
@@ -477,7 +484,7 @@ pub fn dual_gemm_nvfp4_ws_kernel<T: Elem>(
     let steps = k / 64;
     let src = Sources { a: (a, map_a), codes: [(b1, map_b1), (b2, map_b2)], scales: [(sb1, map_s1), (sb2, map_s2)] };
     let st = Stages::<T, BM, BN, STAGES, TH>::new(128 * WIDENERS as u32);
-    let fill = |kt: usize| src.fill(&st, [m, n, k], [n0, m0], kt);
+    let fill = |kt: usize, by_this_thread: bool| src.fill(&st, [m, n, k], [n0, m0], kt, by_this_thread);
     // Each thread widens its runs of 16 values (one scale each) of B₁ and
     // B₂ (`mats`) into two 16-byte chunks of a row ([`run_f16x2`]'s pairs,
     // 2⁻⁸ of the values).
@@ -500,6 +507,19 @@ pub fn dual_gemm_nvfp4_ws_kernel<T: Elem>(
         wgmma::fence_shared();
         st.widened(s).arrive();
     };
+    if COPIER == 1 && wgmma::warpgroup() == TH / 128 + WIDENERS {
+        wgmma::lower_registers::<24>();
+        if wgmma::is_copy_issuer::<{ TH + 128 * WIDENERS }>() {
+            for kt in 0..steps {
+                let (s, use_) = (kt % STAGES, kt / STAGES);
+                if use_ > 0 {
+                    st.empty(s).wait((use_ - 1) % 2);
+                }
+                fill(kt, true);
+            }
+        }
+        wgmma::copier_done();
+    }
     if wgmma::is_copier::<TH>() {
         if WREGS > 0 {
             wgmma::lower_registers::<{ WREGS as u32 }>();
@@ -519,8 +539,12 @@ pub fn dual_gemm_nvfp4_ws_kernel<T: Elem>(
     if CREGS > 0 {
         wgmma::raise_registers::<{ CREGS as u32 }>();
     }
+    // Without a copy warpgroup (and in the interpreter) the first thread copies.
+    let copies_here = COPIER == 0 || cfg!(not(target_arch = "nvptx64"));
     for kt in 0..STAGES.min(steps) {
-        fill(kt);
+        if copies_here {
+            fill(kt, false);
+        }
     }
     let (mut gate, mut up) = (rustile::Acc::<BN, BM, TH, true>::zeros(), rustile::Acc::<BN, BM, TH, true>::zeros());
     for kt in 0..steps {
@@ -540,9 +564,9 @@ pub fn dual_gemm_nvfp4_ws_kernel<T: Elem>(
         if kt > 0 {
             let (prev, use_) = ((kt - 1) % STAGES, (kt - 1) / STAGES);
             st.empty(prev).arrive();
-            if kt - 1 + STAGES < steps {
+            if copies_here && kt - 1 + STAGES < steps {
                 st.empty(prev).wait_leader(use_ % 2);
-                fill(kt - 1 + STAGES);
+                fill(kt - 1 + STAGES, false);
             }
         }
     }
