@@ -37,7 +37,9 @@
 //!   from cuBLAS's blocked scale layout). The warp-specialized kernel reads
 //!   B's scales in the blocked layout, where one step's scales of 128 rows
 //!   are one 512-byte copy; the host converts them once a call.
-use crate::gemm::{block, Mapped, Operand, Ring};
+use crate::gemm::block;
+#[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(unused_imports))]
+use crate::gemm::{Mapped, Operand, Ring};
 use crate::nvfp4::{decoded, run_codes, run_scaled, scale_f16x2};
 use rustile::mma::{acc_len, runs_len, Packed, Stash};
 use rustile::prelude::*;
