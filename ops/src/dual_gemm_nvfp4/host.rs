@@ -72,7 +72,7 @@ pub fn dual_gemm_nvfp4_with_config(gpu: &Gpu, cfg: Config, a: Nvfp4, b1: Nvfp4, 
     let (wa, wb1, wb2) = (a.words([m, k])?, b1.words([n, k])?, b2.words([n, k])?);
     let cfg = match cfg {
         Config::Mma(cfg) => return dual_gemm_nvfp4_kernel::launch(gpu, cfg, &wa, a.scales, &wb1, b1.scales, &wb2, b2.scales, c, m, n, k),
-        Config::Ws(cfg) => return widened_once(gpu, cfg, a, b1, b2, c, [m, n, k]),
+        Config::Ws(cfg) => return widened_once(gpu, cfg, (&wa, a.scales), b1, b2, c, [m, n, k]),
         Config::Wgmma(cfg) => cfg,
     };
     for (what, w) in [("b1", &wb1), ("b2", &wb2)] {
@@ -82,10 +82,8 @@ pub fn dual_gemm_nvfp4_with_config(gpu: &Gpu, cfg: Config, a: Nvfp4, b1: Nvfp4, 
         }
     }
     let [bm, _] = crate::gemm::block_shape("dual_gemm_nvfp4_wgmma_kernel", dual_gemm_nvfp4_wgmma_kernel::CONFIGS, cfg)?;
-    // A, the small operand, decoded once in the order the widened B's registers take K in.
-    let mut a16 = gpu.alloc::<f16>(&[m, k])?;
-    crate::nvfp4::nvfp4_dequantize_runs_kernel::launch(gpu, 0, &wa, a.scales, &mut a16, m, k)?;
-    let map_a = crate::gemm::tma_map(gpu, &a16, [k, m, 1], [k, m * k], bm)?;
+    // In the order the widened B's registers take K in.
+    let (a16, map_a) = decoded_a(gpu, [m, k], bm, |a16| crate::nvfp4::nvfp4_dequantize_runs_kernel::launch(gpu, 0, &wa, a.scales, a16, m, k))?;
     let (s1, s2) = (b1.scales.view_as::<u32>(&[n, k / 64])?, b2.scales.view_as::<u32>(&[n, k / 64])?);
     dual_gemm_nvfp4_wgmma_kernel::launch(gpu, cfg, &a16, &wb1, &s1, &wb2, &s2, c, m, n, k, map_a)
 }
@@ -93,11 +91,11 @@ pub fn dual_gemm_nvfp4_with_config(gpu: &Gpu, cfg: Config, a: Nvfp4, b1: Nvfp4, 
 /// [`Config::Ws`]: A decoded to fp16 in the order of `chunk_k_position`,
 /// B's scales put in cuBLAS's blocked layout (both once a call, inside its
 /// time), then the warp-specialized kernel.
-fn widened_once(gpu: &Gpu, cfg: usize, a: Nvfp4, b1: Nvfp4, b2: Nvfp4, c: &mut Tensor<f16>, [m, n, k]: [usize; 3]) -> Result<()> {
+fn widened_once(
+    gpu: &Gpu, cfg: usize, (wa, sa): (&Tensor<u32>, &Tensor<F8E4M3>), b1: Nvfp4, b2: Nvfp4, c: &mut Tensor<f16>, [m, n, k]: [usize; 3],
+) -> Result<()> {
     let [bm, bn] = crate::gemm::block_shape("dual_gemm_nvfp4_ws_kernel", dual_gemm_nvfp4_ws_kernel::CONFIGS, cfg)?;
-    let mut a16 = gpu.alloc::<f16>(&[m, k])?;
-    crate::nvfp4::nvfp4_dequantize_chunks_kernel::launch(gpu, 0, &a.words([m, k])?, a.scales, &mut a16, m, k)?;
-    let map_a = crate::gemm::tma_map(gpu, &a16, [k, m, 1], [k, m * k], bm)?;
+    let (a16, map_a) = decoded_a(gpu, [m, k], bm, |a16| crate::nvfp4::nvfp4_dequantize_chunks_kernel::launch(gpu, 0, wa, sa, a16, m, k))?;
     let blocked_len = crate::nvfp4::blocked_len(n, k);
     let (mut s1, mut s2) = (gpu.alloc::<F8E4M3>(&[blocked_len])?, gpu.alloc::<F8E4M3>(&[blocked_len])?);
     crate::nvfp4::scales_to_blocked(gpu, b1, &mut s1)?;
@@ -111,6 +109,16 @@ fn widened_once(gpu: &Gpu, cfg: usize, a: Nvfp4, b1: Nvfp4, b2: Nvfp4, c: &mut T
     let scales_map = |s: &Tensor<F8E4M3>| gpu.tensor_map(&TileMap { base: s.device_ptr(), dims: [128, rows, 1], strides: [128, 128 * rows], boxes: [128, 4, 1], elem_bytes: 1 });
     let (map_b1, map_s1, map_b2, map_s2) = (codes_map(b1)?, scales_map(&s1)?, codes_map(b2)?, scales_map(&s2)?);
     dual_gemm_nvfp4_ws_kernel::launch(gpu, cfg, &a16, b1.values, &s1, b2.values, &s2, c, m, n, k, map_a, map_b1, map_s1, map_b2, map_s2)
+}
+
+/// A (the small operand) decoded to fp16 `[m, k]` once a call by
+/// `decode`, in the K order of the kernel that reads it, and its tensor map
+/// (boxes of `bm` rows of 64).
+fn decoded_a(gpu: &Gpu, [m, k]: [usize; 2], bm: usize, decode: impl FnOnce(&mut Tensor<f16>) -> Result<()>) -> Result<(Tensor<f16>, u64)> {
+    let mut a16 = gpu.alloc::<f16>(&[m, k])?;
+    decode(&mut a16)?;
+    let map = crate::gemm::tma_map(gpu, &a16, [k, m, 1], [k, m * k], bm)?;
+    Ok((a16, map))
 }
 
 /// `[m, n, k]` of `c = a·bᵀ`, or the error naming what does not fit.

@@ -543,8 +543,8 @@ pub fn dual_gemm_nvfp4_ws_kernel<T: Elem>(
     }
     // Without a copy warpgroup (and in the interpreter) the first thread copies.
     let copies_here = COPIER == 0 || cfg!(not(target_arch = "nvptx64"));
-    for kt in 0..STAGES.min(steps) {
-        if copies_here {
+    if copies_here {
+        for kt in 0..STAGES.min(steps) {
             fill(kt, false);
         }
     }
