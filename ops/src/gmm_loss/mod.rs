@@ -23,8 +23,9 @@ use rustile::prelude::*;
 const HALF_LOG_2PI: f32 = 0.918_938_5;
 
 /// The per-row quantities both kernels need, for the rows `r0..r0+BM`:
-/// `(logit, z, e^{−log_sigma}, log w + log N, lse of the logits, log p)`.
-/// Columns past `k` are −∞ in `logit` and in `log w + log N`.
+/// `(logit, z, e^{−log_sigma}, log w + log N + m, lse of the logits,
+/// log p + m, m)` with `m` the row's smallest `½z²` (the shift cancels in
+/// the posterior). Columns past `k` are −∞ in `logit` and in `log w + log N`.
 macro_rules! mixture_rows {
     ($out:expr, $y:expr, $rows:expr, $k:expr, $r0:expr, $BM:ident, $KP:ident) => {{
         let field = |f: usize| BlockPtr::<T, $BM, $KP>::new($out.offset(f), [$rows, $k], [3 * $k, 3], [$r0, 0]);
@@ -38,10 +39,15 @@ macro_rules! mixture_rows {
         let lse_w = (logit - lmax).exp().row_sum().log() + lmax;
         let inv_sigma = (-ls).exp();
         let z = (mu - y) * inv_sigma * -1.0;
-        let a = logit - lse_w - 0.5 * z * z - ls - HALF_LOG_2PI;
+        // ½z² reaches 1e19, where an f32 ulp dwarfs the logits: two
+        // components at the same z would lose their weights. Their offset
+        // from the row's smallest ½z² is exact (0) for such a tie.
+        let half_zz = 0.5 * z * z;
+        let zz_min = inside.select(half_zz, Tile::splat(f32::INFINITY)).reduce_rows(f32::INFINITY, rustile::math::min);
+        let a = logit - lse_w - (half_zz - zz_min) - ls - HALF_LOG_2PI;
         let amax = a.row_max();
         let lp = (a - amax).exp().row_sum().log() + amax;
-        (logit, z, inv_sigma, a, lse_w, lp)
+        (logit, z, inv_sigma, a, lse_w, lp, zz_min)
     }};
 }
 
@@ -61,7 +67,8 @@ pub fn gmm_nll_kernel<T: Elem>(out: Ptr<T>, y: Ptr<f32>, part: PtrMut<f32>, rows
     let mut blk = p;
     while blk * BM < rows {
         let r0 = blk * BM;
-        let (.., lp) = mixture_rows!(out, y, rows, k, r0, BM, KP);
+        let (.., lp, zz_min) = mixture_rows!(out, y, rows, k, r0, BM, KP);
+        let lp = lp - zz_min;
         // Each row's log p once (column 0), for rows that exist.
         let first = Tile::<bool, BM, KP>::from_fn(|r, c| c == 0 && r0 + r < rows);
         acc = acc + first.select(Tile::zeros() + lp, Tile::zeros());
@@ -83,7 +90,7 @@ pub fn gmm_nll_kernel<T: Elem>(out: Ptr<T>, y: Ptr<f32>, part: PtrMut<f32>, rows
 /// `∂log_sigma = −scale·γ·(z² − 1)`.
 pub fn gmm_nll_bwd_kernel<T: Elem>(out: Ptr<T>, y: Ptr<f32>, dout: PtrMut<T>, rows: usize, k: usize, scale: f32) {
     let r0 = program_id(0) * BM;
-    let (logit, z, inv_sigma, a, lse_w, lp) = mixture_rows!(out, y, rows, k, r0, BM, KP);
+    let (logit, z, inv_sigma, a, lse_w, lp, _) = mixture_rows!(out, y, rows, k, r0, BM, KP);
     let gamma = (a - lp).exp();
     let pi = (logit - lse_w).exp();
     let field = |f: usize| BlockPtr::<T, BM, KP>::new(dout.offset(f), [rows, k], [3 * k, 3], [r0, 0]);

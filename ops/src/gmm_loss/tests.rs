@@ -15,10 +15,13 @@ fn reference(out: &[f64], y: &[f64], k: usize) -> (f64, Vec<f64>) {
         let lmax = (0..k).map(|j| f(j, 0)).fold(f64::NEG_INFINITY, f64::max);
         let lse_w = (0..k).map(|j| (f(j, 0) - lmax).exp()).sum::<f64>().ln() + lmax;
         let z: Vec<f64> = (0..k).map(|j| (y[r] - f(j, 1)) * (-f(j, 2)).exp()).collect();
-        let a: Vec<f64> = (0..k).map(|j| f(j, 0) - lse_w - 0.5 * z[j] * z[j] - f(j, 2) - half_log_2pi).collect();
+        // ½z² reaches 1e19, past where even an f64 ulp is below 1: shift by
+        // the smallest so that tied components keep their logits.
+        let zz_min = z.iter().map(|z| 0.5 * z * z).fold(f64::INFINITY, f64::min);
+        let a: Vec<f64> = (0..k).map(|j| f(j, 0) - lse_w - (0.5 * z[j] * z[j] - zz_min) - f(j, 2) - half_log_2pi).collect();
         let amax = a.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
         let lp = a.iter().map(|v| (v - amax).exp()).sum::<f64>().ln() + amax;
-        loss -= lp / rows as f64;
+        loss -= (lp - zz_min) / rows as f64;
         let s = 1.0 / rows as f64;
         for j in 0..k {
             let (gamma, pi) = ((a[j] - lp).exp(), (f(j, 0) - lse_w).exp());
@@ -43,7 +46,11 @@ fn inputs<T: Elem>(rows: usize, k: usize, ls: f32, ls_spread: f32) -> (Vec<T>, V
 
 fn check<T: Elem>(rows: usize, k: usize, ls: f32, ls_spread: f32) {
     let (out, y, seed) = inputs::<T>(rows, k, ls, ls_spread);
-    let ctx = format!("gmm_nll<{}> rows={rows} k={k} log_sigma≈{ls} (seed {seed})", T::NAME);
+    check_on(&out, &y, k, &format!("gmm_nll<{}> rows={rows} k={k} log_sigma≈{ls} (seed {seed})", T::NAME));
+}
+
+fn check_on<T: Elem>(out: &[T], y: &[f32], k: usize, ctx: &str) {
+    let (out, y) = (out.to_vec(), y.to_vec());
     let (want, want_grad) = reference(&wide(&out), &wide(&y), k);
     for sms in [1, 3] {
         let loss = gmm_nll_cpu(&out, &y, k, sms);
@@ -72,6 +79,22 @@ fn extreme_log_sigma_stays_finite() {
     }
     // Mixed: some components impossibly sharp, some very wide.
     check::<f32>(70, 10, 0.0, 15.0);
+}
+
+/// Two equally distant, impossibly sharp components share the posterior in
+/// the ratio of their weights, though ½z² (1e17) hides the logits in f32.
+#[test]
+fn tied_sharp_components_keep_their_weights() {
+    let (mut rng, seed) = rng();
+    let rows = 9;
+    let mut out = Vec::new();
+    let y: Vec<f32> = normal(&mut rng, rows, 0.0, 1.5);
+    for r in 0..rows {
+        let mu = y[r] + 0.75 * (r as f32 - 4.0);
+        let logits: Vec<f32> = normal(&mut rng, 3, 0.0, 2.0);
+        out.extend([logits[0], mu, -20.0, logits[1], mu, -20.0, logits[2], mu + 0.5, -20.0]);
+    }
+    check_on(&out, &y, 3, &format!("gmm_nll<f32> tied components (seed {seed})"));
 }
 
 #[test]
