@@ -323,7 +323,7 @@ impl<'a> Problem<'a> {
 /// [`tune_shapes`] (`attention::forward_bucket`: head dim, mask, lengths),
 /// the configs of that head dim.
 pub fn tune(gpu: &Gpu, kernel: &str, quick: bool) -> Result<rustile_ops::tune::OpTable> {
-    use crate::tune::{measure_cfg, op_table, pruned, report, tune_bucket};
+    use crate::tune::{keep_bucket, measure_cfg, op_table, pruned, report, tune_bucket};
     let configs = attention::attention_fwd_wgmma_kernel::CONFIGS;
     let report = report(&rustile_host::native_arch(gpu.compute_capability()));
     let (mcfg, shapes) = (measure_cfg(quick), tune_shapes(quick));
@@ -338,13 +338,8 @@ pub fn tune(gpu: &Gpu, kernel: &str, quick: bool) -> Result<rustile_ops::tune::O
         let mut p = Problem::new(gpu, *s)?;
         let verdict = |p: &mut Problem, i: usize| pruned(gpu, report.as_ref(), kernel, &configs[i], "bf16").or_else(|| p.check(i).err().map(|e| e.to_string()));
         let bucket = attention::forward_bucket(dp, s.causal, s.dims.sq, s.dims.sk);
-        match tune_bucket(gpu, &mcfg, &tag, configs, &candidates, &mut p, verdict, |p, i| p.run(i))? {
-            Some(b) => {
-                eprintln!("    attention {}: bucket {bucket} → {}", spec(&[*s]), b.best);
-                buckets.push(rustile_ops::tune::Bucket { bucket, shape: spec(&[*s]), ..b });
-            }
-            None => eprintln!("    attention {}: no valid candidate; the bucket stays untuned", spec(&[*s])),
-        }
+        let tuned = tune_bucket(gpu, &mcfg, &tag, configs, &candidates, &mut p, verdict, |p, i| p.run(i))?;
+        keep_bucket(&mut buckets, "attention", spec(&[*s]), bucket, tuned);
         bar.inc(1);
     }
     bar.finish_and_clear();

@@ -14,7 +14,7 @@ use crate::harness::{gb_per_s, measure, MeasureCfg, Row, Stats, RUSTILE};
 use rustile::{f16, F4E2M1x2, F8E4M3};
 use rustile_host::{Gpu, Result, Tensor};
 use rustile_ops::dual_gemm::dual_gemm;
-use rustile_ops::dual_gemm_nvfp4::{default_config, dual_gemm_nvfp4, dual_gemm_nvfp4_with_config, Config};
+use rustile_ops::dual_gemm_nvfp4::{choose, dual_gemm_nvfp4, dual_gemm_nvfp4_with_config, dual_gemm_nvfp4_ws_kernel, Config};
 use rustile_ops::nvfp4::{dequantize, dequantize_cpu, Nvfp4};
 use rustile_ops::reference;
 use rustile_ops::testing::{gather_rows, nvfp4_gpu_mode, nvfp4_outside_tolerance, rng};
@@ -137,8 +137,8 @@ pub fn bench_nvfp4(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, check_only
         let stats = measure(gpu, mcfg, || ours(&mut c, &sets[0]))?;
         ours_us.push(stats.median_ms * 1e3);
         rows.push(row(RUSTILE, stats));
-        // Every other config, for the heuristic and the tuner (the default's figure is the row above).
-        let default = default_config(gpu, m, n);
+        // Every other config, beside the tuned table's choice (the row above).
+        let default = choose(gpu, m, n, k);
         let mut sweep = vec![format!("{} {:.1}", default.describe(), ours_us.last().unwrap())];
         for cfg in Config::all(gpu).into_iter().filter(|&cfg| cfg != default) {
             let t = measure(gpu, mcfg, || dual_gemm_nvfp4_with_config(gpu, cfg, a.nvfp4(), b1.nvfp4(), b2.nvfp4(), &mut c))?;
@@ -178,4 +178,57 @@ pub fn bench_nvfp4(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, check_only
     let geomean = ours_us.iter().map(|t| t.ln()).sum::<f64>() / ours_us.len() as f64;
     eprintln!("dual_gemm_nvfp4: geometric mean {:.1} µs over GPU MODE's 4 shapes (B200's speed of light: {B200_SOL_US} µs)", geomean.exp());
     Ok(rows)
+}
+
+/// The shapes the tuner times for the NVFP4 dual GEMM: GPU MODE's four
+/// benchmark shapes, then (unless `quick`) its test shapes. Shapes whose
+/// bucket an earlier one holds are skipped by [`tune`].
+pub fn tune_shapes(quick: bool) -> Vec<[usize; 3]> {
+    let mut shapes = SHAPES.to_vec();
+    if !quick {
+        shapes.extend([
+            [1536, 512, 7168], [256, 512, 256], [3072, 1024, 1536], [7168, 1024, 256], [7168, 2304, 2048],
+            [4608, 384, 7168], [7168, 384, 2304], [512, 768, 7168], [4096, 768, 512],
+        ]);
+    }
+    shapes
+}
+
+/// Tunes the warp-specialized NVFP4 dual GEMM (`kernel`, op
+/// `dual_gemm_nvfp4`): per bucket, every config on fresh GPU MODE operands,
+/// checked on sampled rows against float64 with GPU MODE's tolerance, then timed.
+pub fn tune(gpu: &Gpu, kernel: &str, quick: bool) -> Result<rustile_ops::tune::OpTable> {
+    use crate::harness::shape_str;
+    use crate::tune::{keep_bucket, measure_cfg, op_table, pruned, report, tune_bucket};
+    use rustile_ops::tune::bucket_name;
+    let configs = dual_gemm_nvfp4_ws_kernel::CONFIGS;
+    let report = report(&rustile_host::native_arch(gpu.compute_capability()));
+    let mcfg = measure_cfg(quick);
+    let mut shapes = tune_shapes(quick);
+    let mut seen = std::collections::HashSet::new();
+    shapes.retain(|s| seen.insert(bucket_name(s)));
+    let mut buckets = vec![];
+    let bar = crate::harness::progress(shapes.len(), "tune dual_gemm_nvfp4");
+    for (si, &[m, n, k]) in shapes.iter().enumerate() {
+        let shape = [m, n, k];
+        let (mut rng, _) = rng();
+        let operands = [Operand::random(gpu, &mut rng, m, k)?, Operand::random(gpu, &mut rng, n, k)?, Operand::random(gpu, &mut rng, n, k)?];
+        let mut p = (Sampled::new(&operands, shape), gpu.alloc::<f16>(&[m, n])?);
+        let [a, b1, b2] = &operands;
+        let run = |c: &mut Tensor<f16>, i: usize| dual_gemm_nvfp4_with_config(gpu, Config::Ws(i), a.nvfp4(), b1.nvfp4(), b2.nvfp4(), c);
+        let tag = format!("[{}/{}] dual_gemm_nvfp4 {}", si + 1, shapes.len(), shape_str(&shape));
+        bar.set_message(format!("{}: checking and timing {} configs", shape_str(&shape), configs.len()));
+        let verdict = |(sampled, c): &mut (Sampled, Tensor<f16>), i: usize| {
+            pruned(gpu, report.as_ref(), kernel, &configs[i], "f16").or_else(|| {
+                let checked = gpu.fill_bytes(c, 0xFF).and_then(|_| run(c, i)).and_then(|_| sampled.check(configs[i].name, &gpu.download(c)?));
+                checked.err().map(|e| e.to_string())
+            })
+        };
+        let all: Vec<usize> = (0..configs.len()).collect();
+        let tuned = tune_bucket(gpu, &mcfg, &tag, configs, &all, &mut p, verdict, |(_, c), i| run(c, i))?;
+        keep_bucket(&mut buckets, "dual_gemm_nvfp4", shape_str(&shape), bucket_name(&shape), tuned);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(op_table(gpu, "dual_gemm_nvfp4", kernel, report, buckets))
 }

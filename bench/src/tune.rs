@@ -17,7 +17,8 @@ use crate::gemm::{close, cublas_swiglu};
 use crate::harness::{measure_each, shape_str, utc_now, MeasureCfg};
 
 /// The ops the tuner knows, and the kernel each one dispatches to
-/// (`attention`: Hopper's forward, tuned in `crate::attention::tune`).
+/// (`attention`: Hopper's forward, tuned in `crate::attention::tune`;
+/// `dual_gemm_nvfp4`: the warp-specialized kernel, in `crate::nvfp4::tune`).
 pub const OPS: &[(&str, &str)] = &[
     ("gemm_nt", "gemm_nt_kernel"),
     ("gemm_wgmma", "gemm_wgmma_kernel"),
@@ -26,6 +27,7 @@ pub const OPS: &[(&str, &str)] = &[
     ("dual_gemm_tma", "dual_gemm_tma_kernel"),
     ("gemm_fp8", "gemm_fp8_kernel"),
     ("attention", "attention_fwd_wgmma_kernel"),
+    ("dual_gemm_nvfp4", "dual_gemm_nvfp4_ws_kernel"),
 ];
 
 /// The representative shapes tuned for `op` (one per bucket): the bench's
@@ -155,6 +157,9 @@ pub fn tune_op(gpu: &Gpu, blas: &Blas, op: &str, quick: bool) -> Result<OpTable>
     if op == "attention" {
         return crate::attention::tune(gpu, kernel, quick);
     }
+    if op == "dual_gemm_nvfp4" {
+        return crate::nvfp4::tune(gpu, kernel, quick);
+    }
     let configs = match op {
         "dual_gemm" => dual_gemm::dual_gemm_kernel::CONFIGS,
         "dual_gemm_tma" => dual_gemm::dual_gemm_tma_kernel::CONFIGS,
@@ -179,14 +184,8 @@ pub fn tune_op(gpu: &Gpu, blas: &Blas, op: &str, quick: bool) -> Result<OpTable>
         let tag = format!("[{}/{}] {op} {}", si + 1, shapes.len(), shape_str(&shape));
         let verdict = |p: &mut Problem, i: usize| pruned(gpu, report.as_ref(), kernel, &configs[i], dtype).or_else(|| p.check(i).err().map(|e| e.to_string()));
         let all: Vec<usize> = (0..configs.len()).collect();
-        let bucket = tune_bucket(gpu, &mcfg, &tag, configs, &all, &mut p, verdict, |p, i| p.run(i))?;
-        match bucket {
-            Some(b) => {
-                eprintln!("    {op} {}: bucket {} → {}", shape_str(&shape), bucket_name(&shape), b.best);
-                buckets.push(Bucket { bucket: bucket_name(&shape), shape: shape_str(&shape), ..b });
-            }
-            None => eprintln!("    {op} {}: no valid candidate; the bucket stays untuned", shape_str(&shape)),
-        }
+        let tuned = tune_bucket(gpu, &mcfg, &tag, configs, &all, &mut p, verdict, |p, i| p.run(i))?;
+        keep_bucket(&mut buckets, op, shape_str(&shape), bucket_name(&shape), tuned);
         bar.inc(1);
     }
     bar.finish_and_clear();
@@ -196,6 +195,18 @@ pub fn tune_op(gpu: &Gpu, blas: &Blas, op: &str, quick: bool) -> Result<OpTable>
 /// The repetitions of a tuning run: 30 (10 `quick`), L2 flushed before each.
 pub fn measure_cfg(quick: bool) -> MeasureCfg {
     MeasureCfg { reps: if quick { 10 } else { 30 }, warmup: 3, warmup_ms: 10.0, flush_l2: true }
+}
+
+/// Adds bucket `bucket` of `op` (timed at `shape`) to `buckets` when a
+/// candidate was valid, and says which won or that it stays untuned.
+pub(crate) fn keep_bucket(buckets: &mut Vec<Bucket>, op: &str, shape: String, bucket: String, tuned: Option<Bucket>) {
+    match tuned {
+        Some(b) => {
+            eprintln!("    {op} {shape}: bucket {bucket} → {}", b.best);
+            buckets.push(Bucket { bucket, shape, ..b });
+        }
+        None => eprintln!("    {op} {shape}: no valid candidate; the bucket stays untuned"),
+    }
 }
 
 /// One op's tuned buckets with their provenance.

@@ -46,13 +46,13 @@ fn run(args: &Args) -> Result<(), String> {
         None => OPS.iter().map(|o| o.0).collect(),
     };
     // The wgmma kernels exist on sm_90a only.
-    let hopper_only = ["gemm_wgmma", "gemm_tma", "dual_gemm_tma", "gemm_fp8", "attention"];
+    let hopper_only = ["gemm_wgmma", "gemm_tma", "dual_gemm_tma", "gemm_fp8", "attention", "dual_gemm_nvfp4"];
     let wgmma_here = rustile_ops::gemm::gemm_wgmma_kernel::supported(&gpu);
     if let Some(op) = args.op.as_deref().filter(|op| hopper_only.contains(op) && !wgmma_here) {
         return Err(format!("{op} needs an sm_90a GPU; {} is not one", gpu.name()));
     }
     let ops: Vec<&str> = ops.into_iter().filter(|op| !hopper_only.contains(op) || wgmma_here).collect();
-    // Every candidate is checked before it is timed: a GEMM against cuBLAS, attention against float64.
+    // Every candidate is checked before it is timed: a GEMM against cuBLAS, attention and NVFP4 against float64.
     let blas = Blas::new(&gpu)?;
     eprintln!("tuning {} on {} ({} SMs){}", ops.join(", "), gpu.name(), gpu.sm_count(), if args.quick { ", quick" } else { "" });
     let out = args.out.clone().unwrap_or_else(|| PathBuf::from(format!("tuned/{}.toml", args.arch)));

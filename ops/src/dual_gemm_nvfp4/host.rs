@@ -44,20 +44,27 @@ impl Config {
 /// dual_gemm_nvfp4(&gpu, a, Nvfp4 { values: &w1, scales: &s1 }, Nvfp4 { values: &w2, scales: &s2 }, &mut c)?;
 /// ```
 pub fn dual_gemm_nvfp4(gpu: &Gpu, a: Nvfp4, b1: Nvfp4, b2: Nvfp4, c: &mut Tensor<f16>) -> Result<()> {
-    let [m, n, _] = product_shape("dual_gemm_nvfp4", a, b1, c)?;
-    dual_gemm_nvfp4_with_config(gpu, default_config(gpu, m, n), a, b1, b2, c)
+    let [m, n, k] = product_shape("dual_gemm_nvfp4", a, b1, c)?;
+    dual_gemm_nvfp4_with_config(gpu, choose(gpu, m, n, k), a, b1, b2, c)
 }
 
-/// The config for `m × n` on `gpu`: on Hopper the warp-specialized kernel
-/// with 64 weight rows by 128 rows of A a program, one widening and one copy
-/// warpgroup (RESULTS "The NVFP4 dual GEMM with a widening warpgroup": the
-/// fastest at GPU MODE's four shapes); elsewhere the portable kernel.
-pub fn default_config(gpu: &Gpu, _m: usize, _n: usize) -> Config {
+/// The config `dual_gemm_nvfp4` runs at `m × n × k` on `gpu`: on Hopper the
+/// warp-specialized kernel's winner in the tuned table (op
+/// `dual_gemm_nvfp4`), else [`default_config`]; elsewhere the portable kernel.
+pub fn choose(gpu: &Gpu, m: usize, n: usize, k: usize) -> Config {
     if !dual_gemm_nvfp4_ws_kernel::supported(gpu) {
         return Config::Mma(0);
     }
+    Config::Ws(crate::tune::config(gpu.compute_capability(), "dual_gemm_nvfp4", dual_gemm_nvfp4_ws_kernel::CONFIGS, &[m, n, k], default_config))
+}
+
+/// The untuned choice of `dual_gemm_nvfp4_ws_kernel`'s config: 64 weight
+/// rows by 128 rows of A a program, one widening and one copy warpgroup
+/// (RESULTS "The NVFP4 dual GEMM with a widening warpgroup": the fastest at
+/// GPU MODE's four shapes).
+pub fn default_config() -> usize {
     let i = dual_gemm_nvfp4_ws_kernel::CONFIGS.iter().position(|c| [("BN", 64), ("BM", 128), ("WIDENERS", 1), ("COPIER", 1)].iter().all(|&(k, v)| c.get(k) == Some(v)));
-    Config::Ws(i.expect("dual_gemm_nvfp4_ws_kernel has the default's config"))
+    i.expect("dual_gemm_nvfp4_ws_kernel has the default's config")
 }
 
 /// [`dual_gemm_nvfp4`] with config `cfg`.
