@@ -463,6 +463,8 @@ impl<T: Elem> Sources<T> {
         (BN = 128, BM = 64, WARPS = 16, WIDENERS = 2, COPIER = 0, STAGES = 4, WREGS = 88, CREGS = 168, SMEM = 204896),
         (BN = 128, BM = 128, WARPS = 12, WIDENERS = 1, COPIER = 0, STAGES = 3, WREGS = 104, CREGS = 200, SMEM = 178248),
         (BN = 64, BM = 128, WARPS = 12, WIDENERS = 1, COPIER = 1, STAGES = 4, WREGS = 0, CREGS = 232, SMEM = 156256),
+        (BN = 64, BM = 128, WARPS = 12, WIDENERS = 1, COPIER = 1, STAGES = 5, WREGS = 0, CREGS = 232, SMEM = 195192),
+        (BN = 64, BM = 128, WARPS = 12, WIDENERS = 2, COPIER = 0, STAGES = 5, WREGS = 120, CREGS = 240, SMEM = 195192),
     ],
     grid = [cdiv(m, BM) * cdiv(n, BN)],
     dtypes = [f16],
