@@ -491,17 +491,31 @@ pub fn dual_gemm_nvfp4_ws_kernel<T: Elem>(
     let fill = |kt: usize, by_this_thread: bool| src.fill(&st, [m, n, k], [n0, m0], kt, by_this_thread);
     // Each thread widens its runs of 16 values (one scale each) of B₁ and
     // B₂ (`mats`) into two 16-byte chunks of a row ([`run_f16x2`]'s pairs,
-    // 2⁻⁸ of the values).
+    // 2⁻⁸ of the values). Every run's codes and scale word are loaded
+    // first, then widened and stored: a load after a store to shared
+    // memory waits for it (the compiler cannot tell they do not overlap),
+    // which exposed each run's load latency in turn.
+    const SHARERS: usize = if cfg!(target_arch = "nvptx64") { 128 } else { 1 };
     let widen = |kt: usize, mats: core::ops::Range<usize>| {
         let s = kt % STAGES;
-        for i in mats {
-            let (codes, scales, w) = (st.codes(s, i), st.scales(s, i), st.w(s, i));
+        let mut loaded = [[([0u32; 2], 0u32); BN * 4 / SHARERS]; 2];
+        for (i, loaded) in loaded.iter_mut().enumerate().filter(|(i, _)| mats.contains(i)) {
+            let (codes, scales) = (st.codes(s, i), st.scales(s, i));
+            let mut j = 0;
             wgmma::warpgroup_pieces::<BN, 4>(|row, run| {
-                let words = codes.words::<2>(row, 8 * run);
                 // The row's four scales of the step, in its atom.
                 let r = (n0 + row) % 128;
                 let at = (r % 32) * 16 + (r / 32) * 4;
-                let four = scales.words::<1>(at / 128, at % 128)[0];
+                loaded[j] = (codes.words::<2>(row, 8 * run), scales.words::<1>(at / 128, at % 128)[0]);
+                j += 1;
+            });
+        }
+        for (i, loaded) in loaded.iter().enumerate().filter(|(i, _)| mats.contains(i)) {
+            let w = st.w(s, i);
+            let mut j = 0;
+            wgmma::warpgroup_pieces::<BN, 4>(|row, run| {
+                let (words, four) = loaded[j];
+                j += 1;
                 let p = run_scaled(run_codes(words), scale_f16x2(F8E4M3((four >> (8 * run)) as u8)));
                 w.put_words(row, 32 * run, [p[0], p[1], p[2], p[3]]);
                 w.put_words(row, 32 * run + 16, [p[4], p[5], p[6], p[7]]);
