@@ -146,6 +146,7 @@ pub fn bench_attention(gpu: &Gpu, cfg: &MeasureCfg, shapes: &[Shape]) -> Result<
     );
     for s in shapes {
         let (mut rng, seed) = rng();
+        crate::harness::status(format!("attention {}", spec(&[*s])));
         let (Dims { batch, sq, sk, heads, kv_heads, d }, causal) = (s.dims, s.causal);
         let (qs, ks) = ([batch, sq, heads, d], [batch, sk, kv_heads, d]);
         let q: Vec<bf16> = normal(&mut rng, qs.iter().product(), 0.0, 1.0);
@@ -201,6 +202,7 @@ pub fn bench_attention_fp8(gpu: &Gpu, cfg: &MeasureCfg, shapes: &[Shape], sweep:
     let mut rows = Vec::new();
     for s in shapes.iter().filter(|s| s.dims.d == 64 || s.dims.d == 128) {
         let (mut rng, seed) = rng();
+        crate::harness::status(format!("attention_fp8 {}", spec(&[*s])));
         let (Dims { batch, sq, sk, heads, kv_heads, d }, causal) = (s.dims, s.causal);
         let (qs, ks) = ([batch, sq, heads, d], [batch, sk, kv_heads, d]);
         let [q, k, v] = [qs, ks, ks].map(|shape| normal::<bf16>(&mut rng, shape.iter().product(), 0.0, 1.0));

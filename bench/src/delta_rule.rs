@@ -67,6 +67,7 @@ pub fn bench_delta_rule(gpu: &Gpu, cfg: &MeasureCfg, copy_gb_s: f64, tokens: &[u
     let beta = gpu.upload(&drawn.beta, &[HEADS])?;
     eprintln!("delta_rule: B = 1, {HEADS} heads of {D}; floor = bytes of q, k, v, o / {copy_gb_s:.0} GB/s (seed {seed})");
     for &t in tokens {
+        crate::harness::status(format!("delta_rule {t} tokens"));
         let n = t * HEADS * D;
         let up = |x: &[bf16]| gpu.upload(&repeat(x, n), &shape(t));
         let (q, k, v) = (up(&drawn.q)?, up(&drawn.k)?, up(&drawn.v)?);

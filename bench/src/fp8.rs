@@ -25,6 +25,7 @@ pub fn bench_fp8(gpu: &Gpu, mcfg: &MeasureCfg, lt: Option<&BlasLt>, shapes: &[[u
         let (mut rng, seed) = rng();
         let shape = [m, n, k];
         let say = |line: String| eprintln!("gemm_fp8 {m}x{n}x{k}: {line} (seed {seed})");
+        crate::harness::status(format!("gemm_fp8 {m}x{n}x{k}"));
         // Values of a few units: a tensor quantized with its amax mapped near 448 looks like this.
         let a: Vec<F8E4M3> = normal(&mut rng, m * k, 0.0, 4.0);
         let b: Vec<F8E4M3> = normal(&mut rng, n * k, 0.0, 4.0);

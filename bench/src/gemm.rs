@@ -210,6 +210,7 @@ fn bench<T: Elem>(
         let shape = [m, n, k];
         let size = std::mem::size_of::<T>() as f64;
         let say = |line: String| eprintln!("{op} {m}x{n}x{k}: {line} (seed {seed})");
+        crate::harness::status(format!("{op} {m}x{n}x{k}"));
         let a: Vec<T> = normal(&mut rng, m * k, 0.0, 1.0);
         let b: Vec<T> = normal(&mut rng, n * k, 0.0, 1.0);
         let (da, db) = (gpu.upload(&a, &[m, k])?, gpu.upload(&b, &[n, k])?);
@@ -278,6 +279,7 @@ fn bench<T: Elem>(
                     let tma = gemm::gemm_tma_kernel::CONFIGS.iter().enumerate().map(|(i, cf)| (gemm::Config::Tma(i), cf.name));
                     let hopper: Vec<_> = if gemm::gemm_wgmma_kernel::supported(gpu) { wgmma.chain(tma).collect() } else { vec![] };
                     for (cfg, name) in mma.chain(hopper) {
+                        crate::harness::status(format!("{op} {m}x{n}x{k}: config {name}"));
                         let stats = measure(gpu, mcfg, || gemm::gemm_nt_with_config(gpu, cfg, &da, &db, &mut c, &gemm::Epilogue::new()))?;
                         let path = match cfg {
                             gemm::Config::Mma(_) => "mma.sync",
@@ -326,6 +328,7 @@ fn bench<T: Elem>(
                     let mma = dual_gemm::dual_gemm_kernel::CONFIGS.iter().enumerate().map(|(i, cf)| (gemm::Config::Mma(i), "mma.sync", cf.name));
                     let tma = dual_gemm::dual_gemm_tma_kernel::CONFIGS.iter().enumerate().map(|(i, cf)| (gemm::Config::Tma(i), "tma+wgmma", cf.name));
                     for (cfg, path, name) in mma.chain(tma.filter(|_| hopper)) {
+                        crate::harness::status(format!("{op} {m}x{n}x{k}: config {name}"));
                         let stats = measure(gpu, mcfg, || dual_gemm::dual_gemm_with_config(gpu, cfg, &da, &db, &db2, &mut c))?;
                         rows.push(row(&format!("{RUSTILE} {path} cfg={name}"), stats, flops, bytes));
                     }
@@ -349,6 +352,7 @@ fn bench_mlp<T: Elem>(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, check_o
     for &[n_rows, d_model, d_ff] in MLP_SHAPES {
         let (mut rng, seed) = rng();
         let say = |line: String| eprintln!("mlp {n_rows}x{d_model}x{d_ff}: {line} (seed {seed})");
+        crate::harness::status(format!("mlp {n_rows}x{d_model}x{d_ff}"));
         let size = std::mem::size_of::<T>() as f64;
         let x: Vec<T> = normal(&mut rng, n_rows * d_model, 0.0, 1.0);
         let w: Vec<Vec<T>> = (0..2).map(|_| normal(&mut rng, d_ff * d_model, 0.0, 1.0 / (d_model as f32).sqrt())).collect();

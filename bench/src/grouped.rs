@@ -96,6 +96,7 @@ pub fn bench_groups<T: Elem>(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, 
         let (mut rng, seed) = rng();
         let g = sizes.len();
         let say = |line: String| eprintln!("grouped {g} groups of different sizes: {line} (seed {seed})");
+        crate::harness::status(format!("grouped {g} groups"));
         let groups = Groups::new(gpu, &sizes)?;
         let [la, lb, lc] = groups.lens();
         let (a, b): (Vec<T>, Vec<T>) = (normal(&mut rng, la, 0.0, 1.0), normal(&mut rng, lb, 0.0, 1.0));

@@ -400,6 +400,13 @@ mod tests {
     }
 
     #[test]
+    fn status_writes_to_the_latest_bar() {
+        let (_, bar) = (progress(2, "first"), progress(3, "second"));
+        status("gemm 4096x4096x4096: config BM128_BN256".into());
+        assert_eq!(bar.message(), "gemm 4096x4096x4096: config BM128_BN256");
+    }
+
+    #[test]
     fn reads_torch_rows() {
         let text = r#"{"op":"add","shape":"268435456","dtype":"bf16","impl":"torch eager","median_ms":0.6,"bytes":1.6e9}"#;
         let r: Row = serde_json::from_str(text).unwrap();
@@ -409,11 +416,24 @@ mod tests {
 
 /// A progress bar on stderr over `len` steps of `what` (the op being tuned
 /// or benched), its message saying what runs now. Drawn only on a terminal,
-/// so logs written to a file stay plain lines.
+/// so logs written to a file stay plain lines. It is the bar [`status`]
+/// writes to until the next one is made.
 pub fn progress(len: usize, what: &str) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(len as u64);
     let style = indicatif::ProgressStyle::with_template("{prefix} [{bar:24}] {pos}/{len} {wide_msg} ({elapsed})").expect("a valid template");
     bar.set_style(style.progress_chars("=> "));
     bar.set_prefix(what.to_string());
+    *CURRENT_BAR.lock().unwrap() = Some(bar.clone());
     bar
+}
+
+static CURRENT_BAR: std::sync::Mutex<Option<indicatif::ProgressBar>> = std::sync::Mutex::new(None);
+
+/// What is being measured now (op, shape, config), on the latest
+/// [`progress`] bar: the benches deep inside a run say it without being
+/// handed the bar.
+pub fn status(what: String) {
+    if let Some(bar) = CURRENT_BAR.lock().unwrap().as_ref() {
+        bar.set_message(what);
+    }
 }

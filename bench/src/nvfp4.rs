@@ -98,6 +98,7 @@ pub fn bench_nvfp4(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, check_only
     for [m, n, k] in SHAPES {
         let (mut rng, seed) = rng();
         let say = |line: String| eprintln!("dual_gemm_nvfp4 {m}x{n}x{k}: {line} (seed {seed})");
+        crate::harness::status(format!("dual_gemm_nvfp4 {m}x{n}x{k}: {}", choose(gpu, m, n, k).describe()));
         // Four input sets, for GPU MODE's timing on changing inputs; the first is checked and timed.
         let sets: Vec<[Operand; 3]> = (0..4)
             .map(|_| Ok([Operand::random(gpu, &mut rng, m, k)?, Operand::random(gpu, &mut rng, n, k)?, Operand::random(gpu, &mut rng, n, k)?]))
@@ -141,6 +142,7 @@ pub fn bench_nvfp4(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, check_only
         let default = choose(gpu, m, n, k);
         let mut sweep = vec![format!("{} {:.1}", default.describe(), ours_us.last().unwrap())];
         for cfg in Config::all(gpu).into_iter().filter(|&cfg| cfg != default) {
+            crate::harness::status(format!("dual_gemm_nvfp4 {m}x{n}x{k}: {}", cfg.describe()));
             let t = measure(gpu, mcfg, || dual_gemm_nvfp4_with_config(gpu, cfg, a.nvfp4(), b1.nvfp4(), b2.nvfp4(), &mut c))?;
             sweep.push(format!("{} {:.1}", cfg.describe(), t.median_ms * 1e3));
         }

@@ -18,13 +18,14 @@ pub fn bench_op(gpu: &Gpu, cfg: &MeasureCfg, op: &str, s: &Sizes, sweep: bool) -
     }
 }
 
-/// Times `run(config)` for every config that `fits`, as extra rows named after the config.
+/// Times `run(config)` for every config that `fits`, as extra rows named after the config (`op`: for the progress bar).
 fn sweep_rows(
-    gpu: &Gpu, mcfg: &MeasureCfg, configs: &[rustile::KernelConfig], fits: impl Fn(&rustile::KernelConfig) -> bool,
+    gpu: &Gpu, mcfg: &MeasureCfg, op: &str, configs: &[rustile::KernelConfig], fits: impl Fn(&rustile::KernelConfig) -> bool,
     mut run: impl FnMut(usize) -> Result<()>, row: impl Fn(Stats, String) -> Row,
 ) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     for (i, c) in configs.iter().enumerate().filter(|(_, c)| fits(c)) {
+        crate::harness::status(format!("{op}: config {}", c.name));
         let stats = measure(gpu, mcfg, || run(i))?;
         rows.push(row(stats, format!("{RUSTILE} cfg={}", c.name)));
     }
@@ -67,7 +68,7 @@ fn bench_typed<T: Elem>(gpu: &Gpu, cfg: &MeasureCfg, op: &str, s: &Sizes, sweep:
             let mut rows = vec![row(&[n], stats, bytes)];
             if sweep {
                 let k = if op == "add" { vector::add_kernel::CONFIGS } else { vector::swiglu_kernel::CONFIGS };
-                rows.extend(sweep_rows(gpu, cfg, k, |_| true, |c| {
+                rows.extend(sweep_rows(gpu, cfg, op, k, |_| true, |c| {
                     if op == "add" { vector::add_kernel::launch(gpu, c, &dx, &dy, &mut out, n) } else { vector::swiglu_kernel::launch(gpu, c, &dx, &dy, &mut out, n) }
                 }, |st, name| Row::new(op, &[n], T::NAME, &name, st).bytes(bytes))?);
             }
@@ -107,7 +108,7 @@ fn bench_typed<T: Elem>(gpu: &Gpu, cfg: &MeasureCfg, op: &str, s: &Sizes, sweep:
                 // Configs whose tile holds a whole row (the others take two passes by design).
                 let fits = |c: &rustile::KernelConfig| c.get("BN").unwrap() >= cols || c.get("BN") == Some(16384);
                 let k = match op { "softmax" => softmax::softmax_kernel::CONFIGS, "layernorm" => norm::layer_norm_kernel::CONFIGS, _ => norm::rms_norm_kernel::CONFIGS };
-                out.extend(sweep_rows(gpu, cfg, k, fits, |c| match op {
+                out.extend(sweep_rows(gpu, cfg, op, k, fits, |c| match op {
                     "softmax" => softmax::softmax_kernel::launch(gpu, c, &dx, &mut y, rows, cols),
                     "layernorm" => norm::layer_norm_kernel::launch(gpu, c, &dx, &dw, &db, &mut y, &mut mean, &mut rstd, rows, cols, 1e-5, 1),
                     _ => norm::rms_norm_kernel::launch(gpu, c, &dx, &dw, &mut y, &mut rstd, rows, cols, 1e-6),

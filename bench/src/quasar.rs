@@ -25,6 +25,7 @@ pub fn bench_quasar(gpu: &Gpu, cfg: &MeasureCfg, tokens: &[usize]) -> Result<Vec
     let dy: Vec<bf16> = normal(&mut rng, DRAWN * hidden, 0.0, 1.0);
     eprintln!("quasar: B = 1, hidden {hidden}, {} heads of 64 (seed {seed})", Config::SEED.heads);
     for &t in tokens {
+        crate::harness::status(format!("quasar {t} tokens"));
         let shape = [1, t, hidden];
         let mut layer = Quasar::new(gpu, Config::SEED, 1, t, seed)?;
         gpu.write(&mut layer.x, &repeat(&x, t * hidden))?;

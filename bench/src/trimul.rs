@@ -49,6 +49,7 @@ pub fn bench_trimul(gpu: &Gpu, cfg: &MeasureCfg, copy_gb_s: f64, sweep: bool) ->
         let (mut rng, seed) = rng();
         let case = TriMulCase::new(&mut rng, s.dims(), s.cauchy, s.masked);
         let Dims { batch, n, dim, .. } = case.dims;
+        crate::harness::status(format!("trimul batch {batch} n {n} dim {dim}"));
         let (tm, x, mask) = case.upload(gpu)?;
         let mut ws = tm.workspace(gpu, batch, n)?;
         let mut out = gpu.alloc::<f32>(&[batch, n, n, dim])?;
