@@ -47,18 +47,21 @@ fn ratio_chart(report: &Report, op: &str, path: &Path) -> Result<bool, Failed> {
     let mut names: Vec<&str> = groups.iter().flat_map(|(_, a)| a.iter().map(|(n, _)| *n)).collect();
     names.sort();
     names.dedup();
-    let top = groups.iter().flat_map(|(_, a)| a.iter().map(|(_, r)| *r)).fold(1.0f64, f64::max) * 1.15;
-    let width = (160 + groups.len() * (40 + 28 * names.len())).clamp(640, 2400) as u32;
+    // Headroom above the tallest bar for the legend (upper right).
+    let top = groups.iter().flat_map(|(_, a)| a.iter().map(|(_, r)| *r)).fold(1.0f64, f64::max) * 1.2 + 0.15 * names.len() as f64;
+    let labels: Vec<String> = groups.iter().map(|(g, _)| g.clone()).collect();
+    // A group is wide enough for its bars and for its label written level
+    // (about 6 px a character at 10 px): rotated labels ran into the bars.
+    let label_px = labels.iter().map(|l| 6 * l.len() + 12).max().unwrap_or(0);
+    let width = (100 + groups.len() * (40 + 28 * names.len()).max(label_px)).clamp(640, 2400) as u32;
     let root = SVGBackend::new(path, (width, 480)).into_drawing_area();
     root.fill(&WHITE)?;
-    let title = format!("{op}: baseline time / ours (> 1: ours faster), {}, {}", report.device, report.commit);
     let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 16))
+        .caption(format!("{op}: baseline time / ours (> 1: ours faster)"), ("sans-serif", 16))
         .margin(12)
-        .x_label_area_size(90)
+        .x_label_area_size(44)
         .y_label_area_size(50)
         .build_cartesian_2d(0f64..groups.len() as f64, 0f64..top)?;
-    let labels: Vec<String> = groups.iter().map(|(g, _)| g.clone()).collect();
     chart
         .configure_mesh()
         .disable_x_mesh()
@@ -67,7 +70,8 @@ fn ratio_chart(report: &Report, op: &str, path: &Path) -> Result<bool, Failed> {
             let i = x.floor() as usize;
             if (x - i as f64 - 0.5).abs() < 0.26 { labels.get(i).cloned().unwrap_or_default() } else { String::new() }
         })
-        .x_label_style(("sans-serif", 11).into_font().transform(FontTransform::Rotate90))
+        .x_label_style(("sans-serif", 10))
+        .x_desc(format!("{}, {}", report.device, report.commit))
         .y_desc("ratio")
         .draw()?;
     let slot = 0.8 / names.len() as f64;
