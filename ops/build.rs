@@ -58,13 +58,14 @@ const HOST_ONLY: &[&str] = &[
 
 /// The sources (folders or files) each tuned op's kernels come from,
 /// besides the DSL's: a tuned table whose hash of these differs is out of
-/// date. Attention's tuned op is the forward alone; the NVFP4 dual GEMM's is
-/// the warp-specialized kernel.
+/// date. Attention's tuned op is the forward alone; the NVFP4 GEMMs' are
+/// their warp-specialized kernels.
 const TUNED_OPS: &[(&str, &[&str])] =
     &[("gemm_nt", &["ops/src/gemm"]), ("gemm_wgmma", &["ops/src/gemm"]), ("gemm_tma", &["ops/src/gemm"]),
       ("dual_gemm", &["ops/src/gemm", "ops/src/dual_gemm"]), ("dual_gemm_tma", &["ops/src/gemm", "ops/src/dual_gemm"]),
       ("gemm_fp8", &["ops/src/gemm", "ops/src/gemm_fp8"]), ("attention", &["ops/src/attention/mod.rs", "ops/src/attention/hopper.rs"]),
-      ("dual_gemm_nvfp4", &["ops/src/gemm", "ops/src/nvfp4", "ops/src/dual_gemm_nvfp4"])];
+      ("dual_gemm_nvfp4", &["ops/src/gemm", "ops/src/nvfp4", "ops/src/dual_gemm_nvfp4"]),
+      ("gemm_nvfp4", &["ops/src/gemm", "ops/src/nvfp4", "ops/src/dual_gemm_nvfp4"])];
 const DSL_SOURCES: &[&str] = &["dsl/src", "dsl-macros/src", "device/src"];
 
 fn main() {

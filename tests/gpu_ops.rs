@@ -415,11 +415,10 @@ fn nvfp4_case(gpu: &Gpu, (m, n, k): (usize, usize, usize), draw: Nvfp4Draw, all:
     dual_gemm_nvfp4(gpu, op(0), op(1), op(2), &mut c).unwrap();
     check(&c, "default");
     // The single product, A·B₁ᵀ, on the same operands.
-    let cfgs = if all { 0..dual_gemm_nvfp4::gemm_nvfp4_kernel::CONFIGS.len() } else { 0..0 };
-    for cfg in cfgs {
+    for cfg in dual_gemm_nvfp4::GemmConfig::all(gpu).into_iter().filter(|_| all) {
         let mut c = poisoned::<f16>(gpu, &[m, n]);
         dual_gemm_nvfp4::gemm_nvfp4_with_config(gpu, cfg, op(0), op(1), &mut c).unwrap();
-        check_single(&c, &gate, &format!("gemm_nvfp4 cfg={cfg}"));
+        check_single(&c, &gate, &format!("gemm_nvfp4 {cfg:?}"));
     }
     let mut c = poisoned::<f16>(gpu, &[m, n]);
     dual_gemm_nvfp4::gemm_nvfp4(gpu, op(0), op(1), &mut c).unwrap();

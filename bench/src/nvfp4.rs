@@ -14,7 +14,7 @@ use crate::harness::{gb_per_s, measure, MeasureCfg, Row, Stats, RUSTILE};
 use rustile::{f16, F4E2M1x2, F8E4M3};
 use rustile_host::{Gpu, Result, Tensor};
 use rustile_ops::dual_gemm::dual_gemm;
-use rustile_ops::dual_gemm_nvfp4::{choose, dual_gemm_nvfp4, dual_gemm_nvfp4_with_config, dual_gemm_nvfp4_ws_kernel, Config};
+use rustile_ops::dual_gemm_nvfp4::{choose, dual_gemm_nvfp4, dual_gemm_nvfp4_with_config, dual_gemm_nvfp4_ws_kernel, gemm_nvfp4, Config};
 use rustile_ops::nvfp4::{dequantize, dequantize_cpu, Nvfp4};
 use rustile_ops::reference;
 use rustile_ops::testing::{gather_rows, nvfp4_gpu_mode, nvfp4_outside_tolerance, rng};
@@ -52,11 +52,13 @@ struct Sampled {
 }
 
 impl Sampled {
-    /// `silu(a·b1ᵀ) ⊙ (a·b2ᵀ)` for the first, middle and last rows of `a`.
-    fn new([a, b1, b2]: &[Operand; 3], [m, n, k]: [usize; 3]) -> Sampled {
+    /// `silu(a·b1ᵀ) ⊙ (a·b2ᵀ)` for the first, middle and last rows of `a`
+    /// (`single`: `a·b1ᵀ`).
+    fn new([a, b1, b2]: &[Operand; 3], [m, n, k]: [usize; 3], single: bool) -> Sampled {
         let rows = [0, m / 2, m - 1];
         let ga = gather_rows(&a.wide, &rows, k);
-        let want = reference::swiglu(&reference::matmul_nt(&ga, &b1.wide, 3, n, k), &reference::matmul_nt(&ga, &b2.wide, 3, n, k));
+        let gate = reference::matmul_nt(&ga, &b1.wide, 3, n, k);
+        let want = if single { gate } else { reference::swiglu(&gate, &reference::matmul_nt(&ga, &b2.wide, 3, n, k)) };
         Sampled { rows, want }
     }
 
@@ -108,7 +110,7 @@ pub fn bench_nvfp4(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, check_only
         gpu.fill_bytes(&mut c, 0xFF)?;
         let ours = |c: &mut Tensor<f16>, [a, b1, b2]: &[Operand; 3]| dual_gemm_nvfp4(gpu, a.nvfp4(), b1.nvfp4(), b2.nvfp4(), c);
         ours(&mut c, &sets[0])?;
-        let sampled = Sampled::new(&sets[0], [m, n, k]);
+        let sampled = Sampled::new(&sets[0], [m, n, k], false);
         say(sampled.check("ours", &gpu.download(&c)?)?);
 
         // The operands dequantized (exactly) to fp16, for (a), (b) and (c).
@@ -122,6 +124,9 @@ pub fn bench_nvfp4(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, check_only
         let mut c16 = gpu.alloc::<f16>(&[m, n])?;
         dual_gemm(gpu, &a16, &b116, &b216, &mut c16)?;
         say(sampled.check("(c) our f16 dual GEMM on the dequantized operands", &gpu.download(&c16)?)?);
+        // The single product A·B₁ᵀ (`gemm_nvfp4`) on the same operands.
+        gemm_nvfp4(gpu, a.nvfp4(), b1.nvfp4(), &mut c)?;
+        say(Sampled::new(&sets[0], [m, n, k], true).check("ours, the single product (gemm_nvfp4)", &gpu.download(&c)?)?);
 
         if check_only {
             if let Some(blas) = blas {
@@ -160,6 +165,13 @@ pub fn bench_nvfp4(gpu: &Gpu, mcfg: &MeasureCfg, blas: Option<&Blas>, check_only
             rows.push(row("dequantize+cublas×2+swiglu (a)", stats));
             rows.push(row("cublas×2+swiglu, dequantized ahead (b)", measure(gpu, mcfg, || cublas_swiglu(gpu, blas, &a16, [&b116, &b216], [&mut gate, &mut up], &mut base))?));
         }
+        // The single product beside cuBLAS on operands dequantized ahead.
+        let single_bytes = ((m + n) * k) as f64 * (0.5 + 1.0 / 16.0) + 2.0 * (m * n) as f64;
+        let single = |imp: &str, stats: Stats| Row::new("gemm_nvfp4", &shape, "e2m1", imp, stats).flops(flops / 2.0).bytes(single_bytes);
+        rows.push(single(RUSTILE, measure(gpu, mcfg, || gemm_nvfp4(gpu, a.nvfp4(), b1.nvfp4(), &mut c))?));
+        if let Some(blas) = blas {
+            rows.push(single("cublas, dequantized ahead", measure(gpu, mcfg, || blas.gemm_nt(&a16, &b116, &mut c16))?));
+        }
         // GPU MODE's timing: 50 calls back to back over changing inputs, one event pair around them.
         for i in 0..5 {
             ours(&mut c, &sets[i % 4])?; // warm-up
@@ -196,29 +208,36 @@ pub fn tune_shapes(quick: bool) -> Vec<[usize; 3]> {
     shapes
 }
 
-/// Tunes the warp-specialized NVFP4 dual GEMM (`kernel`, op
-/// `dual_gemm_nvfp4`): per bucket, every config on fresh GPU MODE operands,
-/// checked on sampled rows against float64 with GPU MODE's tolerance, then timed.
-pub fn tune(gpu: &Gpu, kernel: &str, quick: bool) -> Result<rustile_ops::tune::OpTable> {
+/// Tunes a warp-specialized NVFP4 kernel (`kernel`): op `dual_gemm_nvfp4`
+/// (`dual_gemm_nvfp4_ws_kernel`) or `gemm_nvfp4` (`gemm_nvfp4_ws_kernel`,
+/// the product with B₁ alone). Per bucket, every config on fresh GPU MODE
+/// operands, checked on sampled rows against float64 with GPU MODE's
+/// tolerance, then timed.
+pub fn tune(gpu: &Gpu, op: &str, kernel: &str, quick: bool) -> Result<rustile_ops::tune::OpTable> {
     use crate::harness::shape_str;
     use crate::tune::{keep_bucket, measure_cfg, op_table, pruned, report, tune_bucket};
+    use rustile_ops::dual_gemm_nvfp4::{gemm_nvfp4_with_config, gemm_nvfp4_ws_kernel, GemmConfig};
     use rustile_ops::tune::bucket_name;
-    let configs = dual_gemm_nvfp4_ws_kernel::CONFIGS;
+    let single = op == "gemm_nvfp4";
+    let configs = if single { gemm_nvfp4_ws_kernel::CONFIGS } else { dual_gemm_nvfp4_ws_kernel::CONFIGS };
     let report = report(&rustile_host::native_arch(gpu.compute_capability()));
     let mcfg = measure_cfg(quick);
     let mut shapes = tune_shapes(quick);
     let mut seen = std::collections::HashSet::new();
     shapes.retain(|s| seen.insert(bucket_name(s)));
     let mut buckets = vec![];
-    let bar = crate::harness::progress(shapes.len(), "tune dual_gemm_nvfp4");
+    let bar = crate::harness::progress(shapes.len(), &format!("tune {op}"));
     for (si, &[m, n, k]) in shapes.iter().enumerate() {
         let shape = [m, n, k];
         let (mut rng, _) = rng();
         let operands = [Operand::random(gpu, &mut rng, m, k)?, Operand::random(gpu, &mut rng, n, k)?, Operand::random(gpu, &mut rng, n, k)?];
-        let mut p = (Sampled::new(&operands, shape), gpu.alloc::<f16>(&[m, n])?);
+        let mut p = (Sampled::new(&operands, shape, single), gpu.alloc::<f16>(&[m, n])?);
         let [a, b1, b2] = &operands;
-        let run = |c: &mut Tensor<f16>, i: usize| dual_gemm_nvfp4_with_config(gpu, Config::Ws(i), a.nvfp4(), b1.nvfp4(), b2.nvfp4(), c);
-        let tag = format!("[{}/{}] dual_gemm_nvfp4 {}", si + 1, shapes.len(), shape_str(&shape));
+        let run = |c: &mut Tensor<f16>, i: usize| match single {
+            true => gemm_nvfp4_with_config(gpu, GemmConfig::Ws(i), a.nvfp4(), b1.nvfp4(), c),
+            false => dual_gemm_nvfp4_with_config(gpu, Config::Ws(i), a.nvfp4(), b1.nvfp4(), b2.nvfp4(), c),
+        };
+        let tag = format!("[{}/{}] {op} {}", si + 1, shapes.len(), shape_str(&shape));
         bar.set_message(format!("{}: checking and timing {} configs", shape_str(&shape), configs.len()));
         let verdict = |(sampled, c): &mut (Sampled, Tensor<f16>), i: usize| {
             pruned(gpu, report.as_ref(), kernel, &configs[i], "f16").or_else(|| {
@@ -228,9 +247,9 @@ pub fn tune(gpu: &Gpu, kernel: &str, quick: bool) -> Result<rustile_ops::tune::O
         };
         let all: Vec<usize> = (0..configs.len()).collect();
         let tuned = tune_bucket(gpu, &mcfg, &tag, configs, &all, &mut p, verdict, |(_, c), i| run(c, i))?;
-        keep_bucket(&mut buckets, "dual_gemm_nvfp4", shape_str(&shape), bucket_name(&shape), tuned);
+        keep_bucket(&mut buckets, op, shape_str(&shape), bucket_name(&shape), tuned);
         bar.inc(1);
     }
     bar.finish_and_clear();
-    Ok(op_table(gpu, "dual_gemm_nvfp4", kernel, report, buckets))
+    Ok(op_table(gpu, op, kernel, report, buckets))
 }

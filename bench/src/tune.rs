@@ -18,7 +18,8 @@ use crate::harness::{measure_each, shape_str, utc_now, MeasureCfg};
 
 /// The ops the tuner knows, and the kernel each one dispatches to
 /// (`attention`: Hopper's forward, tuned in `crate::attention::tune`;
-/// `dual_gemm_nvfp4`: the warp-specialized kernel, in `crate::nvfp4::tune`).
+/// `dual_gemm_nvfp4`, `gemm_nvfp4`: the warp-specialized kernels, in
+/// `crate::nvfp4::tune`).
 pub const OPS: &[(&str, &str)] = &[
     ("gemm_nt", "gemm_nt_kernel"),
     ("gemm_wgmma", "gemm_wgmma_kernel"),
@@ -28,6 +29,7 @@ pub const OPS: &[(&str, &str)] = &[
     ("gemm_fp8", "gemm_fp8_kernel"),
     ("attention", "attention_fwd_wgmma_kernel"),
     ("dual_gemm_nvfp4", "dual_gemm_nvfp4_ws_kernel"),
+    ("gemm_nvfp4", "gemm_nvfp4_ws_kernel"),
 ];
 
 /// The representative shapes tuned for `op` (one per bucket): the bench's
@@ -157,8 +159,8 @@ pub fn tune_op(gpu: &Gpu, blas: &Blas, op: &str, quick: bool) -> Result<OpTable>
     if op == "attention" {
         return crate::attention::tune(gpu, kernel, quick);
     }
-    if op == "dual_gemm_nvfp4" {
-        return crate::nvfp4::tune(gpu, kernel, quick);
+    if op.ends_with("nvfp4") {
+        return crate::nvfp4::tune(gpu, op, kernel, quick);
     }
     let configs = match op {
         "dual_gemm" => dual_gemm::dual_gemm_kernel::CONFIGS,

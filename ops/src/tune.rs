@@ -225,7 +225,7 @@ mod tests {
 
     #[test]
     fn the_committed_tables_parse_and_name_real_configs() {
-        let kernels: [(&str, &[KernelConfig]); 8] = [
+        let kernels: [(&str, &[KernelConfig]); 9] = [
             ("gemm_nt", crate::gemm::gemm_nt_kernel::CONFIGS),
             ("gemm_wgmma", crate::gemm::gemm_wgmma_kernel::CONFIGS),
             ("gemm_tma", crate::gemm::gemm_tma_kernel::CONFIGS),
@@ -234,6 +234,7 @@ mod tests {
             ("gemm_fp8", crate::gemm_fp8::gemm_fp8_kernel::CONFIGS),
             ("attention", crate::attention::attention_fwd_wgmma_kernel::CONFIGS),
             ("dual_gemm_nvfp4", crate::dual_gemm_nvfp4::dual_gemm_nvfp4_ws_kernel::CONFIGS),
+            ("gemm_nvfp4", crate::dual_gemm_nvfp4::gemm_nvfp4_ws_kernel::CONFIGS),
         ];
         for (arch, table) in tables() {
             let table = table.as_ref().unwrap_or_else(|e| panic!("tuned/{arch}.toml: {e}"));

@@ -49,7 +49,7 @@ enum Cmd {
         /// The table: sm90 (Hopper) or sm80 (Ampere, Ada).
         #[arg(long)]
         arch: String,
-        /// Only this op (gemm_nt, gemm_wgmma, gemm_tma, dual_gemm, dual_gemm_tma, gemm_fp8, attention, dual_gemm_nvfp4).
+        /// Only this op (gemm_nt, gemm_wgmma, gemm_tma, dual_gemm, dual_gemm_tma, gemm_fp8, attention, dual_gemm_nvfp4, gemm_nvfp4).
         #[arg(long)]
         op: Option<String>,
         /// Headline shapes only, fewer repetitions.

@@ -46,7 +46,7 @@ fn run(args: &Args) -> Result<(), String> {
         None => OPS.iter().map(|o| o.0).collect(),
     };
     // The wgmma kernels exist on sm_90a only.
-    let hopper_only = ["gemm_wgmma", "gemm_tma", "dual_gemm_tma", "gemm_fp8", "attention", "dual_gemm_nvfp4"];
+    let hopper_only = ["gemm_wgmma", "gemm_tma", "dual_gemm_tma", "gemm_fp8", "attention", "dual_gemm_nvfp4", "gemm_nvfp4"];
     let wgmma_here = rustile_ops::gemm::gemm_wgmma_kernel::supported(&gpu);
     if let Some(op) = args.op.as_deref().filter(|op| hopper_only.contains(op) && !wgmma_here) {
         return Err(format!("{op} needs an sm_90a GPU; {} is not one", gpu.name()));

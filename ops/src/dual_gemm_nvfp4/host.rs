@@ -95,27 +95,42 @@ pub fn dual_gemm_nvfp4_with_config(gpu: &Gpu, cfg: Config, a: Nvfp4, b1: Nvfp4, 
     dual_gemm_nvfp4_wgmma_kernel::launch(gpu, cfg, &a16, &wb1, &s1, &wb2, &s2, c, m, n, k, map_a)
 }
 
-/// [`Config::Ws`]: A decoded to fp16 in the order of `chunk_k_position`,
-/// B's scales put in cuBLAS's blocked layout (both once a call, inside its
-/// time), then the warp-specialized kernel.
+/// [`Config::Ws`]: [`ws_operands`], then the warp-specialized kernel.
 fn widened_once(
-    gpu: &Gpu, cfg: usize, (wa, sa): (&Tensor<u32>, &Tensor<F8E4M3>), b1: Nvfp4, b2: Nvfp4, c: &mut Tensor<f16>, [m, n, k]: [usize; 3],
+    gpu: &Gpu, cfg: usize, a: (&Tensor<u32>, &Tensor<F8E4M3>), b1: Nvfp4, b2: Nvfp4, c: &mut Tensor<f16>, [m, n, k]: [usize; 3],
 ) -> Result<()> {
-    let [bm, bn] = crate::gemm::block_shape("dual_gemm_nvfp4_ws_kernel", dual_gemm_nvfp4_ws_kernel::CONFIGS, cfg)?;
+    let block = crate::gemm::block_shape("dual_gemm_nvfp4_ws_kernel", dual_gemm_nvfp4_ws_kernel::CONFIGS, cfg)?;
+    let (a16, map_a, [(s1, map_b1, map_s1), (s2, map_b2, map_s2)]) = ws_operands(gpu, block, a, [b1, b2], [m, n, k])?;
+    dual_gemm_nvfp4_ws_kernel::launch(gpu, cfg, &a16, b1.values, &s1, b2.values, &s2, c, m, n, k, map_a, map_b1, map_s1, map_b2, map_s2)
+}
+
+/// What the warp-specialized kernels read, for a program of `bm` rows of A
+/// and `bn` weight rows: A decoded to fp16 in the order of
+/// `chunk_k_position` and its map; each B's scales in cuBLAS's blocked
+/// layout with the maps of its codes and of those scales (all once a call,
+/// inside its time).
+fn ws_operands<const P: usize>(
+    gpu: &Gpu, [bm, bn]: [usize; 2], (wa, sa): (&Tensor<u32>, &Tensor<F8E4M3>), bs: [Nvfp4; P], [m, n, k]: [usize; 3],
+) -> Result<(Tensor<f16>, u64, [(Tensor<F8E4M3>, u64, u64); P])> {
     let (a16, map_a) = decoded_a(gpu, [m, k], bm, |a16| crate::nvfp4::nvfp4_dequantize_chunks_kernel::launch(gpu, 0, wa, sa, a16, m, k))?;
     let blocked_len = crate::nvfp4::blocked_len(n, k);
-    let (mut s1, mut s2) = (gpu.alloc::<F8E4M3>(&[blocked_len])?, gpu.alloc::<F8E4M3>(&[blocked_len])?);
-    crate::nvfp4::scales_to_blocked(gpu, b1, &mut s1)?;
-    crate::nvfp4::scales_to_blocked(gpu, b2, &mut s2)?;
+    let rows = (blocked_len / 128) as u64;
     // Codes as rows of bytes, boxes of one step (32 bytes) of `bn` rows;
     // scales as rows of 128 bytes, boxes of one atom (4 rows).
-    let codes_map = |b: Nvfp4| {
-        gpu.tensor_map(&TileMap { base: b.values.device_ptr(), dims: [k as u64 / 2, n as u64, 1], strides: [k as u64 / 2, (k / 2 * n) as u64], boxes: [32, bn as u32, 1], elem_bytes: 1 })
+    let one = |b: Nvfp4| -> Result<(Tensor<F8E4M3>, u64, u64)> {
+        let mut s = gpu.alloc::<F8E4M3>(&[blocked_len])?;
+        crate::nvfp4::scales_to_blocked(gpu, b, &mut s)?;
+        let codes = TileMap { base: b.values.device_ptr(), dims: [k as u64 / 2, n as u64, 1], strides: [k as u64 / 2, (k / 2 * n) as u64], boxes: [32, bn as u32, 1], elem_bytes: 1 };
+        let scales = TileMap { base: s.device_ptr(), dims: [128, rows, 1], strides: [128, 128 * rows], boxes: [128, 4, 1], elem_bytes: 1 };
+        let maps = (gpu.tensor_map(&codes)?, gpu.tensor_map(&scales)?);
+        Ok((s, maps.0, maps.1))
     };
-    let rows = (blocked_len / 128) as u64;
-    let scales_map = |s: &Tensor<F8E4M3>| gpu.tensor_map(&TileMap { base: s.device_ptr(), dims: [128, rows, 1], strides: [128, 128 * rows], boxes: [128, 4, 1], elem_bytes: 1 });
-    let (map_b1, map_s1, map_b2, map_s2) = (codes_map(b1)?, scales_map(&s1)?, codes_map(b2)?, scales_map(&s2)?);
-    dual_gemm_nvfp4_ws_kernel::launch(gpu, cfg, &a16, b1.values, &s1, b2.values, &s2, c, m, n, k, map_a, map_b1, map_s1, map_b2, map_s2)
+    let mut made = Vec::with_capacity(P);
+    for b in bs {
+        made.push(one(b)?);
+    }
+    let made: [_; P] = made.try_into().unwrap_or_else(|_| unreachable!("one a matrix"));
+    Ok((a16, map_a, made))
 }
 
 /// A (the small operand) decoded to fp16 `[m, k]` once a call by
@@ -138,25 +153,72 @@ fn product_shape(op: &str, a: Nvfp4, b: Nvfp4, c: &Tensor<f16>) -> Result<[usize
     Ok([m, n, k])
 }
 
+/// Which kernel runs the single NVFP4 GEMM, and its config: on Hopper the
+/// warp-specialized one (`gemm_nvfp4_ws_kernel`, B widened into shared
+/// memory as the dual GEMM's), else the portable one (`gemm_nvfp4_kernel`;
+/// a plain index means it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GemmConfig {
+    Ws(usize),
+    Mma(usize),
+}
+
+impl GemmConfig {
+    /// Every config `gpu` can run, the Hopper kernel's first.
+    pub fn all(gpu: &Gpu) -> Vec<GemmConfig> {
+        let ws = (0..gemm_nvfp4_ws_kernel::CONFIGS.len()).map(GemmConfig::Ws).filter(|_| gemm_nvfp4_ws_kernel::supported(gpu));
+        ws.chain((0..gemm_nvfp4_kernel::CONFIGS.len()).map(GemmConfig::Mma)).collect()
+    }
+}
+
+impl From<usize> for GemmConfig {
+    fn from(i: usize) -> Self {
+        GemmConfig::Mma(i)
+    }
+}
+
 /// `c = a·bᵀ` of NVFP4 operands, fp16 out: `a` `m × k`, `b` `n × k`, `c`
 /// `[m, n]`; any `m` and `n`, `k` a multiple of 64.
+///
+/// ```ignore
+/// gemm_nvfp4(&gpu, Nvfp4 { values: &x_fp4, scales: &x_scales }, Nvfp4 { values: &w, scales: &s }, &mut y)?;
+/// ```
 pub fn gemm_nvfp4(gpu: &Gpu, a: Nvfp4, b: Nvfp4, c: &mut Tensor<f16>) -> Result<()> {
-    let [m, n, _] = product_shape("gemm_nvfp4", a, b, c)?;
-    let cfg = if cdiv(m, 128) * cdiv(n, 128) >= 132 {
+    let [m, n, k] = product_shape("gemm_nvfp4", a, b, c)?;
+    gemm_nvfp4_with_config(gpu, choose_gemm(gpu, m, n, k), a, b, c)
+}
+
+/// The config `gemm_nvfp4` runs at `m × n × k` on `gpu`: on Hopper the
+/// tuned table's winner (op `gemm_nvfp4`), else the first config (64
+/// weight rows by 128 rows of A, a copy warpgroup); elsewhere the portable
+/// kernel's, by how many programs fill the GPU.
+pub fn choose_gemm(gpu: &Gpu, m: usize, n: usize, k: usize) -> GemmConfig {
+    if gemm_nvfp4_ws_kernel::supported(gpu) {
+        return GemmConfig::Ws(crate::tune::config(gpu.compute_capability(), "gemm_nvfp4", gemm_nvfp4_ws_kernel::CONFIGS, &[m, n, k], || 0));
+    }
+    let sms = gpu.sm_count() as usize;
+    GemmConfig::Mma(if cdiv(m, 128) * cdiv(n, 128) >= sms {
         2
-    } else if cdiv(m, 128) * cdiv(n, 64) >= 132 {
+    } else if cdiv(m, 128) * cdiv(n, 64) >= sms {
         1
     } else {
         0
-    };
-    gemm_nvfp4_with_config(gpu, cfg, a, b, c)
+    })
 }
 
-/// [`gemm_nvfp4`] with config `cfg` of `gemm_nvfp4_kernel::CONFIGS`.
-pub fn gemm_nvfp4_with_config(gpu: &Gpu, cfg: usize, a: Nvfp4, b: Nvfp4, c: &mut Tensor<f16>) -> Result<()> {
+/// [`gemm_nvfp4`] with config `cfg` (a plain index: one of `gemm_nvfp4_kernel::CONFIGS`).
+pub fn gemm_nvfp4_with_config(gpu: &Gpu, cfg: impl Into<GemmConfig>, a: Nvfp4, b: Nvfp4, c: &mut Tensor<f16>) -> Result<()> {
     let [m, n, k] = product_shape("gemm_nvfp4", a, b, c)?;
     if m * n == 0 {
         return Ok(());
     }
-    gemm_nvfp4_kernel::launch(gpu, cfg, &a.words([m, k])?, a.scales, &b.words([n, k])?, b.scales, c, m, n, k)
+    let wa = a.words([m, k])?;
+    match cfg.into() {
+        GemmConfig::Mma(cfg) => gemm_nvfp4_kernel::launch(gpu, cfg, &wa, a.scales, &b.words([n, k])?, b.scales, c, m, n, k),
+        GemmConfig::Ws(cfg) => {
+            let block = crate::gemm::block_shape("gemm_nvfp4_ws_kernel", gemm_nvfp4_ws_kernel::CONFIGS, cfg)?;
+            let (a16, map_a, [(s, map_b, map_s)]) = ws_operands(gpu, block, (&wa, a.scales), [b], [m, n, k])?;
+            gemm_nvfp4_ws_kernel::launch(gpu, cfg, &a16, b.values, &s, c, m, n, k, map_a, map_b, map_s)
+        }
+    }
 }

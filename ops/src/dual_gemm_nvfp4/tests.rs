@@ -121,6 +121,28 @@ fn host_wrapper_runs_and_refuses_bad_shapes() {
     assert!(err(dual_gemm_nvfp4(&gpu, op(&av, &as_), op(&b1v, &b1s), op(&b2v, &b2s), &mut c_wrong)).contains("c"));
 }
 
+/// The single product's Hopper kernel through the host wrapper in the
+/// interpreter, every config.
+#[test]
+fn the_single_widening_kernel_matches_float64_at_odd_shapes() {
+    let gpu = rustile_host::Gpu::interpreter();
+    for (m, n, k) in [(1, 1, 64), (70, 33, 128), (129, 131, 192)] {
+        let (mut rng, seed) = rng();
+        let (a, sa, av) = nvfp4_random(&mut rng, m, k, true);
+        let (b, sb, bv) = nvfp4_random(&mut rng, n, k, true);
+        let want = reference::matmul_nt(&av, &bv, m, n, k);
+        let dev = [(&a, &sa, m), (&b, &sb, n)].map(|(v, s, rows)| (gpu.upload(v, &[rows, k / 2]).unwrap(), gpu.upload(s, &[rows, k / 16]).unwrap()));
+        let op = |j: usize| Nvfp4 { values: &dev[j].0, scales: &dev[j].1 };
+        for cfg in 0..gemm_nvfp4_ws_kernel::CONFIGS.len() {
+            let mut c = gpu.upload(&poisoned::<f16>(m * n), &[m, n]).unwrap();
+            gemm_nvfp4_with_config(&gpu, GemmConfig::Ws(cfg), op(0), op(1), &mut c).unwrap();
+            if let Some((i, got, w)) = nvfp4_outside_tolerance(&gpu.download(&c).unwrap(), &want) {
+                panic!("gemm_nvfp4 ws {m}×{n}×{k} cfg={cfg} (seed {seed}): c[{i}] = {got}, want {w}");
+            }
+        }
+    }
+}
+
 #[test]
 fn gemm_nvfp4_matches_float64_at_odd_shapes() {
     for (m, n, k) in [(1, 1, 64), (70, 33, 128), (129, 131, 192)] {
@@ -136,4 +158,14 @@ fn gemm_nvfp4_matches_float64_at_odd_shapes() {
             }
         }
     }
+}
+
+/// The check holds a value past fp16's range to its infinity, as GPU MODE's
+/// reference cast to fp16 is, and still refuses an infinity elsewhere.
+#[test]
+fn the_check_wants_infinity_past_the_fp16_range() {
+    let ok = |g: f16, w: f64| nvfp4_outside_tolerance(&[g], &[w]).is_none();
+    assert!(ok(f16::NEG_INFINITY, -69575.9) && ok(f16::INFINITY, 70000.0));
+    assert!(!ok(f16::MAX, 70000.0) && !ok(f16::INFINITY, 1.0) && !ok(f16::INFINITY, -70000.0));
+    assert!(ok(f16::from_f32(65504.0), 65504.0) && ok(f16::from_f32(1.0), 1.0005));
 }
