@@ -459,6 +459,7 @@ impl<T: Elem, const P: usize> Sources<T, P> {
 /// tensor maps): [`dual_gemm_nvfp4_ws_kernel`]'s two, gated, or
 /// [`gemm_nvfp4_ws_kernel`]'s one. A macro, not a function: it reads the
 /// calling kernel's config constants.
+#[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(unused_macros))]
 macro_rules! ws_program {
     ($P:literal, $a:expr, $map_a:expr, $codes:expr, $scales:expr, $c:expr, [$m:expr, $n:expr, $k:expr]) => {{
         const TH: usize = 2 * BN;
