@@ -5,15 +5,13 @@ use crate::check::expect_shape;
 use crate::nvfp4::Nvfp4;
 use rustile_host::{Error, Gpu, Result, Tensor, TileMap};
 
-/// Which kernel runs the dual GEMM, and its config: a Hopper kernel, after
-/// A is decoded to fp16 once (`dual_gemm_nvfp4_ws_kernel`: a warpgroup
-/// widens B into shared memory; `dual_gemm_nvfp4_wgmma_kernel`: each
-/// multiplying thread widens its own B in registers), or the portable one
+/// Which kernel runs the dual GEMM, and its config: on Hopper the
+/// warp-specialized one (`dual_gemm_nvfp4_ws_kernel`: A decoded to fp16
+/// once a call, warpgroups widen B into shared memory), or the portable one
 /// (`dual_gemm_nvfp4_kernel`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Config {
     Ws(usize),
-    Wgmma(usize),
     Mma(usize),
 }
 
@@ -21,15 +19,13 @@ impl Config {
     /// Every config `gpu` can run, the Hopper kernel's first.
     pub fn all(gpu: &Gpu) -> Vec<Config> {
         let ws = (0..dual_gemm_nvfp4_ws_kernel::CONFIGS.len()).map(Config::Ws).filter(|_| dual_gemm_nvfp4_ws_kernel::supported(gpu));
-        let wgmma = (0..dual_gemm_nvfp4_wgmma_kernel::CONFIGS.len()).map(Config::Wgmma).filter(|_| dual_gemm_nvfp4_wgmma_kernel::supported(gpu));
-        ws.chain(wgmma).chain((0..dual_gemm_nvfp4_kernel::CONFIGS.len()).map(Config::Mma)).collect()
+        ws.chain((0..dual_gemm_nvfp4_kernel::CONFIGS.len()).map(Config::Mma)).collect()
     }
 
     /// The config's block and warps, for messages and the bench.
     pub fn describe(self) -> String {
         let (name, c) = match self {
             Config::Ws(i) => ("ws", &dual_gemm_nvfp4_ws_kernel::CONFIGS[i]),
-            Config::Wgmma(i) => ("wgmma", &dual_gemm_nvfp4_wgmma_kernel::CONFIGS[i]),
             Config::Mma(i) => ("mma", &dual_gemm_nvfp4_kernel::CONFIGS[i]),
         };
         format!("{name} {}", c.name)
@@ -77,22 +73,10 @@ pub fn dual_gemm_nvfp4_with_config(gpu: &Gpu, cfg: Config, a: Nvfp4, b1: Nvfp4, 
         return Ok(());
     }
     let (wa, wb1, wb2) = (a.words([m, k])?, b1.words([n, k])?, b2.words([n, k])?);
-    let cfg = match cfg {
-        Config::Mma(cfg) => return dual_gemm_nvfp4_kernel::launch(gpu, cfg, &wa, a.scales, &wb1, b1.scales, &wb2, b2.scales, c, m, n, k),
-        Config::Ws(cfg) => return widened_once(gpu, cfg, (&wa, a.scales), b1, b2, c, [m, n, k]),
-        Config::Wgmma(cfg) => cfg,
-    };
-    for (what, w) in [("b1", &wb1), ("b2", &wb2)] {
-        // One 8-byte copy a run of 16 values.
-        if w.device_ptr() % 8 != 0 {
-            return Err(Error::Misaligned(format!("dual_gemm_nvfp4: {what}'s values must start 8-byte aligned for the Hopper kernel (they start at {:#x})", w.device_ptr())));
-        }
+    match cfg {
+        Config::Mma(cfg) => dual_gemm_nvfp4_kernel::launch(gpu, cfg, &wa, a.scales, &wb1, b1.scales, &wb2, b2.scales, c, m, n, k),
+        Config::Ws(cfg) => widened_once(gpu, cfg, (&wa, a.scales), b1, b2, c, [m, n, k]),
     }
-    let [bm, _] = crate::gemm::block_shape("dual_gemm_nvfp4_wgmma_kernel", dual_gemm_nvfp4_wgmma_kernel::CONFIGS, cfg)?;
-    // In the order the widened B's registers take K in.
-    let (a16, map_a) = decoded_a(gpu, [m, k], bm, |a16| crate::nvfp4::nvfp4_dequantize_runs_kernel::launch(gpu, 0, &wa, a.scales, a16, m, k))?;
-    let (s1, s2) = (b1.scales.view_as::<u32>(&[n, k / 64])?, b2.scales.view_as::<u32>(&[n, k / 64])?);
-    dual_gemm_nvfp4_wgmma_kernel::launch(gpu, cfg, &a16, &wb1, &s1, &wb2, &s2, c, m, n, k, map_a)
 }
 
 /// [`Config::Ws`]: [`ws_operands`], then the warp-specialized kernel.

@@ -23,16 +23,11 @@
 //!   (below) did it once a thread's step and held up the products. The
 //!   single product's `gemm_nvfp4_ws_kernel` is the same program
 //!   (`ws_program!`) over one weight matrix.
-//! * **The first Hopper kernel widened B where it is multiplied.** `dual_gemm_nvfp4_wgmma_kernel`
-//!   widens each thread's own B₁ and B₂ values in registers into the left
-//!   operand of register `wgmma`s (`Packed::from_runs`: a thread's 16
-//!   values of a row along K are one scale block, one 8-byte copy into the
-//!   thread's own `Stash` entries and one scale; no shared tile, no
-//!   barrier), and the tensor cores multiply them by A's rows, which a first
-//!   kernel decoded to fp16 once (A is the small operand: 256-512 rows
-//!   against thousands of weight rows) in the matching order of K, and the
-//!   copy engine streams in. The product is Cᵀ's block; the epilogue
-//!   turns it around through shared memory.
+//! * **Widening where the products are was slower.** A first Hopper
+//!   kernel had each multiplying thread widen its own B values in registers
+//!   into the left operand of register `wgmma`s; widening held up the
+//!   products, and it was slower than the warp-specialized kernel at every
+//!   shape measured (RESULTS), so it is gone.
 //! * **Plain layouts in, the copy engine's layouts inside.** The API takes
 //!   packed rows `[rows, K/2]` and scales `[rows, K/16]` in the plain layout
 //!   ([`crate::nvfp4`]: the formats, decoding, and the conversions to and
@@ -40,10 +35,8 @@
 //!   B's scales in the blocked layout, where one step's scales of 128 rows
 //!   are one 512-byte copy; the host converts them once a call.
 use crate::gemm::block;
-#[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(unused_imports))]
-use crate::gemm::{Mapped, Operand, Ring};
 use crate::nvfp4::{decoded, run_codes, run_scaled, scale_f16x2};
-use rustile::mma::{acc_len, runs_len, Packed, Stash};
+use rustile::mma::acc_len;
 use rustile::prelude::*;
 #[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(unused_imports))]
 use rustile::wgmma::{self, pad};
@@ -159,179 +152,6 @@ where
     });
     sync();
     store(&rustile::BlockPtr::<T, BM, BN, TH>::rows(c, m, n, [m0, n0]), &turned.load().cast::<T>());
-}
-
-// ---- Hopper: B widened in registers, register `wgmma` ---------------------------------------
-
-/// Entries of one k-step in a thread's [`Stash`]: for B₁ and B₂, each of
-/// its `R` runs' two words ([`Packed::run_at`]), then for each run the word
-/// of its row's four scales of the step.
-#[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(dead_code))]
-const fn step_entries(r: usize) -> usize {
-    4 * r
-}
-
-/// Starts copying k-step `kt`'s B₁ and B₂ runs for the `BN` weight rows
-/// from `n0` into stash slot `slot` (zeros past `n` rows or the last step),
-/// as one copy group.
-#[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(dead_code))]
-#[inline(always)]
-fn fetch<T: Elem, const BN: usize, const TH: usize, const E: usize>(stash: &Stash<E, TH>, slot: usize, bs: [(Ptr<u32>, Ptr<u32>); 2], n: usize, k: usize, n0: usize, kt: usize)
-where
-    [(); acc_len(BN, 64, TH) / 2]:,
-{
-    let r = runs_len(BN, 64, TH);
-    // A copy that is off reads nothing, from an address inside: the rows'
-    // offsets stay the same every step (the compiler keeps them) and a step
-    // adds its own.
-    let steps = k / 64;
-    let (on_k, kt) = (kt < steps, kt.min(steps - 1));
-    for i in 0..r {
-        let (row, run) = Packed::<T, BN, 64, TH>::run_at(i);
-        let on = n0 + row < n && on_k;
-        let row = (n0 + row).min(n - 1);
-        for mat in 0..2 {
-            let (b, sb) = bs[mat];
-            let e = slot * step_entries(r) + mat * r + i;
-            stash.copy_if(e, b, row * (k / 8) + 2 * run + kt * 8, 2, on);
-            stash.copy_if(e + 2 * r, sb, row * (k / 64) + kt, 1, on);
-        }
-    }
-    commit_copies();
-}
-
-/// A k-step's runs of B₁ and B₂ widened but for the last product
-/// ([`run_codes`], [`scale_f16x2`]): what a thread computes while the
-/// tensor cores work.
-#[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(dead_code))]
-#[derive(Clone, Copy)]
-struct Coded<const R: usize> {
-    codes: [[[u32; 8]; R]; 2],
-    scales: [[u32; R]; 2],
-}
-
-#[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(dead_code))]
-impl<const R: usize> Coded<R> {
-    /// From stash slot `slot` (landed: after its `wait_copies`).
-    #[inline(always)]
-    fn new<T: Elem, const BN: usize, const TH: usize, const E: usize>(stash: &Stash<E, TH>, slot: usize) -> Self
-    where
-        [(); acc_len(BN, 64, TH) / 2]:,
-    {
-        let mut c = Coded { codes: [[[0; 8]; R]; 2], scales: [[0; R]; 2] };
-        for mat in 0..2 {
-            for i in 0..R {
-                let e = slot * step_entries(R) + mat * R + i;
-                c.codes[mat][i] = run_codes(stash.get(e));
-                let run = Packed::<T, BN, 64, TH>::run_at(i).1;
-                c.scales[mat][i] = scale_f16x2(F8E4M3((stash.get(e + 2 * R)[0] >> (8 * (run % 4))) as u8));
-            }
-        }
-        c
-    }
-
-    /// The same values, computed before this point ([`rustile::settled`]).
-    #[inline(always)]
-    fn settled(self) -> Self {
-        let mut c = self;
-        for mat in 0..2 {
-            for i in 0..R {
-                c.codes[mat][i] = rustile::settled(c.codes[mat][i]);
-            }
-            c.scales[mat] = rustile::settled(c.scales[mat]);
-        }
-        c
-    }
-
-    /// B₁'s and B₂'s operands (2⁻⁸ times their values): the products with
-    /// the scales, after this point.
-    #[inline(always)]
-    fn widen<T: Elem, const BN: usize, const TH: usize>(self) -> (Packed<T, BN, 64, TH>, Packed<T, BN, 64, TH>)
-    where
-        [(); acc_len(BN, 64, TH) / 2]:,
-    {
-        let c = self.settled();
-        let op = |mat: usize| Packed::from_runs(|i| run_scaled(c.codes[mat][i], c.scales[mat][i]));
-        (op(0), op(1))
-    }
-}
-
-// `SMEM = pad(TH) + STAGES·(BM·128 + 16) + AHEAD·TH·64` (the ring, then
-// each thread's stash of B's next steps), with at least `BM·BN·4` in the
-// ring (the epilogue's f32 block). `BN = 64·WARPS/4` weight rows, one
-// warpgroup each; `BM` rows of A: a 64×64 program's two accumulators are
-// 64 registers a thread, so two or more programs share an SM, each
-// widening while another multiplies. B's words are loaded `AHEAD` steps before they
-// are multiplied; with `EARLY` a step's codes are made while the step
-// before multiplies. 128 rows of A (128 accumulator registers) spilled.
-#[kernel(
-    configs = [
-        (BN = 64, BM = 64, WARPS = 4, STAGES = 4, AHEAD = 4, EARLY = 1, OCC = 2, SMEM = 66112),
-        (BN = 64, BM = 64, WARPS = 4, STAGES = 4, AHEAD = 4, EARLY = 1, OCC = 3, SMEM = 66112),
-    ],
-    grid = [cdiv(m, BM) * cdiv(n, BN)],
-    dtypes = [f16],
-    arch = sm_90a,
-)]
-/// [`dual_gemm_nvfp4_kernel`] on Hopper: `a` is A decoded to fp16 `[m, k]`
-/// in the column order of `nvfp4::run_k_position` (`nvfp4_dequantize_runs_kernel`),
-/// `map_a` its tensor map (boxes of `BM×64`); B₁, B₂ and C as there, but
-/// their scales read as words of four (`[n, k/64]`, one a row a k-step).
-pub fn dual_gemm_nvfp4_wgmma_kernel<T: Elem>(
-    a: Ptr<T>, b1: Ptr<u32>, sb1: Ptr<u32>, b2: Ptr<u32>, sb2: Ptr<u32>, c: PtrMut<T>, m: usize, n: usize, k: usize, map_a: u64,
-) {
-    // The product is Cᵀ's block: weight rows down, A's rows across.
-    let [n0, m0] = block::<BN, BM>(n, m);
-    let bs = [(b1, sb1), (b2, sb2)];
-    let steps = k / 64;
-    // The GEMM's ring of TMA stages, with A's tiles only (B has no tiles).
-    let ring = Ring::<T, T, BM, BN, 64, STAGES, THREADS, 0>::new(THREADS as u32);
-    let a = Mapped { map: map_a, z: 0, op: Operand { ptr: a, ld: k } };
-    let fill = |kt: usize| ring.fill(a, &[], [m, n, k], [m0, n0], kt, false);
-    for kt in 0..STAGES.min(steps) {
-        fill(kt);
-    }
-    let (mut gate, mut up) = (rustile::Acc::<BN, BM, THREADS, true>::zeros(), rustile::Acc::<BN, BM, THREADS, true>::zeros());
-    // Step kt + 1 is widened while step kt multiplies, its words loaded
-    // AHEAD − 1 steps before that; only the last product with the scales waits
-    // for step kt's products to finish. Registers a product reads must not
-    // be written while products run (ptxas would run every `wgmma` of the
-    // kernel alone), so the operands are made between the wait and the next
-    // products, and pinned there (`settled`, `settle`): LLVM would otherwise
-    // move the pure code that makes them to either side.
-    const R: usize = runs_len(BN, 64, THREADS);
-    let stash = Stash::<{ step_entries(R) * AHEAD }, THREADS>::at(pad(THREADS) + STAGES * (BM * 128 + 16));
-    let fetch = |slot: usize, kt: usize| fetch::<T, BN, THREADS, { step_entries(R) * AHEAD }>(&stash, slot, bs, n, k, n0, kt);
-    let coded = |slot: usize| Coded::<R>::new::<T, BN, THREADS, { step_entries(R) * AHEAD }>(&stash, slot);
-    for kt in 0..AHEAD {
-        fetch(kt, kt);
-    }
-    wait_copies::<{ AHEAD as u32 - 1 }>();
-    let mut ops = coded(0).widen::<T, BN, THREADS>();
-    for kt in 0..steps {
-        let (s, use_) = (kt % STAGES, kt / STAGES);
-        ops.0.settle();
-        ops.1.settle();
-        ring.full(s).wait(use_ % 2);
-        wgmma::dot_packed_async(&ops.0, &ring.a(s), &mut gate);
-        wgmma::dot_packed_async(&ops.1, &ring.a(s), &mut up);
-        // Step kt's slot was read one step ago: step kt + AHEAD goes there.
-        fetch(kt % AHEAD, kt + AHEAD);
-        wait_copies::<{ AHEAD as u32 - 1 }>();
-        // EARLY: step kt + 1's codes while the products run, else after.
-        let next = if EARLY == 1 { coded((kt + 1) % AHEAD).settled() } else { coded((kt + 1) % AHEAD) };
-        wgmma::wait::<0, BN, BM, THREADS>(&mut gate);
-        wgmma::wait::<0, BN, BM, THREADS>(&mut up);
-        // The stage goes back to the copy engine.
-        ring.empty(s).arrive();
-        if kt + STAGES < steps {
-            ring.empty(s).wait_leader(use_ % 2);
-            fill(kt + STAGES);
-        }
-        ops = next.widen::<T, BN, THREADS>();
-    }
-    // Every stage is read and no copy is in flight: the ring's memory turns C's block around.
-    store_turned::<T, BN, BM, THREADS>(gated(gate, up), c, [m, n], [m0, n0]);
 }
 
 // ---- Hopper, warp-specialized: B widened once into shared memory ----------------------------

@@ -110,8 +110,8 @@ where
 
 /// The 16 values of one scale block (`words`: values `8i..8i+8` in word
 /// `i`, value `2j` in the low nibble) times their `scale`, as eight f16
-/// pairs, each **2⁻⁸ times** the decoded value: what
-/// [`rustile::Packed::from_runs`] takes, in the order of [`run_slot`]
+/// pairs, each **2⁻⁸ times** the decoded value, as the widening
+/// warpgroups store them, in the order of [`run_slot`]
 /// (values `r` and `r + 4` of a word share a pair). A code's bits placed
 /// under an f16 exponent are its value times 2⁻¹⁴ (E2M1's subnormal 0.5 is
 /// f16's subnormal 2⁻¹⁵), and one f16 product with the scale times 2⁶
@@ -137,14 +137,6 @@ pub const fn run_slot(r: usize) -> usize {
 pub const fn run_value(s: usize) -> usize {
     let (j, half) = (s / 2, s % 2);
     8 * (j / 4) + j % 4 + 4 * half
-}
-
-/// The position along K of the value that [`run_f16x2`]'s pairs, given to
-/// `Packed::from_runs`, put at column `col` of a 64-deep group: the right
-/// operand of such a product is stored in this order.
-pub const fn run_k_position(col: usize) -> usize {
-    let p = rustile::wgmma::run_position(col);
-    p - p % 16 + run_value(p % 16)
 }
 
 /// The position, within its 8-value chunk, of the value that [`run_f16x2`]'s
@@ -207,21 +199,6 @@ pub fn run_scaled(codes: [u32; 8], scale: u32) -> [u32; 8] {
 pub fn nvfp4_dequantize_kernel<T: Elem>(words: Ptr<u32>, scales: Ptr<F8E4M3>, out: PtrMut<T>, rows: usize, k: usize) {
     let at = [program_id(0) * BR, program_id(1) * BC];
     let t = decoded::<T, BR, BC, THREADS>(words, scales, rows, k, at);
-    store(&BlockPtr::rows(out, rows, k, at), &t);
-}
-
-#[kernel(
-    configs = [(BR = 16, BC = 256, WARPS = 4)],
-    grid = [cdiv(rows, BR), cdiv(k, BC)],
-    dtypes = [f16],
-)]
-/// [`nvfp4_dequantize_kernel`] with each 64 columns in the order of
-/// [`run_k_position`]: the right operand of a product whose left one is
-/// NVFP4 widened in registers ([`run_f16x2`] into `Packed::from_runs`),
-/// as `dual_gemm_nvfp4`'s Hopper kernel reads its A.
-pub fn nvfp4_dequantize_runs_kernel<T: Elem>(words: Ptr<u32>, scales: Ptr<F8E4M3>, out: PtrMut<T>, rows: usize, k: usize) {
-    let at = [program_id(0) * BR, program_id(1) * BC];
-    let t = decoded_in_order::<T, BR, BC, THREADS>(words, scales, rows, k, at, run_k_position);
     store(&BlockPtr::rows(out, rows, k, at), &t);
 }
 
