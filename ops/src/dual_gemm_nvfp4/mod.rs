@@ -35,7 +35,9 @@
 //!   B's scales in the blocked layout, where one step's scales of 128 rows
 //!   are one 512-byte copy; the host converts them once a call.
 use crate::gemm::block;
-use crate::nvfp4::{decoded, run_codes, run_scaled, scale_f16x2};
+use crate::nvfp4::decoded;
+#[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(unused_imports))]
+use crate::nvfp4::{run_codes, run_scaled, scale_f16x2};
 use rustile::mma::acc_len;
 use rustile::prelude::*;
 #[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(unused_imports))]
