@@ -96,7 +96,10 @@ fn widened_once(
 fn ws_operands<const P: usize>(
     gpu: &Gpu, [bm, bn]: [usize; 2], (wa, sa): (&Tensor<u32>, &Tensor<F8E4M3>), bs: [Nvfp4; P], [m, n, k]: [usize; 3],
 ) -> Result<(Tensor<f16>, u64, [(Tensor<F8E4M3>, u64, u64); P])> {
-    let (a16, map_a) = decoded_a(gpu, [m, k], bm, |a16| crate::nvfp4::nvfp4_dequantize_chunks_kernel::launch(gpu, 0, wa, sa, a16, m, k))?;
+    // A, the small operand: its rows are read by every program of a block column.
+    let mut a16 = gpu.alloc::<f16>(&[m, k])?;
+    crate::nvfp4::nvfp4_dequantize_chunks_kernel::launch(gpu, 0, wa, sa, &mut a16, m, k)?;
+    let map_a = crate::gemm::tma_map(gpu, &a16, [k, m, 1], [k, m * k], bm)?;
     let blocked_len = crate::nvfp4::blocked_len(n, k);
     let rows = (blocked_len / 128) as u64;
     // Codes as rows of bytes, boxes of one step (32 bytes) of `bn` rows;
@@ -115,16 +118,6 @@ fn ws_operands<const P: usize>(
     }
     let made: [_; P] = made.try_into().unwrap_or_else(|_| unreachable!("one a matrix"));
     Ok((a16, map_a, made))
-}
-
-/// A (the small operand) decoded to fp16 `[m, k]` once a call by
-/// `decode`, in the K order of the kernel that reads it, and its tensor map
-/// (boxes of `bm` rows of 64).
-fn decoded_a(gpu: &Gpu, [m, k]: [usize; 2], bm: usize, decode: impl FnOnce(&mut Tensor<f16>) -> Result<()>) -> Result<(Tensor<f16>, u64)> {
-    let mut a16 = gpu.alloc::<f16>(&[m, k])?;
-    decode(&mut a16)?;
-    let map = crate::gemm::tma_map(gpu, &a16, [k, m, 1], [k, m * k], bm)?;
-    Ok((a16, map))
 }
 
 /// `[m, n, k]` of `c = a·bᵀ`, or the error naming what does not fit.

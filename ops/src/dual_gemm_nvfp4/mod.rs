@@ -122,7 +122,7 @@ pub fn gemm_nvfp4_kernel<T: Elem>(a: Ptr<u32>, sa: Ptr<F8E4M3>, b: Ptr<u32>, sb:
     store_acc_staged(&BlockPtr::rows(c, m, n, at), &acc, 0, |_, _, x: [f32; 8]| x);
 }
 
-// ---- Hopper: the epilogue of both kernels ---------------------------------------------------
+// ---- Hopper: the epilogue of the warp-specialized kernels ---------------------------------------------------
 
 /// `silu(gate) ⊙ up` of accumulators over B widened to 2⁻⁸ of its values:
 /// both products are 2⁸ short, exactly.
@@ -163,9 +163,10 @@ where
 /// widened tile (what the products read), their codes as the copy engine
 /// brings them (`BN` rows of 32 bytes) and their scales of the step (an
 /// atom of cuBLAS's blocked layout: 128 rows × 4 scales in 512 bytes, given
-/// 1024 for its swizzle period). After the stages, three barriers a stage: `full` (its copies
-/// landed), `widened` (the widening warpgroups stored B₁ and B₂) and `empty` (the multiplying threads saw the products that read it
-/// finish).
+/// 1024 for its swizzle period). After the stages, three barriers a stage:
+/// `full` (its copies landed), `widened` (the widening warpgroups stored
+/// every B) and `empty` (the multiplying threads saw the products that read
+/// it finish).
 #[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(dead_code))]
 #[derive(Clone, Copy)]
 struct Stages<T, const BM: usize, const BN: usize, const STAGES: usize, const TH: usize, const P: usize>(core::marker::PhantomData<T>);

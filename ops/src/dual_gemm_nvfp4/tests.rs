@@ -28,9 +28,9 @@ fn dual_gemm_nvfp4_matches_float64_at_odd_shapes() {
     }
 }
 
-/// The Hopper kernels (B widened by a warpgroup into shared memory, or in
-/// each thread's registers; A decoded in their order first) through the
-/// host wrapper in the interpreter, every config.
+/// The Hopper kernel (B widened by a warpgroup into shared memory, A
+/// decoded in its order first) through the host wrapper in the
+/// interpreter, every config.
 #[test]
 fn the_widening_kernel_matches_float64_at_odd_shapes() {
     let gpu = rustile_host::Gpu::interpreter();
@@ -40,8 +40,7 @@ fn the_widening_kernel_matches_float64_at_odd_shapes() {
         let want = dual_gemm_nvfp4_ref(&ops[0].0, &ops[0].1, &ops[1].0, &ops[1].1, &ops[2].0, &ops[2].1, m, n, k);
         let dev: Vec<_> = ops.iter().zip([m, n, n]).map(|((v, s, _), rows)| (gpu.upload(v, &[rows, k / 2]).unwrap(), gpu.upload(s, &[rows, k / 16]).unwrap())).collect();
         let op = |j: usize| Nvfp4 { values: &dev[j].0, scales: &dev[j].1 };
-        let ws = (0..dual_gemm_nvfp4_ws_kernel::CONFIGS.len()).map(Config::Ws);
-        for cfg in ws {
+        for cfg in (0..dual_gemm_nvfp4_ws_kernel::CONFIGS.len()).map(Config::Ws) {
             let mut c = gpu.upload(&poisoned::<f16>(m * n), &[m, n]).unwrap();
             dual_gemm_nvfp4_with_config(&gpu, cfg, op(0), op(1), op(2), &mut c).unwrap();
             if let Some((i, got, w)) = nvfp4_outside_tolerance(&gpu.download(&c).unwrap(), &want) {
