@@ -56,7 +56,7 @@ pub(crate) struct Cuda {
     modules: Mutex<HashMap<usize, Module>>,
     /// TMA tensor maps in device memory, by what they describe, the least
     /// recently used dropped past [`crate::tma::MAPS_KEPT`] (`tma.rs`).
-    pub(crate) tensor_maps: Mutex<lru::LruCache<crate::TileMap, Tensor<f32>>>,
+    pub(crate) tensor_maps: Mutex<crate::tma::MapSlots>,
     /// Inside [`Gpu::capture`]: launches skip their error query, which
     /// would end the capture.
     capturing: std::sync::atomic::AtomicBool,
@@ -97,7 +97,7 @@ fn describe(e: DriverError) -> String {
     }
 }
 
-fn cuda(what: &str) -> impl FnOnce(DriverError) -> Error + '_ {
+pub(crate) fn cuda(what: &str) -> impl FnOnce(DriverError) -> Error + '_ {
     move |e| Error::Cuda(format!("{what}: {}", describe(e)))
 }
 
@@ -208,7 +208,10 @@ impl Gpu {
                 side: OnceLock::new(),
                 foreign: Mutex::new(Vec::new()),
                 modules: Mutex::new(HashMap::new()),
-                tensor_maps: Mutex::new(lru::LruCache::new(crate::tma::MAPS_KEPT)),
+                // Allocated here, never inside a capture: see `tma`.
+                tensor_maps: Mutex::new(crate::tma::MapSlots::new(
+                    unsafe { result::malloc_sync(crate::tma::MapSlots::bytes()) }.map_err(cuda("allocating the tensor maps' slots"))?,
+                )),
                 capturing: false.into(),
                 profile: Mutex::new(None),
             }),
@@ -268,7 +271,7 @@ impl Gpu {
 
     /// The driver wants the context current on the calling thread; a Gpu may
     /// be shared between threads, so every entry point makes sure of it.
-    fn bind(&self) -> Result<()> {
+    pub(crate) fn bind(&self) -> Result<()> {
         match &self.cuda {
             Some(c) => c.stream.context().bind_to_thread().map_err(cuda("making the context current")),
             None => Ok(()),
@@ -283,7 +286,7 @@ impl Gpu {
     }
 
     /// Only called where `self.cuda` is known to be there.
-    fn raw_stream(&self) -> sys::CUstream {
+    pub(crate) fn raw_stream(&self) -> sys::CUstream {
         self.queue().cu_stream()
     }
 
@@ -295,10 +298,17 @@ impl Gpu {
         let me = self as *const Gpu as usize;
         match c.side.get() {
             Some(side) if ON_SIDE.with(|g| g.get()) == me => side,
-            _ => match ON_FOREIGN.with(|f| f.get()) {
-                Some(on) if on.gpu == me => on.stream,
-                _ => &c.stream,
-            },
+            _ => self.main_queue(),
+        }
+    }
+
+    /// [`Gpu::queue`] outside [`Gpu::concurrently`]'s second closure: the
+    /// caller's stream inside [`Gpu::on_stream`], else the stream.
+    fn main_queue(&self) -> &Arc<CudaStream> {
+        let c = self.cuda.as_ref().expect("main_queue() is only used on a GPU");
+        match ON_FOREIGN.with(|f| f.get()) {
+            Some(on) if on.gpu == self as *const Gpu as usize => on.stream,
+            _ => &c.stream,
         }
     }
 
@@ -339,7 +349,7 @@ impl Gpu {
 
     /// Whether this thread's queue is being captured into a CUDA graph
     /// (by [`Gpu::capture`], or by another library on its stream).
-    fn capturing(&self) -> bool {
+    pub(crate) fn capturing(&self) -> bool {
         let Some(c) = &self.cuda else { return false };
         let me = self as *const Gpu as usize;
         c.capturing.load(std::sync::atomic::Ordering::Relaxed) || ON_FOREIGN.with(|f| f.get()).is_some_and(|on| on.gpu == me && on.capturing)
@@ -364,13 +374,17 @@ impl Gpu {
                 c.side.get_or_init(|| made)
             }
         };
-        side.join(&c.stream).map_err(cuda("ordering the second stream after the first"))?;
+        // The queue now (the caller's stream inside `on_stream`), not ours:
+        // the side waits for that queue's work, and it waits for the side's,
+        // which also keeps both inside a graph capture of that queue.
+        let main = self.main_queue().clone();
+        side.join(&main).map_err(cuda("ordering the second stream after the first"))?;
         a()?;
         let queued = {
             let _on_side = OnSide::enter(self);
             b()
         };
-        c.stream.join(side).map_err(cuda("ordering the stream after the second"))?;
+        main.join(side).map_err(cuda("ordering the stream after the second"))?;
         queued
     }
 
@@ -407,8 +421,8 @@ impl Gpu {
             CUresult::CUDA_ERROR_OUT_OF_MEMORY => Error::OutOfMemory { requested: bytes, free: self.free_bytes() },
             _ => cuda("allocating device memory")(e),
         })?;
-        let queue = self.queue();
-        let main = (!Arc::ptr_eq(queue, &c.stream)).then(|| c.stream.clone());
+        let (queue, main) = (self.queue(), self.main_queue());
+        let main = (!Arc::ptr_eq(queue, main)).then(|| main.clone());
         tensor(Buf::Device { ptr, stream: queue.clone(), after: main, stream_ordered: c.stream_alloc })
     }
 
@@ -703,8 +717,9 @@ impl Gpu {
     /// instead of running it; [`Graph::replay`] then runs it all with one
     /// launch. Everything `f` uses must stay allocated while the graph
     /// lives, and `f` must not wait for the GPU (no `sync`, download or
-    /// upload, nor a first use of a kernel module or TMA map: run the work
-    /// once before capturing it). What would break the capture is an error.
+    /// upload, nor a first use of a kernel module: run the work once before
+    /// capturing it; TMA maps may be new, see [`Gpu::tensor_map`]). What
+    /// would break the capture is an error.
     pub fn capture(&self, f: impl FnOnce() -> Result<()>) -> Result<Graph> {
         use std::sync::atomic::Ordering::Relaxed;
         let c = self.dev("capturing a CUDA graph")?;
@@ -817,6 +832,8 @@ impl Drop for Gpu {
         for h in modules.drain().flat_map(|(_, m)| m.handles) {
             let _ = unsafe { result::module::unload(h) };
         }
+        let _ = c.stream.synchronize();
+        let _ = unsafe { result::free_sync(c.tensor_maps.get_mut().unwrap_or_else(|p| p.into_inner()).base()) };
     }
 }
 

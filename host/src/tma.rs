@@ -1,19 +1,25 @@
 //! Tensor maps for Hopper's TMA copies (`rustile::tma`): the driver encodes
-//! one (`cuTensorMapEncodeTiled`), it is uploaded to device memory once, and
+//! one (`cuTensorMapEncodeTiled`), it is written to device memory once, and
 //! kernels take its address. A map is a pure function of what it describes,
 //! so the cache is keyed by that description: a later call on the same
 //! tensor (or on one allocated at the same address with the same shape)
-//! costs a hash lookup, not an upload.
+//! costs a hash lookup, not a write.
 //!
-//! The cache keeps the [`MAPS_KEPT`] most recently used maps: a training
-//! loop that allocates fresh activations every step would otherwise add
-//! maps without end. A dropped map is freed in stream order, after the
-//! kernels already issued that read it.
+//! Maps live in slots of one device buffer allocated with the GPU, and are
+//! written by memsets in stream order: nothing is allocated, uploaded from
+//! host memory or waited for, so a map can be made inside a CUDA graph
+//! capture (PyTorch's included), where new activations get new addresses.
+//! The slots of maps used outside captures are reused in least-recently-used
+//! order once [`MAPS_KEPT`] are taken (a training loop that allocates fresh
+//! activations every step would otherwise add maps without end); a map a
+//! capture made or used is kept for the GPU's life, since the graph reads it
+//! at every replay.
+use std::collections::HashMap;
 use std::num::NonZeroUsize;
 
 use cudarc::driver::sys::{self, CUresult};
 
-use crate::{Error, Gpu, Result, Tensor};
+use crate::{Error, Gpu, Result};
 
 /// A tensor of 16-bit (bf16, f16) or 8-bit (FP8) elements of up to three
 /// dimensions, as TMA copies boxes of it: dimensions innermost first, row
@@ -76,11 +82,69 @@ impl TileMap {
 /// find theirs.
 pub const MAPS_KEPT: NonZeroUsize = NonZeroUsize::new(4096).unwrap();
 
+/// Bytes of one encoded map.
+const MAP_BYTES: u64 = 128;
+
+/// Where a GPU keeps its tensor maps: the slots of one device buffer, those
+/// of maps last used outside captures in least-recently-used order, those
+/// of maps captured graphs read, and the free ones.
+pub(crate) struct MapSlots {
+    base: u64,
+    recent: lru::LruCache<TileMap, usize>,
+    captured: HashMap<TileMap, usize>,
+    free: Vec<usize>,
+}
+
+impl MapSlots {
+    /// Slots over the device buffer at `base` of [`MAPS_KEPT`] maps.
+    pub(crate) fn new(base: u64) -> MapSlots {
+        MapSlots { base, recent: lru::LruCache::unbounded(), captured: HashMap::new(), free: (0..MAPS_KEPT.get()).rev().collect() }
+    }
+
+    pub(crate) fn bytes() -> usize {
+        MAPS_KEPT.get() * MAP_BYTES as usize
+    }
+
+    pub(crate) fn base(&self) -> u64 {
+        self.base
+    }
+
+    fn at(&self, slot: usize) -> u64 {
+        self.base + slot as u64 * MAP_BYTES
+    }
+
+    /// The address of `m`'s map if it has one; a map used while `capturing`
+    /// is kept from then on.
+    fn find(&mut self, m: &TileMap, capturing: bool) -> Option<u64> {
+        if let Some(&slot) = self.captured.get(m) {
+            return Some(self.at(slot));
+        }
+        let slot = if capturing { self.recent.pop(m).inspect(|&slot| _ = self.captured.insert(*m, slot))? } else { *self.recent.get(m)? };
+        Some(self.at(slot))
+    }
+
+    /// A slot for `m`: a free one, else the least recently used one's.
+    fn take(&mut self, m: &TileMap, capturing: bool) -> Option<usize> {
+        let slot = self.free.pop().or_else(|| self.recent.pop_lru().map(|(_, slot)| slot))?;
+        if capturing {
+            self.captured.insert(*m, slot);
+        } else {
+            self.recent.put(*m, slot);
+        }
+        Some(slot)
+    }
+
+    fn len(&self) -> usize {
+        self.recent.len() + self.captured.len()
+    }
+}
+
 impl Gpu {
     /// The device address of the tensor map for `m` (swizzled as `Shared`
-    /// tiles of its rows, zero fill outside the tensor), encoded and
-    /// uploaded on first use. The address stays valid for the kernels
-    /// issued before [`MAPS_KEPT`] other maps are made.
+    /// tiles of its rows, zero fill outside the tensor), encoded and written
+    /// on first use, on the current queue. The address stays valid for the
+    /// kernels issued before [`MAPS_KEPT`] other maps are made, and for good
+    /// once a graph capture has used it.
     pub fn tensor_map(&self, m: &TileMap) -> Result<u64> {
         if let Some(why) = m.unsupported() {
             return Err(Error::Shape(format!("TMA cannot copy this tensor: {why}")));
@@ -89,9 +153,10 @@ impl Gpu {
             // The interpreter's kernels copy the window a map would describe.
             return Ok(0);
         };
-        let mut maps = dev.tensor_maps.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(t) = maps.get(m) {
-            return Ok(t.device_ptr());
+        let capturing = self.capturing();
+        let mut slots = dev.tensor_maps.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(at) = slots.find(m, capturing) {
+            return Ok(at);
         }
         let mut map = sys::CUtensorMap { opaque: [0; 16] };
         let elem_strides = [1u32; 3];
@@ -118,11 +183,21 @@ impl Gpu {
         if r != CUresult::CUDA_SUCCESS {
             return Err(Error::Shape(format!("cuTensorMapEncodeTiled refused {m:?}: {r:?}")));
         }
-        // 128 bytes as 32 f32 words: a device buffer like any other tensor.
-        let words: Vec<f32> = map.opaque.iter().flat_map(|w| [f32::from_bits(*w as u32), f32::from_bits((*w >> 32) as u32)]).collect();
-        let t: Tensor<f32> = self.upload(&words, &[32])?;
-        let at = t.device_ptr();
-        maps.put(*m, t);
+        let slot = slots
+            .take(m, capturing)
+            .ok_or_else(|| Error::Invalid(format!("captured CUDA graphs read {MAPS_KEPT} tensor maps already; this GPU keeps no more")))?;
+        let at = slots.at(slot);
+        // One memset a run of equal 32-bit words: by value, so capturable.
+        let words: Vec<u32> = map.opaque.iter().flat_map(|w| [*w as u32, (*w >> 32) as u32]).collect();
+        self.bind()?;
+        let mut i = 0;
+        while i < words.len() {
+            let run = words[i..].iter().take_while(|w| **w == words[i]).count();
+            unsafe { sys::cuMemsetD32Async(at + 4 * i as u64, words[i], run, self.raw_stream()) }
+                .result()
+                .map_err(crate::gpu::cuda("writing a tensor map"))?;
+            i += run;
+        }
         Ok(at)
     }
 
@@ -134,7 +209,37 @@ impl Gpu {
 
 #[cfg(test)]
 mod tests {
-    use super::TileMap;
+    use super::{MapSlots, TileMap, MAPS_KEPT};
+
+    #[test]
+    fn slots_are_reused_least_recent_first_except_those_a_capture_read() {
+        let map = |i: u64| TileMap { base: 0x1000 * (i + 1), dims: [64, 64, 1], strides: [128, 8192], boxes: [64, 64, 1], elem_bytes: 2 };
+        let mut slots = MapSlots::new(0x10_0000);
+        let n = MAPS_KEPT.get() as u64;
+        for i in 0..n {
+            assert!(slots.find(&map(i), false).is_none());
+            slots.take(&map(i), false).unwrap();
+        }
+        assert_eq!(slots.find(&map(0), false), Some(0x10_0000), "the first map, in the first slot");
+        // Map 1 is now the least recent: a new map takes its slot.
+        let one = slots.find(&map(1), true).unwrap(); // ...unless a capture reads it: kept from then on
+        let new = slots.take(&map(n), false).unwrap();
+        assert_ne!(slots.at(new), one);
+        assert!(slots.find(&map(2), false).is_none(), "map 2 gave up its slot");
+        assert_eq!(slots.find(&map(1), false), Some(one));
+        assert_eq!(slots.len(), MAPS_KEPT.get());
+        // Once captures hold every slot, a new map has none.
+        for i in 0..n + 1 {
+            let _ = slots.find(&map(i), true);
+        }
+        for i in n + 1..2 * n {
+            if slots.take(&map(i), true).is_none() {
+                assert_eq!(slots.captured.len(), MAPS_KEPT.get());
+                return;
+            }
+        }
+        panic!("captured maps were evicted");
+    }
 
     #[test]
     fn maps_the_copy_engine_cannot_use_are_named() {

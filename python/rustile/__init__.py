@@ -21,10 +21,11 @@ entry point.
 import math
 
 from . import _rustile
+from . import _arrays
 from ._arrays import desc, desc_or_none, empty, stream_of
 
 __all__ = ["softmax", "rms_norm", "layer_norm", "norm_backward", "gemm", "gemm_fp8", "grouped_gemm", "attention", "attention_backward",
-           "attention_varlen", "attention_varlen_backward", "dual_gemm", "delta_rule",
+           "attention_varlen", "attention_varlen_backward", "cu_seqlens", "dual_gemm", "delta_rule",
            "delta_rule_backward", "conv_silu", "conv_silu_backward", "gated_rms_norm", "gated_rms_norm_backward", "gpu_name"]
 
 
@@ -147,27 +148,65 @@ def attention_backward(q, k, v, o, do, lse, causal=False, scale=None, keys=None)
     return dq, dk, dv
 
 
-def attention_varlen(q, k, v, q_lens, k_lens, causal=False, scale=None, return_lse=False):
+def cu_seqlens(lens, like):
+    """The int32 offsets ``[0, n0, n0+n1, …]`` of sequences of ``lens``
+    tokens, beside ``like`` (a tensor or array: its library and device), as
+    :func:`attention_varlen` and :func:`delta_rule` take them. Build them
+    once per batch layout, outside a captured CUDA graph (this uploads)."""
+    offsets = [0]
+    for n in lens:
+        if int(n) < 0:
+            raise ValueError(f"cu_seqlens: lengths must be non-negative, not {list(lens)}")
+        offsets.append(offsets[-1] + int(n))
+    if offsets[-1] >= 2**31:
+        raise ValueError(f"cu_seqlens: {offsets[-1]} tokens do not fit int32 offsets")
+    desc(like)  # a TypeError for what is neither a tensor nor an array
+    if hasattr(like, "new_tensor"):
+        return like.new_tensor(offsets, dtype=_arrays._torch.int32)
+    import numpy as np
+
+    return np.array(offsets, dtype=np.int32)
+
+
+def _longest(cu, given):
+    """``given``, or the longest sequence the offsets ``cu`` hold (reading
+    them: a device sync on CUDA, which a captured graph cannot do)."""
+    if given is not None:
+        return int(given)
+    if len(cu) < 2:
+        return 0
+    return int((cu[1:] - cu[:-1]).max())
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, causal=False, scale=None,
+                     return_lse=False):
     """:func:`attention` over sequences of different lengths packed back to
-    back (``flash_attn_varlen_func``'s layout): ``q`` ``[Σ q_lens, heads, d]``,
-    ``k``, ``v`` ``[Σ k_lens, kv_heads, d]``; ``q_lens``, ``k_lens`` lists of
-    ints (sequence ``i`` has ``q_lens[i]`` queries over ``k_lens[i]`` keys;
-    causal masks are per sequence). With ``return_lse``, also the
-    log-sum-exp, ``[heads, Σ q_lens]`` float32."""
+    back, as ``flash_attn_varlen_func`` takes them: ``q`` ``[total_q, heads,
+    d]``, ``k``, ``v`` ``[total_k, kv_heads, d]``; sequence ``i``'s queries
+    are rows ``cu_seqlens_q[i] .. cu_seqlens_q[i+1]`` of ``q`` and its keys
+    likewise (int32 offsets on ``q``'s device, :func:`cu_seqlens`); causal
+    masks are per sequence. ``max_seqlen_q``, ``max_seqlen_k``: the longest
+    sequence's queries and keys; given, nothing is read back, so the call
+    can be captured in a CUDA graph (left out, they are read from the
+    offsets). The offsets are trusted: rows of a sequence longer than its
+    max are not computed, and offsets past ``q``'s or ``k``'s rows are cut
+    to them. With ``return_lse``, also the log-sum-exp, ``[heads, total_q]`` float32."""
     qd = desc(q)
     if len(qd[1]) != 3:
         raise ValueError(f"attention_varlen: q must be [tokens, heads, d], not of shape {qd[1]}")
     o, lse = empty(q, qd[1]), empty(q, (qd[1][1], qd[1][0]), "f32")
-    _rustile.attention_packed(qd, desc(k), desc(v), [int(n) for n in q_lens], [int(n) for n in k_lens], desc(o), desc(lse),
-                              bool(causal), _scale(scale), stream_of(q))
+    _rustile.attention_packed(qd, desc(k), desc(v), desc(cu_seqlens_q), desc(cu_seqlens_k), _longest(cu_seqlens_q, max_seqlen_q),
+                              _longest(cu_seqlens_k, max_seqlen_k), desc(o), desc(lse), bool(causal), _scale(scale), stream_of(q))
     return (o, lse) if return_lse else o
 
 
-def attention_varlen_backward(q, k, v, o, do, lse, q_lens, k_lens, causal=False, scale=None):
+def attention_varlen_backward(q, k, v, o, do, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, causal=False,
+                              scale=None):
     """``(dq, dk, dv)`` of :func:`attention_varlen`."""
     qd, kd, vd = desc(q), desc(k), desc(v)
     dq, dk, dv = empty(q, qd[1]), empty(k, kd[1]), empty(v, vd[1])
-    _rustile.attention_packed_backward(qd, kd, vd, desc(o), desc(do), desc(lse), [int(n) for n in q_lens], [int(n) for n in k_lens],
+    _rustile.attention_packed_backward(qd, kd, vd, desc(o), desc(do), desc(lse), desc(cu_seqlens_q), desc(cu_seqlens_k),
+                                       _longest(cu_seqlens_q, max_seqlen_q), _longest(cu_seqlens_k, max_seqlen_k),
                                        desc(dq), desc(dk), desc(dv), bool(causal), _scale(scale), stream_of(q))
     return dq, dk, dv
 
@@ -181,32 +220,49 @@ def dual_gemm(a, b1, b2):
     return c
 
 
-def delta_rule(q, k, v, beta, initial=None, return_final_state=False):
+def delta_rule(q, k, v, beta, initial=None, return_final_state=False, cu_seqlens=None, max_seqlen=None):
     """The delta rule of QuasarAttention, chunked: ``q``, ``k``, ``v``
     ``[batch, tokens, heads, 64]``, ``beta`` ``[heads]`` float32 (each head's
     step size β: ``α_t = (1 − e^{−β‖k_t‖²}) / (‖k_t‖² + 1e-8)``,
     ``S_t = S_{t−1} + α_t·k_t·(v_t − S_{t−1}ᵀk_t)ᵀ``, ``o_t = S_tᵀ·q_t``), from
-    ``initial`` ``[batch, heads, 64, 64]`` float32 or zeros. With
-    ``return_final_state``, also the state after the last token."""
+    ``initial`` ``[seqs, heads, 64, 64]`` float32 or zeros. With
+    ``return_final_state``, also the state after the last token.
+
+    Packed sequences: ``cu_seqlens`` (int32 ``[seqs + 1]`` on ``q``'s
+    device, :func:`cu_seqlens`) with ``batch`` 1, sequence ``i`` the tokens
+    ``cu_seqlens[i] .. cu_seqlens[i+1]``, each from its own state;
+    ``max_seqlen`` the longest (given, nothing is read back and the call can
+    be captured in a CUDA graph). The offsets are trusted as in :func:`attention_varlen`."""
     qd = desc(q)
     batch, _, heads, d = qd[1]
+    longest, cu = _packed(cu_seqlens, max_seqlen, qd)
+    seqs = batch if cu is None else len(cu_seqlens) - 1
     o = empty(q, qd[1])
-    final = empty(q, (batch, heads, d, d), "f32") if return_final_state else None
+    final = empty(q, (seqs, heads, d, d), "f32") if return_final_state else None
     _rustile.delta_rule(qd, desc(k), desc(v), desc(beta), desc(o), desc_or_none(initial),
-                        desc_or_none(final), stream_of(q))
+                        desc_or_none(final), cu, longest, stream_of(q))
     return (o, final) if return_final_state else o
 
 
-def delta_rule_backward(q, k, v, beta, do, initial=None, d_final=None, want_d_initial=False):
+def _packed(cu_seqlens, max_seqlen, qd):
+    """``(longest, offsets' description)`` of the delta rule's packed sequences, or ``(0, None)``."""
+    if cu_seqlens is None:
+        return 0, None
+    return _longest(cu_seqlens, max_seqlen), desc(cu_seqlens)
+
+
+def delta_rule_backward(q, k, v, beta, do, initial=None, d_final=None, want_d_initial=False, cu_seqlens=None, max_seqlen=None):
     """``(dq, dk, dv, dbeta, d_initial)`` of :func:`delta_rule` from ``do``
     (and the final state's gradient ``d_final``); ``d_initial`` is None
     unless ``want_d_initial``."""
     qd, kd, vd = desc(q), desc(k), desc(v)
     batch, _, heads, d = qd[1]
+    longest, cu = _packed(cu_seqlens, max_seqlen, qd)
+    seqs = batch if cu is None else len(cu_seqlens) - 1
     dq, dk, dv, dbeta = empty(q, qd[1]), empty(k, kd[1]), empty(v, vd[1]), empty(q, (heads,), "f32")
-    d_initial = empty(q, (batch, heads, d, d), "f32") if want_d_initial else None
+    d_initial = empty(q, (seqs, heads, d, d), "f32") if want_d_initial else None
     _rustile.delta_rule_backward(qd, kd, vd, desc(beta), desc(do), desc_or_none(initial), desc_or_none(d_final), desc(dq), desc(dk), desc(dv),
-                                 desc(dbeta), desc_or_none(d_initial), stream_of(q))
+                                 desc(dbeta), desc_or_none(d_initial), cu, longest, stream_of(q))
     return dq, dk, dv, dbeta, d_initial
 
 

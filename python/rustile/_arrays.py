@@ -10,7 +10,7 @@ the raw current stream (not a ``Stream`` object)."""
 
 import sys
 
-_NUMPY = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
+_NUMPY = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2", "int32": "i32"}
 _torch = None  # the torch module and its dtype tables, once a tensor was seen
 _TORCH = {}
 _TO_TORCH = {}
@@ -25,7 +25,7 @@ def _torch_tensor(x):
             return False
         _torch = torch
         _TORCH.update({torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32",
-                       torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"})
+                       torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2", torch.int32: "i32"})
         _TO_TORCH.update({name: dtype for dtype, name in _TORCH.items()})
     return isinstance(x, _torch.Tensor)
 
@@ -35,7 +35,7 @@ def desc(x):
     if _torch_tensor(x):
         dtype = _TORCH.get(x.dtype)
         if dtype is None:
-            raise TypeError(f"rustile: torch dtype {x.dtype} is not supported (bfloat16, float16, float32, float8_e4m3fn, float8_e5m2)")
+            raise TypeError(f"rustile: torch dtype {x.dtype} is not supported (bfloat16, float16, float32, float8_e4m3fn, float8_e5m2; int32 offsets)")
         device = x.get_device()  # -1 on the CPU
         if device < 0 and not x.is_cpu:
             raise TypeError(f"rustile: tensors on {x.device} are not supported (cuda or cpu)")
@@ -44,7 +44,7 @@ def desc(x):
     if np is not None and isinstance(x, np.ndarray):
         dtype = _NUMPY.get(x.dtype.name)
         if dtype is None:
-            raise TypeError(f"rustile: numpy dtype {x.dtype} is not supported (float16, float32; ml_dtypes' bfloat16, float8_e4m3fn, float8_e5m2)")
+            raise TypeError(f"rustile: numpy dtype {x.dtype} is not supported (float16, float32; ml_dtypes' bfloat16, float8_e4m3fn, float8_e5m2; int32 offsets)")
         if any(s % x.itemsize for s in x.strides):
             raise ValueError(f"rustile: strides {x.strides} are not whole elements")
         return (x.ctypes.data, x.shape, [s // x.itemsize for s in x.strides], dtype, -1)

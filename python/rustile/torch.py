@@ -70,64 +70,101 @@ def attention(q, k, v, causal=False, scale=None, keys=None):
 
 
 @torch.library.custom_op("rustile::attention_varlen", mutates_args=())
-def _attention_varlen(q: Tensor, k: Tensor, v: Tensor, q_lens: List[int], k_lens: List[int], causal: bool, scale: Optional[float]) -> Tuple[Tensor, Tensor]:
-    return rustile.attention_varlen(q, k, v, q_lens, k_lens, causal=causal, scale=scale, return_lse=True)
+def _attention_varlen(
+    q: Tensor, k: Tensor, v: Tensor, cu_q: Tensor, cu_k: Tensor, max_q: int, max_k: int, causal: bool, scale: Optional[float]
+) -> Tuple[Tensor, Tensor]:
+    return rustile.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=causal, scale=scale, return_lse=True)
 
 
 @_attention_varlen.register_fake
-def _(q, k, v, q_lens, k_lens, causal, scale):
+def _(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale):
     tokens, heads, _ = q.shape
     return torch.empty_like(q), q.new_empty((heads, tokens), dtype=torch.float32)
 
 
 @torch.library.custom_op("rustile::attention_varlen_backward", mutates_args=())
 def _attention_varlen_backward(
-    q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor, q_lens: List[int], k_lens: List[int], causal: bool, scale: Optional[float]
+    q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor, cu_q: Tensor, cu_k: Tensor, max_q: int, max_k: int, causal: bool,
+    scale: Optional[float]
 ) -> Tuple[Tensor, Tensor, Tensor]:
-    return rustile.attention_varlen_backward(q, k, v, o, do, lse, q_lens, k_lens, causal=causal, scale=scale)
+    return rustile.attention_varlen_backward(q, k, v, o, do, lse, cu_q, cu_k, max_q, max_k, causal=causal, scale=scale)
 
 
 @_attention_varlen_backward.register_fake
-def _(q, k, v, o, do, lse, q_lens, k_lens, causal, scale):
+def _(q, k, v, o, do, lse, cu_q, cu_k, max_q, max_k, causal, scale):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _varlen_setup(ctx, inputs, output):
-    q, k, v, q_lens, k_lens, causal, scale = inputs
-    ctx.save_for_backward(q, k, v, *output)
-    ctx.options = (q_lens, k_lens, causal, scale)
+    q, k, v, cu_q, cu_k, max_q, max_k, causal, scale = inputs
+    ctx.save_for_backward(q, k, v, cu_q, cu_k, *output)
+    ctx.options = (max_q, max_k, causal, scale)
 
 
 def _varlen_grad(ctx, do, _dlse):
-    q, k, v, o, lse = ctx.saved_tensors
-    dq, dk, dv = torch.ops.rustile.attention_varlen_backward(q, k, v, o, do.contiguous(), lse, *ctx.options)
-    return dq, dk, dv, None, None, None, None
+    q, k, v, cu_q, cu_k, o, lse = ctx.saved_tensors
+    dq, dk, dv = torch.ops.rustile.attention_varlen_backward(q, k, v, o, do.contiguous(), lse, cu_q, cu_k, *ctx.options)
+    return dq, dk, dv, None, None, None, None, None, None
 
 
 _attention_varlen.register_autograd(_varlen_grad, setup_context=_varlen_setup)
 
 
-def attention_varlen(q, k, v, q_lens, k_lens, causal=False, scale=None):
-    """:func:`rustile.attention_varlen` on tensors (``[Σ lens, heads, d]``;
-    the lengths as lists of ints), differentiable in ``q``, ``k`` and ``v``."""
-    return torch.ops.rustile.attention_varlen(q, k, v, list(q_lens), list(k_lens), causal, scale)[0]
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False, scale=None):
+    """:func:`rustile.attention_varlen` on tensors, as ``flash_attn_varlen_func``
+    takes them (``[total, heads, d]``; int32 offsets ``cu_seqlens_*`` on the
+    device, :func:`rustile.cu_seqlens`; the longest lengths as ints, so that
+    nothing is read back and the call can be captured in a CUDA graph),
+    differentiable in ``q``, ``k`` and ``v``."""
+    return torch.ops.rustile.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), causal, scale)[0]
 
 
-# ---- the dual GEMM (forward only: Rust has no backward for it yet) ----------------------------
+# ---- the dual GEMM (forward in one kernel; backward by GEMMs) --------------------------------
 
 
 @torch.library.custom_op("rustile::dual_gemm", mutates_args=())
-def dual_gemm(a: Tensor, b1: Tensor, b2: Tensor) -> Tensor:
-    """``silu(a·b1ᵀ) ⊙ (a·b2ᵀ)`` in one kernel (no autograd yet)."""
+def _dual_gemm(a: Tensor, b1: Tensor, b2: Tensor) -> Tensor:
     return rustile.dual_gemm(a, b1, b2)
 
 
-@dual_gemm.register_fake
+@_dual_gemm.register_fake
 def _(a, b1, b2):
     return a.new_empty((a.shape[0], b1.shape[0]))
 
 
-# ---- the FP8 and grouped GEMMs (forward only: inference, or a backward written in torch) ----------
+@torch.library.custom_op("rustile::dual_gemm_backward", mutates_args=())
+def _dual_gemm_backward(dc: Tensor, a: Tensor, b1: Tensor, b2: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    """``(da, db1, db2)`` of ``c = silu(h1) ⊙ h2``, ``h = a·bᵀ``: the two
+    products again (the forward keeps neither), SiLU's derivative in float32,
+    then ``da = dh1·b1 + dh2·b2`` (the second GEMM adds the first as its
+    residual) and ``db = dhᵀ·a``."""
+    h1, h2 = rustile.gemm(a, b1).float(), rustile.gemm(a, b2).float()
+    sig, dc32 = torch.sigmoid(h1), dc.float()
+    dh2 = (dc32 * h1 * sig).to(a.dtype)
+    dh1 = (dc32 * h2 * sig * (1 + h1 * (1 - sig))).to(a.dtype)
+    da = rustile.gemm(dh2, b2, w_kn=True, residual=rustile.gemm(dh1, b1, w_kn=True))
+    return da, rustile.gemm(dh1, a, a_km=True, w_kn=True), rustile.gemm(dh2, a, a_km=True, w_kn=True)
+
+
+@_dual_gemm_backward.register_fake
+def _(dc, a, b1, b2):
+    return torch.empty_like(a), torch.empty_like(b1), torch.empty_like(b2)
+
+
+def _dual_grad(ctx, dc):
+    return torch.ops.rustile.dual_gemm_backward(dc.contiguous(), *ctx.saved_tensors)
+
+
+_dual_gemm.register_autograd(_dual_grad, setup_context=lambda ctx, inputs, output: ctx.save_for_backward(*inputs))
+
+
+def dual_gemm(a, b1, b2):
+    """:func:`rustile.dual_gemm` on tensors (``silu(a·b1ᵀ) ⊙ (a·b2ᵀ)`` in one
+    kernel), differentiable in ``a``, ``b1`` and ``b2``."""
+    return torch.ops.rustile.dual_gemm(a, b1, b2)
+
+
+# ---- the FP8 GEMM (forward only: inference) and the grouped GEMM (forward and backward) ----------
 
 
 @torch.library.custom_op("rustile::gemm_fp8", mutates_args=())
@@ -144,14 +181,55 @@ def _(a, w, scale_a, scale_w, bias, act, residual):
 
 
 @torch.library.custom_op("rustile::grouped_gemm", mutates_args=())
-def grouped_gemm(a: Tensor, w: Tensor, m_sizes: List[int]) -> Tensor:
-    """:func:`rustile.grouped_gemm`: each expert's rows of ``a`` times its ``w[g]ᵀ`` (no autograd)."""
+def _grouped_gemm(a: Tensor, w: Tensor, m_sizes: List[int]) -> Tensor:
     return rustile.grouped_gemm(a, w, m_sizes)
 
 
-@grouped_gemm.register_fake
+@_grouped_gemm.register_fake
 def _(a, w, m_sizes):
     return a.new_empty((a.shape[0], w.shape[1]))
+
+
+@torch.library.custom_op("rustile::grouped_gemm_backward", mutates_args=())
+def _grouped_gemm_backward(dc: Tensor, a: Tensor, w: Tensor, m_sizes: List[int]) -> Tuple[Tensor, Tensor]:
+    """``da`` by one grouped launch over each ``w[g]`` transposed (a copy
+    of the weights), ``dw[g] = dc_gᵀ·a_g`` by one GEMM an expert (reading
+    ``dc_g`` transposed in place; an expert without tokens gets zeros)."""
+    da = rustile.grouped_gemm(dc, w.transpose(1, 2).contiguous(), m_sizes)
+    dw = torch.zeros_like(w)
+    start = 0
+    for g, m in enumerate(m_sizes):
+        if m > 0:
+            dw[g] = rustile.gemm(dc[start:start + m], a[start:start + m], a_km=True, w_kn=True)
+        start += m
+    return da, dw
+
+
+@_grouped_gemm_backward.register_fake
+def _(dc, a, w, m_sizes):
+    return torch.empty_like(a), torch.empty_like(w)
+
+
+def _grouped_setup(ctx, inputs, output):
+    a, w, m_sizes = inputs
+    ctx.save_for_backward(a, w)
+    ctx.m_sizes = m_sizes
+
+
+def _grouped_grad(ctx, dc):
+    a, w = ctx.saved_tensors
+    da, dw = torch.ops.rustile.grouped_gemm_backward(dc.contiguous(), a, w, ctx.m_sizes)
+    return da, dw, None
+
+
+_grouped_gemm.register_autograd(_grouped_grad, setup_context=_grouped_setup)
+
+
+def grouped_gemm(a, w, m_sizes):
+    """:func:`rustile.grouped_gemm` on tensors (each expert's rows of ``a``
+    times its ``w[g]ᵀ``; ``m_sizes`` a list of ints, uploaded each call, so
+    not inside a captured CUDA graph), differentiable in ``a`` and ``w``."""
+    return torch.ops.rustile.grouped_gemm(a, w, [int(m) for m in m_sizes])
 
 
 # ---- QuasarAttention's convolution and gated norm (forward and backward) ------------------------
@@ -241,49 +319,68 @@ def gated_rms_norm(o, g, w, eps=1e-5):
 
 
 @torch.library.custom_op("rustile::delta_rule", mutates_args=())
-def _delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, initial: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
-    return rustile.delta_rule(q, k, v, beta, initial=initial, return_final_state=True)
+def _delta_rule(
+    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, initial: Optional[Tensor], cu_seqlens: Optional[Tensor], max_seqlen: int
+) -> Tuple[Tensor, Tensor]:
+    return rustile.delta_rule(q, k, v, beta, initial=initial, return_final_state=True, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen)
+
+
+def _seqs(q, cu_seqlens):
+    return q.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
 
 
 @_delta_rule.register_fake
-def _(q, k, v, beta, initial):
-    batch, _, heads, d = q.shape
-    return torch.empty_like(q), q.new_empty((batch, heads, d, d), dtype=torch.float32)
+def _(q, k, v, beta, initial, cu_seqlens, max_seqlen):
+    _, _, heads, d = q.shape
+    return torch.empty_like(q), q.new_empty((_seqs(q, cu_seqlens), heads, d, d), dtype=torch.float32)
 
 
 @torch.library.custom_op("rustile::delta_rule_backward", mutates_args=())
 def _delta_rule_backward(
-    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, do: Tensor, initial: Optional[Tensor], d_final: Optional[Tensor]
+    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, do: Tensor, initial: Optional[Tensor], d_final: Optional[Tensor], cu_seqlens: Optional[Tensor],
+    max_seqlen: int
 ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """``(dq, dk, dv, dβ, d_initial)``; ``d_initial`` is empty without an initial state."""
     dq, dk, dv, dbeta, d_initial = rustile.delta_rule_backward(q, k, v, beta, do, initial=initial, d_final=d_final,
-                                                               want_d_initial=initial is not None)
+                                                               want_d_initial=initial is not None, cu_seqlens=cu_seqlens,
+                                                               max_seqlen=max_seqlen)
     return dq, dk, dv, dbeta, d_initial if d_initial is not None else dbeta.new_empty(0)
 
 
 @_delta_rule_backward.register_fake
-def _(q, k, v, beta, do, initial, d_final):
+def _(q, k, v, beta, do, initial, d_final, cu_seqlens, max_seqlen):
     d_initial = torch.empty_like(initial) if initial is not None else beta.new_empty(0, dtype=torch.float32)
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), beta.new_empty(beta.shape, dtype=torch.float32), d_initial
 
 
+def _delta_setup(ctx, inputs, output):
+    *tensors, max_seqlen = inputs
+    ctx.save_for_backward(*tensors)
+    ctx.max_seqlen = max_seqlen
+
+
 def _delta_grad(ctx, do, d_final):
-    q, k, v, beta, initial = ctx.saved_tensors
+    q, k, v, beta, initial, cu_seqlens = ctx.saved_tensors
     d_final = d_final.contiguous() if d_final is not None else None
-    dq, dk, dv, dbeta, d_initial = torch.ops.rustile.delta_rule_backward(q, k, v, beta, do.contiguous(), initial, d_final)
-    return dq, dk, dv, dbeta.to(beta.dtype), d_initial if initial is not None else None
+    dq, dk, dv, dbeta, d_initial = torch.ops.rustile.delta_rule_backward(q, k, v, beta, do.contiguous(), initial, d_final, cu_seqlens,
+                                                                         ctx.max_seqlen)
+    return dq, dk, dv, dbeta.to(beta.dtype), d_initial if initial is not None else None, None, None
 
 
-_delta_rule.register_autograd(_delta_grad, setup_context=_save_inputs)
+_delta_rule.register_autograd(_delta_grad, setup_context=_delta_setup)
 
 
-def delta_rule(q, k, v, beta, initial=None, return_final_state=False):
+def delta_rule(q, k, v, beta, initial=None, return_final_state=False, cu_seqlens=None, max_seqlen=None):
     """:func:`rustile.delta_rule` on tensors (``[batch, tokens, heads, 64]``
-    bf16, ``beta`` ``[heads]`` float32, from ``initial`` ``[batch, heads,
+    bf16, ``beta`` ``[heads]`` float32, from ``initial`` ``[seqs, heads,
     64, 64]`` float32 or a zero state), differentiable in ``q``, ``k``,
     ``v``, ``beta``, the initial state and, through ``return_final_state``,
-    the final one (chunks of a long sequence, carried across calls)."""
-    o, final = torch.ops.rustile.delta_rule(q, k, v, beta, initial)
+    the final one (chunks of a long sequence, carried across calls).
+    Packed sequences: ``cu_seqlens`` (int32 on the device) with ``max_seqlen``
+    (an int: given, the call can be captured in a CUDA graph; left out, it is read from the offsets)."""
+    if cu_seqlens is not None and max_seqlen is None:
+        max_seqlen = rustile._longest(cu_seqlens, None)
+    o, final = torch.ops.rustile.delta_rule(q, k, v, beta, initial, cu_seqlens, int(max_seqlen or 0))
     return (o, final) if return_final_state else o
 
 

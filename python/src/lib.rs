@@ -26,7 +26,7 @@ use rustile::{bf16, f16, F8E4M3, F8E5M2};
 use rustile_host::{Elem, Error, Gpu, Tensor};
 use rustile_ops::attention::{attention as attention_fwd, attention_backward as attention_bwd, attention_varlen, attention_varlen_backward, Attention, SeqLens};
 use rustile_ops::dual_gemm::dual_gemm as dual_gemm_op;
-use rustile_ops::delta_rule::{delta_rule as delta_rule_op, delta_rule_backward as delta_rule_backward_op, DeltaRule, DeltaRuleGrads};
+use rustile_ops::delta_rule::{delta_rule as delta_rule_op, delta_rule_backward as delta_rule_backward_op, DeltaRule, DeltaRuleGrads, VarLens};
 use rustile_ops::gemm::{gemm as gemm_op, Act, Epilogue, Mat, Transpose};
 use rustile_ops::gemm_fp8::{gemm_fp8 as gemm_fp8_op, Scale};
 use rustile_ops::grouped_gemm::{gemm_groups, Groups};
@@ -55,6 +55,20 @@ impl Arr {
         if self.3 != T::NAME {
             return Err(Error::DType(format!("an array of {} where {} is expected (all of an op's arrays share its dtype, statistics are f32)", self.3, T::NAME)));
         }
+        self.borrow(gpu)
+    }
+
+    /// Sequence offsets (`cu_seqlens`), int32 as torch and FlashAttention
+    /// keep them, read as u32: a negative one reads as past every token,
+    /// which the kernels cut to the tokens there are.
+    fn offsets(&self, gpu: &Gpu) -> rustile_host::Result<Tensor<u32>> {
+        match self.dtype() {
+            "i32" | "u32" => self.borrow(gpu),
+            other => Err(Error::DType(format!("cu_seqlens must be int32, not {other}"))),
+        }
+    }
+
+    fn borrow<T: Elem>(&self, gpu: &Gpu) -> rustile_host::Result<Tensor<T>> {
         let strides = self
             .2
             .iter()
@@ -340,15 +354,19 @@ fn attention_backward(
 
 /// [`attention`] over sequences of different lengths packed back to back:
 /// `q`, `o` `[Σ q_lens, heads, d]`, `k`, `v` `[Σ k_lens, kv_heads, d]`,
-/// `lse` `[heads, Σ q_lens]`. The lengths are uploaded on each call.
+/// `lse` `[heads, Σ q_lens]`; sequence `i`'s queries are tokens `cu_q[i] ..
+/// cu_q[i+1]` (int32 offsets on the arrays' device, never read here, so a
+/// CUDA graph can capture the call), at most `max_q` of them, its keys
+/// likewise.
 #[pyfunction]
-#[pyo3(signature = (q, k, v, q_lens, k_lens, o, lse, causal, scale, stream))]
+#[pyo3(signature = (q, k, v, cu_q, cu_k, max_q, max_k, o, lse, causal, scale, stream))]
 #[allow(clippy::too_many_arguments)]
 fn attention_packed(
-    py: Python<'_>, q: Arr, k: Arr, v: Arr, q_lens: Vec<usize>, k_lens: Vec<usize>, o: Arr, lse: Arr, causal: bool, scale: Option<f32>, stream: u64,
+    py: Python<'_>, q: Arr, k: Arr, v: Arr, cu_q: Arr, cu_k: Arr, max_q: usize, max_k: usize, o: Arr, lse: Arr, causal: bool, scale: Option<f32>,
+    stream: u64,
 ) -> PyResult<()> {
-    run(py, &[&q, &k, &v, &o, &lse], stream, |gpu| {
-        let seqs = SeqLens::new(gpu, &q_lens, &k_lens)?;
+    run(py, &[&q, &k, &v, &cu_q, &cu_k, &o, &lse], stream, |gpu| {
+        let seqs = seq_lens(gpu, [&cu_q, &cu_k], [max_q, max_k], [&q, &k])?;
         with_dtype!(q.dtype(), T => attention_varlen(
             gpu, &q.tensor::<T>(gpu)?, &k.tensor::<T>(gpu)?, &v.tensor::<T>(gpu)?, &seqs, &mut o.tensor::<T>(gpu)?, &mut lse.tensor(gpu)?,
             attention_options(causal, scale, None),
@@ -356,16 +374,22 @@ fn attention_packed(
     })
 }
 
+/// The packed sequences of `q` and `k` (their rows the totals) from their offsets.
+fn seq_lens(gpu: &Gpu, [cu_q, cu_k]: [&Arr; 2], maxes: [usize; 2], [q, k]: [&Arr; 2]) -> rustile_host::Result<SeqLens> {
+    let rows = |a: &Arr| a.1.first().copied().unwrap_or(0);
+    SeqLens::from_offsets(cu_q.offsets(gpu)?, cu_k.offsets(gpu)?, maxes, [rows(q), rows(k)])
+}
+
 /// [`attention_packed`]'s backward.
 #[pyfunction]
-#[pyo3(signature = (q, k, v, o, d_o, lse, q_lens, k_lens, dq, dk, dv, causal, scale, stream))]
+#[pyo3(signature = (q, k, v, o, d_o, lse, cu_q, cu_k, max_q, max_k, dq, dk, dv, causal, scale, stream))]
 #[allow(clippy::too_many_arguments)]
 fn attention_packed_backward(
-    py: Python<'_>, q: Arr, k: Arr, v: Arr, o: Arr, d_o: Arr, lse: Arr, q_lens: Vec<usize>, k_lens: Vec<usize>, dq: Arr, dk: Arr, dv: Arr, causal: bool,
-    scale: Option<f32>, stream: u64,
+    py: Python<'_>, q: Arr, k: Arr, v: Arr, o: Arr, d_o: Arr, lse: Arr, cu_q: Arr, cu_k: Arr, max_q: usize, max_k: usize, dq: Arr, dk: Arr, dv: Arr,
+    causal: bool, scale: Option<f32>, stream: u64,
 ) -> PyResult<()> {
-    run(py, &[&q, &k, &v, &o, &d_o, &lse, &dq, &dk, &dv], stream, |gpu| {
-        let seqs = SeqLens::new(gpu, &q_lens, &k_lens)?;
+    run(py, &[&q, &k, &v, &o, &d_o, &lse, &cu_q, &cu_k, &dq, &dk, &dv], stream, |gpu| {
+        let seqs = seq_lens(gpu, [&cu_q, &cu_k], [max_q, max_k], [&q, &k])?;
         with_dtype!(q.dtype(), T => {
             let ins = [q.tensor::<T>(gpu)?, k.tensor::<T>(gpu)?, v.tensor::<T>(gpu)?, o.tensor::<T>(gpu)?, d_o.tensor::<T>(gpu)?];
             let [iq, ik, iv, io, ido] = &ins;
@@ -384,21 +408,34 @@ fn dual_gemm(py: Python<'_>, a: Arr, b1: Arr, b2: Arr, c: Arr, stream: u64) -> P
     })
 }
 
+/// Packed sequences of the delta rule from their int32 offsets
+/// (`cu_seqlens`, on the arrays' device; never read here), the longest
+/// `longest` tokens, packed into `q`'s second dim.
+fn var_lens(gpu: &Gpu, cu: &Option<Arr>, longest: usize, q: &Arr) -> rustile_host::Result<Option<VarLens>> {
+    let total = q.1.get(1).copied().unwrap_or(0);
+    cu.as_ref().map(|cu| VarLens::from_offsets(cu.offsets(gpu)?, longest, total)).transpose()
+}
+
 /// The delta rule (QuasarAttention's op): `o` from `q`, `k`, `v` `[batch,
 /// tokens, heads, 64]` and each head's `beta` (f32), from `initial`
-/// (`[batch, heads, 64, 64]` f32) or zeros, the final state into `final_state`.
+/// (`[seqs, heads, 64, 64]` f32) or zeros, the final state into
+/// `final_state`. With `cu_seqlens` (int32 `[seqs + 1]`), `batch` is 1 and
+/// its tokens are sequences packed back to back, the longest `max_seqlen`.
 #[pyfunction]
-#[pyo3(signature = (q, k, v, beta, o, initial, final_state, stream))]
+#[pyo3(signature = (q, k, v, beta, o, initial, final_state, cu_seqlens, max_seqlen, stream))]
 #[allow(clippy::too_many_arguments)]
-fn delta_rule(py: Python<'_>, q: Arr, k: Arr, v: Arr, beta: Arr, o: Arr, initial: Option<Arr>, final_state: Option<Arr>, stream: u64) -> PyResult<()> {
+fn delta_rule(
+    py: Python<'_>, q: Arr, k: Arr, v: Arr, beta: Arr, o: Arr, initial: Option<Arr>, final_state: Option<Arr>, cu_seqlens: Option<Arr>, max_seqlen: usize,
+    stream: u64,
+) -> PyResult<()> {
     let mut all = vec![&q, &k, &v, &beta, &o];
-    all.extend(initial.as_ref());
-    all.extend(final_state.as_ref());
+    all.extend([&initial, &final_state, &cu_seqlens].into_iter().flatten());
     run(py, &all, stream, |gpu| {
+        let varlen = var_lens(gpu, &cu_seqlens, max_seqlen, &q)?;
         with_dtype!(q.dtype(), T => {
             let s0 = optional::<f32>(&initial, gpu)?;
             let mut s1 = optional::<f32>(&final_state, gpu)?;
-            let opt = DeltaRule { initial: s0.as_ref(), ..DeltaRule::default() };
+            let opt = DeltaRule { initial: s0.as_ref(), varlen: varlen.as_ref(), ..DeltaRule::default() };
             delta_rule_op(gpu, &q.tensor::<T>(gpu)?, &k.tensor::<T>(gpu)?, &v.tensor::<T>(gpu)?, &beta.tensor(gpu)?, &mut o.tensor::<T>(gpu)?, s1.as_mut(), opt)
         })
     })
@@ -406,26 +443,26 @@ fn delta_rule(py: Python<'_>, q: Arr, k: Arr, v: Arr, beta: Arr, o: Arr, initial
 
 /// [`delta_rule`]'s backward: `dq`, `dk`, `dv` (like `q`), `dbeta`
 /// (`[heads]` f32) and, with `d_initial`, the initial state's gradient, from
-/// `do` and, optionally, the final state's gradient `d_final`.
+/// `do` and, optionally, the final state's gradient `d_final`; packed
+/// sequences as in [`delta_rule`].
 #[pyfunction]
-#[pyo3(signature = (q, k, v, beta, d_o, initial, d_final, dq, dk, dv, dbeta, d_initial, stream))]
+#[pyo3(signature = (q, k, v, beta, d_o, initial, d_final, dq, dk, dv, dbeta, d_initial, cu_seqlens, max_seqlen, stream))]
 #[allow(clippy::too_many_arguments)]
 fn delta_rule_backward(
     py: Python<'_>, q: Arr, k: Arr, v: Arr, beta: Arr, d_o: Arr, initial: Option<Arr>, d_final: Option<Arr>, dq: Arr, dk: Arr, dv: Arr, dbeta: Arr,
-    d_initial: Option<Arr>, stream: u64,
+    d_initial: Option<Arr>, cu_seqlens: Option<Arr>, max_seqlen: usize, stream: u64,
 ) -> PyResult<()> {
     let mut all = vec![&q, &k, &v, &beta, &d_o, &dq, &dk, &dv, &dbeta];
-    all.extend(initial.as_ref());
-    all.extend(d_final.as_ref());
-    all.extend(d_initial.as_ref());
+    all.extend([&initial, &d_final, &d_initial, &cu_seqlens].into_iter().flatten());
     run(py, &all, stream, |gpu| {
+        let varlen = var_lens(gpu, &cu_seqlens, max_seqlen, &q)?;
         with_dtype!(q.dtype(), T => {
             let s0 = optional::<f32>(&initial, gpu)?;
             let ds1 = optional::<f32>(&d_final, gpu)?;
             let mut ds0 = optional::<f32>(&d_initial, gpu)?;
             let (mut gq, mut gk, mut gv, mut gb) = (dq.tensor::<T>(gpu)?, dk.tensor::<T>(gpu)?, dv.tensor::<T>(gpu)?, dbeta.tensor::<f32>(gpu)?);
             let grads = DeltaRuleGrads { dq: &mut gq, dk: &mut gk, dv: &mut gv, dbeta: &mut gb, d_initial: ds0.as_mut() };
-            let opt = DeltaRule { initial: s0.as_ref(), ..DeltaRule::default() };
+            let opt = DeltaRule { initial: s0.as_ref(), varlen: varlen.as_ref(), ..DeltaRule::default() };
             delta_rule_backward_op(gpu, &q.tensor::<T>(gpu)?, &k.tensor::<T>(gpu)?, &v.tensor::<T>(gpu)?, &beta.tensor(gpu)?, &d_o.tensor::<T>(gpu)?, ds1.as_ref(), grads, opt)
         })
     })

@@ -303,8 +303,10 @@ def test_attention_varlen_and_its_backward(rng, causal):
     q, do = (normal(rng, (sum(q_lens), heads, d), t) for _ in range(2))
     k, v = (normal(rng, (sum(k_lens), kv_heads, d), t) for _ in range(2))
     qa, ka, va, doa = arrays(q, k, v, do)
-    o, lse = rustile.attention_varlen(qa, ka, va, q_lens, k_lens, causal=causal, return_lse=True)
-    grads = rustile.attention_varlen_backward(qa, ka, va, o, doa, lse, q_lens, k_lens, causal=causal)
+    cu_q, cu_k = rustile.cu_seqlens(q_lens, qa), rustile.cu_seqlens(k_lens, qa)
+    o, lse = rustile.attention_varlen(qa, ka, va, cu_q, cu_k, max(q_lens), max(k_lens), causal=causal, return_lse=True)
+    # The longest lengths read from the offsets when left out.
+    grads = rustile.attention_varlen_backward(qa, ka, va, o, doa, lse, cu_q, cu_k, causal=causal)
     want = [np.zeros(x.shape) for x in (q, k, v)]
     want_o, want_lse = np.zeros(q.shape), np.zeros((heads, sum(q_lens)))
     (q0, k0) = (0, 0)
@@ -320,6 +322,58 @@ def test_attention_varlen_and_its_backward(rng, causal):
     assert rel_err(o, want_o) < tol and rel_err(lse, want_lse) < 1e-3
     for got, w in zip(grads, want):
         assert rel_err(got, w) < 2 * tol
+
+
+def test_attention_varlen_with_wrong_offsets_stays_inside_its_tensors(rng):
+    # Offsets past the packed tokens, and decreasing: the kernels cut them, so
+    # the call returns (wrong rows, no access outside q, k, v, o: the CPU
+    # interpreter checks every index) instead of reading past the arrays.
+    t, _ = DTYPES["bf16"]
+    q, k, v = (normal(rng, (12, 2, 64), t) for _ in range(3))
+    qa, ka, va = arrays(q, k, v)
+    (bad,) = arrays(np.array([0, 9, 4, 1000], np.int32))
+    o = rustile.attention_varlen(qa, ka, va, bad, bad, 1000, 1000)
+    assert o.shape == q.shape
+
+
+def test_cu_seqlens_refuses_negative_lengths_and_other_dtypes(rng):
+    t, _ = DTYPES["bf16"]
+    (qa,) = arrays(normal(rng, (4, 2, 64), t))
+    with pytest.raises(ValueError, match="non-negative"):
+        rustile.cu_seqlens([3, -1], qa)
+    floats = np.array([0.0, 4.0], np.float32)
+    with pytest.raises(ValueError, match="cu_seqlens must be int32"):
+        rustile.attention_varlen(qa, qa, qa, *arrays(floats, floats), 4, 4)
+
+
+def test_delta_rule_over_packed_sequences_matches_each_alone(rng):
+    bf16 = ml_dtypes.bfloat16
+    lens, heads = [70, 1, 0, 65], 2
+    total = sum(lens)
+    q, v, do = (normal(rng, (1, total, heads, 64), bf16) for _ in range(3))
+    k = normal(rng, (1, total, heads, 64), bf16, 0.125)
+    beta = np.array([0.5, 2.0], np.float32)
+    qa, ka, va, ba, doa = arrays(q, k, v, beta, do)
+    cu = rustile.cu_seqlens(lens, qa)
+    o, final = rustile.delta_rule(qa, ka, va, ba, return_final_state=True, cu_seqlens=cu, max_seqlen=max(lens))
+    assert final.shape == (len(lens), heads, 64, 64)
+    dq, dk, dv, dbeta, _ = rustile.delta_rule_backward(qa, ka, va, ba, doa, cu_seqlens=cu)
+    want_dbeta = np.zeros(heads)
+    at = 0
+    for i, n in enumerate(lens):
+        piece = lambda x: x[:, at:at + n]
+        if n:
+            alone = arrays(*(np.ascontiguousarray(piece(x)) for x in (q, k, v)), beta, np.ascontiguousarray(piece(do)))
+            o1, f1 = rustile.delta_rule(*alone[:4], return_final_state=True)
+            g1 = rustile.delta_rule_backward(*alone)
+            assert rel_err(piece(wide(o)), wide(o1)) < 1e-2 and rel_err(wide(final)[i], wide(f1)[0]) < 1e-2
+            for got, w in zip((dq, dk, dv), g1[:3]):
+                assert rel_err(piece(wide(got)), wide(w)) < 2e-2
+            want_dbeta += wide(g1[3])
+        else:
+            assert np.abs(wide(final)[i]).max() == 0  # no tokens: the zero state
+        at += n
+    assert rel_err(dbeta, want_dbeta) < 2e-2
 
 
 def test_dual_gemm(rng):

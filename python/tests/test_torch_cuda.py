@@ -118,7 +118,8 @@ def test_attention_varlen_autograd_matches_float64(causal):
     q_lens, k_lens, heads, kv_heads, d = [7, 129, 1], [9, 129, 300], 4, 2, 64
     make = lambda n, h: torch.randn(n, h, d, device="cuda").bfloat16().requires_grad_()
     q, k, v = make(sum(q_lens), heads), make(sum(k_lens), kv_heads), make(sum(k_lens), kv_heads)
-    o = rt.attention_varlen(q, k, v, q_lens, k_lens, causal=causal)
+    cu_q, cu_k = rustile.cu_seqlens(q_lens, q), rustile.cu_seqlens(k_lens, q)
+    o = rt.attention_varlen(q, k, v, cu_q, cu_k, max(q_lens), max(k_lens), causal=causal)
     do = torch.randn_like(o)
     o.backward(do)
     # The float64 reference sequence by sequence, assembled: a sequence's
@@ -148,14 +149,17 @@ def test_custom_ops_pass_opcheck():
     torch.library.opcheck(torch.ops.rustile.layer_norm.default, (x, w, w.detach().clone().requires_grad_(), 1e-5))
     a, lw = torch.randn(33, 64, device="cuda", dtype=torch.bfloat16), torch.randn(48, 64, device="cuda", dtype=torch.bfloat16)
     torch.library.opcheck(torch.ops.rustile.linear.default, (a, lw, None, "silu", None))
-    torch.library.opcheck(torch.ops.rustile.dual_gemm.default, (a, lw, lw * 0.5))
+    torch.library.opcheck(torch.ops.rustile.dual_gemm.default, (a.requires_grad_(), lw, (lw * 0.5).requires_grad_()))
+    a = a.detach()
     qv, kv = torch.randn(20, 4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True), torch.randn(30, 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    torch.library.opcheck(torch.ops.rustile.attention_varlen.default, (qv, kv, kv.detach().clone().requires_grad_(), [5, 15], [10, 20], True, None))
+    cu_q, cu_k = rustile.cu_seqlens([5, 15], qv), rustile.cu_seqlens([10, 20], qv)
+    torch.library.opcheck(torch.ops.rustile.attention_varlen.default, (qv, kv, kv.detach().clone().requires_grad_(), cu_q, cu_k, 15, 20, True, None))
     dq, dk, dv = qkv(1, 67, 67, 2, 2, 64, grad=True)
     beta = torch.tensor([0.5, 1.0], device="cuda", requires_grad=True)
-    torch.library.opcheck(torch.ops.rustile.delta_rule.default, (dq, dk / 8, dv, beta, None))
+    torch.library.opcheck(torch.ops.rustile.delta_rule.default, (dq, dk / 8, dv, beta, None, None, 0))
     s0 = torch.randn(1, 2, 64, 64, device="cuda", requires_grad=True)
-    torch.library.opcheck(torch.ops.rustile.delta_rule.default, (dq, dk / 8, dv, beta, s0))
+    torch.library.opcheck(torch.ops.rustile.delta_rule.default, (dq, dk / 8, dv, beta, s0, None, 0))
+    torch.library.opcheck(torch.ops.rustile.delta_rule.default, (dq, dk / 8, dv, beta, None, rustile.cu_seqlens([60, 7], dq), 60))
     x3, cw = torch.randn(2, 37, 136, device="cuda", dtype=torch.bfloat16, requires_grad=True), torch.randn(4, 136, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     torch.library.opcheck(torch.ops.rustile.conv_silu.default, (x3, cw))
     o, g = torch.randn(37, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True), torch.randn(37, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -164,7 +168,49 @@ def test_custom_ops_pass_opcheck():
     # Not test_schema: it multiplies the inputs, which torch cannot do in FP8.
     torch.library.opcheck(torch.ops.rustile.gemm_fp8.default, (a8, w8, torch.tensor([0.5], device="cuda"), None, None, "none", None),
                           test_utils=("test_faketensor", "test_autograd_registration", "test_aot_dispatch_dynamic"))
-    torch.library.opcheck(torch.ops.rustile.grouped_gemm.default, (a, torch.stack([lw, lw * 2]), [30, 3]))
+    torch.library.opcheck(torch.ops.rustile.grouped_gemm.default, (a.requires_grad_(), torch.stack([lw, lw * 2]).requires_grad_(), [30, 3]))
+
+
+def test_dual_gemm_autograd_matches_float64():
+    a = torch.randn(77, 96, device="cuda").bfloat16().requires_grad_()
+    b1, b2 = ((torch.randn(136, 96, device="cuda") / 8).bfloat16().requires_grad_() for _ in range(2))
+    leaves = (a, b1, b2)
+    wide = [t.detach().double().requires_grad_() for t in leaves]
+    want = torch.nn.functional.silu(wide[0] @ wide[1].T) * (wide[0] @ wide[2].T)
+    assert_autograd_close(rt.dual_gemm(a, b1, b2), want, leaves, wide, 1.5e-2, 2e-2)
+
+
+def test_grouped_gemm_autograd_matches_float64():
+    m_sizes, n, k = [40, 0, 7, 130], 72, 64
+    a = torch.randn(sum(m_sizes), k, device="cuda").bfloat16().requires_grad_()
+    w = (torch.randn(len(m_sizes), n, k, device="cuda") / 8).bfloat16().requires_grad_()
+    wide = [t.detach().double().requires_grad_() for t in (a, w)]
+    rows = torch.repeat_interleave(torch.arange(len(m_sizes), device="cuda"), torch.tensor(m_sizes, device="cuda"))
+    want = torch.einsum("mk,mnk->mn", wide[0], wide[1][rows])
+    assert_autograd_close(rt.grouped_gemm(a, w, m_sizes), want, (a, w), wide, 1e-2, 2e-2)
+
+
+def test_delta_rule_over_packed_sequences_under_autograd():
+    """Packed sequences (offsets on the device) against each sequence alone, forward and every gradient."""
+    lens, heads = [70, 1, 129], 2
+    make = lambda s: (torch.randn(1, sum(lens), heads, 64, device="cuda") * s).bfloat16().requires_grad_()
+    q, k, v = make(1), make(0.125), make(1)
+    beta = torch.tensor([0.5, 2.0], device="cuda").requires_grad_()
+    o, final = rt.delta_rule(q, k, v, beta, return_final_state=True, cu_seqlens=rustile.cu_seqlens(lens, q), max_seqlen=max(lens))
+    do, dfinal = torch.randn_like(o), torch.randn_like(final)
+    torch.autograd.backward((o, final), (do, dfinal))
+    got = [t.grad.clone() for t in (q, k, v, beta)]
+    for t in (q, k, v, beta):
+        t.grad = None
+    at = 0
+    for i, n in enumerate(lens):
+        piece = lambda t: t[:, at:at + n]
+        o1, f1 = rt.delta_rule(piece(q).contiguous(), piece(k).contiguous(), piece(v).contiguous(), beta, return_final_state=True)
+        assert rel_err(piece(o), o1) < 1e-2 and rel_err(final[i], f1[0]) < 1e-2
+        torch.autograd.backward((o1, f1), (piece(do), dfinal[i:i + 1]))
+        at += n
+    for g, want in zip(got, (q.grad, k.grad, v.grad, beta.grad)):
+        assert rel_err(g, want) < 2e-2
 
 
 def test_delta_rule_in_pieces_carries_its_state_and_gradient():
@@ -236,27 +282,88 @@ def test_attention_under_torch_compile_fullgraph():
     assert abs(block(q, k, v).item() - want.item()) <= 1e-3 * abs(want.item())
 
 
-def test_cuda_graph_capture_and_replay():
-    q, k, v = qkv(2, 300, 300, 4, 4, 64)
-    x = torch.randn(64, 512, device="cuda", dtype=torch.bfloat16)
+def _bf16(*shape, scale=1.0, grad=True):
+    return (torch.randn(*shape, device="cuda") * scale).bfloat16().requires_grad_(grad)
+
+
+def _capture_cases():
+    """Each op as a training step would call it: ``(inputs, forward)``; the
+    inputs that require grad get gradients in the captured step too."""
+    cu_q, cu_k = (torch.tensor(c, device="cuda", dtype=torch.int32) for c in ([0, 70, 71, 300], [0, 90, 91, 250]))
+    cu_d = torch.tensor([0, 100, 101, 230], device="cuda", dtype=torch.int32)
+    beta = lambda: torch.tensor([0.5, 2.0], device="cuda").requires_grad_()
+    w64 = lambda: (1 + 0.1 * torch.randn(64, device="cuda")).bfloat16().requires_grad_()
+    return {
+        "attention": ((_bf16(2, 300, 4, 64), _bf16(2, 300, 2, 64), _bf16(2, 300, 2, 64)), lambda q, k, v: rt.attention(q, k, v, causal=True)),
+        "attention_varlen": ((_bf16(300, 4, 128), _bf16(250, 4, 128), _bf16(250, 4, 128)),
+                             lambda q, k, v: rt.attention_varlen(q, k, v, cu_q, cu_k, 229, 159)),
+        "softmax": ((_bf16(64, 512, grad=False),), rt.softmax),
+        "gemm_fp8": ((_bf16(33, 64, grad=False), _bf16(48, 64, grad=False)),
+                     lambda a, w: rt.gemm_fp8(a.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn), None, None, None, "none", None)),
+        "rms_norm": ((_bf16(37, 768), w64().repeat(12).detach().requires_grad_()), lambda x, w: rt.rms_norm(x, w)),
+        "layer_norm": ((_bf16(37, 768), _bf16(768), _bf16(768)), lambda x, w, b: rt.layer_norm(x, w, b)),
+        "linear": ((_bf16(41, 64), _bf16(48, 64, scale=0.125), _bf16(48)), lambda x, w, b: rt.linear(x, w, b, "none", None)),
+        "dual_gemm": ((_bf16(77, 96), _bf16(136, 96, scale=0.125), _bf16(136, 96, scale=0.125)), rt.dual_gemm),
+        "delta_rule": ((_bf16(1, 230, 2, 64), _bf16(1, 230, 2, 64, scale=0.125), _bf16(1, 230, 2, 64), beta()),
+                       lambda q, k, v, b: rt.delta_rule(q, k, v, b)),
+        "delta_rule_varlen": ((_bf16(1, 230, 2, 64), _bf16(1, 230, 2, 64, scale=0.125), _bf16(1, 230, 2, 64), beta()),
+                              lambda q, k, v, b: rt.delta_rule(q, k, v, b, cu_seqlens=cu_d, max_seqlen=129)),
+        "conv_silu": ((_bf16(2, 37, 136), _bf16(4, 136)), rt.conv_silu),
+        "gated_rms_norm": ((_bf16(37, 128), _bf16(37, 128), w64()), lambda o, g, w: rt.gated_rms_norm(o, g, w)),
+    }
+
+
+@pytest.mark.parametrize("name", list(_capture_cases()))
+def test_op_and_its_backward_replay_in_a_cuda_graph(name):
+    """A step (the op, then the gradients of every input that wants one)
+    captured into a CUDA graph, replayed on new inputs, equals the same
+    step run eagerly: nothing uploads, reads back or runs outside the graph."""
+    inputs, forward = _capture_cases()[name]
+    leaves = [t for t in inputs if t.requires_grad]
+    d_out = torch.randn_like(forward(*inputs).float()).to(inputs[0].dtype)
+
+    def step():
+        out = forward(*inputs)
+        return (out, *torch.autograd.grad(out, leaves, d_out)) if leaves else (out,)
+
     # Warm-up on a side stream (PyTorch's recipe): loads the kernels before capture.
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        rt.attention(q, k, v)
-        rt.softmax(x)
+        step()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        o = rt.attention(q, k, v)
-        y = rt.softmax(x)
+        captured = step()
     for _ in range(2):
-        for t in (q, k, v, x):
-            t.copy_(torch.randn_like(t))
+        with torch.no_grad():
+            for t in inputs:  # new values of the same sign and size
+                t.mul_(1 + 0.1 * torch.randn_like(t.float()))
         graph.replay()
+        want = step()
         torch.cuda.synchronize()
-        assert rel_err(o, reference(q, k, v, False)[0]) < 8e-3
-        assert rel_err(y, torch.softmax(x.double(), -1)) < 8e-3
+        for i, (got, ref) in enumerate(zip(captured, want)):
+            assert rel_err(got, ref) < 1e-3, (name, i)
+
+
+def test_attention_backward_on_a_side_stream_waits_for_it():
+    """dK/dV and dQ run on two streams; both must follow the caller's stream:
+    a do made just before on that stream (a long chain of torch work) is the one read."""
+    q, k, v = qkv(2, 1000, 1000, 8, 8, 64, grad=True)
+    o = rt.attention(q, k, v)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        do = torch.ones_like(o, dtype=torch.float32)
+        for _ in range(200):
+            do = do * 1.0001
+        do = do.bfloat16()
+        dq, dk, dv = torch.autograd.grad(o, (q, k, v), do)
+    torch.cuda.current_stream().wait_stream(side)
+    want, leaves = reference(q, k, v, False)
+    want.backward(do.double())
+    for got, ref in zip((dq, dk, dv), leaves):
+        assert rel_err(got, ref.grad.transpose(1, 2)) < 1.5e-2
 
 
 def trimul_reference(x, mask, w):

@@ -118,7 +118,7 @@ impl Walk {
         (D = 96, BM = 64, BN = 64, WARPS = 4, SMEM = 73728),
         (D = 128, BM = 32, BN = 64, WARPS = 4, SMEM = 65536),
     ],
-    grid = [cdiv(sk.max(kv_bs), BN), kv_heads, batch],
+    grid = [cdiv(crate::attention::key_rows(sk, kv_bs, flags), BN), kv_heads, batch],
     dtypes = [bf16, f16],
 )]
 pub fn attention_bwd_kv_kernel<T: Elem>(

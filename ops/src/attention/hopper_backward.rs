@@ -61,7 +61,7 @@ use rustile::prelude::*;
         (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 2, LATE = 0, COPIER = 0, SMEM = 62976),
         (D = 128, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 1, COPIER = 0, SMEM = 131072),
     ],
-    grid = [cdiv(sk.max(kv_bs), BN), kv_heads, batch],
+    grid = [cdiv(crate::attention::key_rows(sk, kv_bs, flags), BN), kv_heads, batch],
     dtypes = [bf16, f16],
     arch = sm_90a,
 )]

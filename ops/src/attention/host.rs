@@ -456,6 +456,38 @@ impl SeqLens {
         })
     }
 
+    /// The sequences as offsets already on the device (FlashAttention's
+    /// `cu_seqlens`): `cu_q`, `cu_k` `[seqs + 1]` (sequence `i`'s queries
+    /// are tokens `cu_q[i] .. cu_q[i+1]`), `max_q`, `max_k` the longest
+    /// sequence's queries and keys (they size the grids) and `totals` the
+    /// packed query and key tokens (`q` and `k`'s rows). Nothing is uploaded
+    /// or read back, so a CUDA graph can capture the calls that use it.
+    ///
+    /// The offsets are the caller's word: they start at 0 and do not
+    /// decrease, and no sequence is longer than `max_q`, `max_k`. Rows of a
+    /// longer one past those are not computed; offsets past `totals` are
+    /// cut to them in the kernels, so wrong offsets give wrong rows, never
+    /// accesses outside the tensors.
+    pub fn from_offsets(cu_q: Tensor<u32>, cu_k: Tensor<u32>, [max_q, max_k]: [usize; 2], [tq, tk]: [usize; 2]) -> Result<SeqLens> {
+        let seqs = match (cu_q.shape(), cu_k.shape()) {
+            (&[n], &[m]) if n == m && n > 0 => n - 1,
+            (a, b) => {
+                return Err(Error::Shape(format!(
+                    "attention_varlen: cu_seqlens_q and cu_seqlens_k must be [seqs + 1] each (at least [1]); they are {a:?} and {b:?}"
+                )))
+            }
+        };
+        if !cu_q.is_contiguous() || !cu_k.is_contiguous() {
+            return Err(Error::Shape("attention_varlen: cu_seqlens must be contiguous".into()));
+        }
+        for (what, n) in [("query", tq), ("key", tk)] {
+            if u32::try_from(n).is_err() {
+                return Err(Error::Shape(format!("attention_varlen: {n} {what} tokens do not fit 32-bit offsets")));
+            }
+        }
+        Ok(SeqLens { batch: Batch { seqs, max_q, max_k, tq, tk }, cu_q, cu_k })
+    }
+
     /// Query and key tokens of the whole batch.
     pub fn totals(&self) -> (usize, usize) {
         (self.batch.tq, self.batch.tk)
@@ -505,7 +537,7 @@ pub fn attention_varlen<T: Elem>(
     if dims.batch * dims.sq * heads == 0 {
         return Ok(());
     }
-    let sizes = [dims.batch, dims.sq, 0, heads, kv_heads, d, 0, 0, tq];
+    let sizes = [dims.batch, dims.sq, 0, heads, kv_heads, d, tq, tk, tq];
     forward_on_gpu(gpu, config, [q, k, v], o, lse, [&seqs.cu_q, &seqs.cu_k], sizes, scale, flags)
 }
 
@@ -542,7 +574,7 @@ pub fn attention_varlen_cpu_on<T: Elem>(
     assert_eq!(q.len(), tq * heads * d, "attention_varlen_cpu: q holds {} elements, not [{tq}, {heads}, {d}]", q.len());
     assert_eq!([k.len(), v.len()], [tk * kv_heads * d; 2], "attention_varlen_cpu: k and v must be [{tk}, {kv_heads}, {d}]");
     let (cu_q, cu_k) = (cumulative(q_lens, "query").unwrap(), cumulative(k_lens, "key").unwrap());
-    let sizes = [dims.batch, dims.sq, 0, heads, kv_heads, d, 0, 0, tq];
+    let sizes = [dims.batch, dims.sq, 0, heads, kv_heads, d, tq, tk, tq];
     forward_on_cpu((kernel, config), [q, k, v], [&cu_q, &cu_k], sizes, scale, flags, [q.len(), heads * tq])
 }
 
@@ -624,7 +656,7 @@ fn backward_on_gpu<T: Elem>(
     let program = Program::backward_on(gpu, d);
     let (kv_cfg, q_cfg) = program.backward_configs(d);
     // The kernel's key grid spans dk's rows: those past the keys used get zeros.
-    if batch * sk.max(kv_bs) * kv_heads > 0 {
+    if batch * key_rows(sk, kv_bs, flags) * kv_heads > 0 {
         let mut made;
         let delta = match scratch {
             Some(t) if t.numel() >= heads * tokens.max(1) => t,
@@ -740,7 +772,7 @@ fn backward_on_cpu<T: Elem>(
     if tokens * heads > 0 {
         attention_bwd_rows_kernel::cpu(rows_config(d), o, d_o, &mut delta, tokens, heads, d);
     }
-    if batch * sk.max(kv_bs) * kv_heads > 0 {
+    if batch * key_rows(sk, kv_bs, flags) * kv_heads > 0 {
         match program {
             Program::Mma => attention_bwd_kv_kernel::cpu(
                 kv_cfg, q, k, v, d_o, lse, &delta, &mut dk, &mut dv, cu_q, cu_k,
@@ -790,7 +822,7 @@ pub fn attention_varlen_backward<T: Elem>(
     contiguous([("q", q), ("k", k), ("v", v)])?;
     expect_grads([o, d_o], [&*dq, &*dk, &*dv], q.shape(), k.shape())?;
     let Checked { scale, flags, .. } = check_opts(&b.dims(heads, kv_heads, d), &opt, true)?;
-    let sizes = [b.seqs, b.max_q, b.max_k, heads, kv_heads, d, 0, 0, b.tq];
+    let sizes = [b.seqs, b.max_q, b.max_k, heads, kv_heads, d, b.tq, b.tk, b.tq];
     backward_on_gpu(gpu, [q, k, v, o, d_o], lse, [dq, dk, dv], [&seqs.cu_q, &seqs.cu_k], sizes, scale, flags, None)
 }
 
@@ -825,6 +857,6 @@ pub fn attention_varlen_backward_cpu_on<T: Elem>(
     assert_eq!([k.len(), v.len()], [b.tk * kv_heads * d; 2], "attention_varlen_backward_cpu: k and v must be [{}, {kv_heads}, {d}]", b.tk);
     assert_eq!(lse.len(), heads * b.tq, "attention_varlen_backward_cpu: lse must be [heads, tokens]");
     let (cu_q, cu_k) = (cumulative(q_lens, "query").unwrap(), cumulative(k_lens, "key").unwrap());
-    let sizes = [b.seqs, b.max_q, b.max_k, heads, kv_heads, d, 0, 0, b.tq];
+    let sizes = [b.seqs, b.max_q, b.max_k, heads, kv_heads, d, b.tq, b.tk, b.tq];
     backward_on_cpu(program, [q, k, v, o, d_o], lse, [&cu_q, &cu_k], sizes, scale, flags)
 }

@@ -199,13 +199,20 @@ struct Seq {
 
 impl Seq {
     /// Sequence `z`: the fixed-length layout, or with `varlen` the
-    /// cumulative offsets `cu_q`, `cu_k`.
+    /// cumulative offsets `cu_q`, `cu_k`, with `q_bs`, `kv_bs` the packed
+    /// query and key tokens. The offsets may be the caller's, never read on
+    /// the host, so they are cut to those totals (and a sequence never ends
+    /// before it starts): wrong ones give wrong rows, not accesses past the
+    /// tensors.
     #[inline(always)]
     fn of(z: usize, cu_q: Ptr<u32>, cu_k: Ptr<u32>, [sq, sk, q_bs, kv_bs, heads, kv_heads, d]: [usize; 7], varlen: bool) -> Seq {
         let (ldq, ldk) = (heads * d, kv_heads * d);
         if varlen {
-            let (q0, k0) = (cu_q.read(z) as usize, cu_k.read(z) as usize);
-            let (lq, lk) = (cu_q.read(z + 1) as usize - q0, cu_k.read(z + 1) as usize - k0);
+            let span = |cu: Ptr<u32>, total: usize| {
+                let first = (cu.read(z) as usize).min(total);
+                (first, (cu.read(z + 1) as usize).clamp(first, total) - first)
+            };
+            let ((q0, lq), (k0, lk)) = (span(cu_q, q_bs), span(cu_k, kv_bs));
             Seq { q0, lq, k0, lk, ldq, ldk, lse0: q0 }
         } else {
             Seq { q0: z * q_bs, lq: sq, k0: z * kv_bs, lk: sk, ldq, ldk, lse0: z * heads * sq }
@@ -232,6 +239,14 @@ impl Seq {
     }
 }
 
+/// The key rows a dK/dV grid spans: every row of `dk` (those past the keys
+/// used get zeros), or with [`VARLEN`] the longest sequence's keys (`kv_bs`
+/// is then all the packed keys).
+#[cfg_attr(target_arch = "nvptx64", allow(dead_code))] // grids are sized on the host
+pub(crate) fn key_rows(sk: usize, kv_bs: usize, flags: u32) -> usize {
+    if flags & VARLEN != 0 { sk } else { sk.max(kv_bs) }
+}
+
 // ---- the forward kernel -------------------------------------------------------------------
 
 /// `flags` bits of [`attention_fwd_kernel`].
@@ -243,7 +258,8 @@ pub const VARLEN: u32 = 2;
 ///
 /// Sequence `z = program_id(2)` starts at token `z·q_bs` of `q` and `z·kv_bs`
 /// of `k`, `v`, and has `sq`, `sk` tokens; with `VARLEN` it starts at
-/// `cu_q[z]`, `cu_k[z]` and ends at the next entry. `lse[h·lse_h + t]` is
+/// `cu_q[z]`, `cu_k[z]` and ends at the next entry, `sq` is the longest
+/// sequence's queries, and `q_bs`, `kv_bs` are all the queries and keys. `lse[h·lse_h + t]` is
 /// query token `t`'s log-sum-exp (`t` counted from the sequence's first
 /// token `z·heads·sq`, or `cu_q[z]`).
 #[kernel(

@@ -125,6 +125,36 @@ fn variable_lengths() {
 }
 
 #[test]
+fn offsets_from_the_caller_run_as_lengths_do_and_wrong_ones_stay_inside() {
+    let gpu = rustile_host::Gpu::interpreter();
+    let (q_lens, k_lens, [heads, kv_heads, d]) = ([5, 0, 70], [9, 3, 66], [2, 1, 64]);
+    let (tq, tk) = (q_lens.iter().sum::<usize>(), k_lens.iter().sum::<usize>());
+    let (mut rng, seed) = rng();
+    let [q, k, v] = varlen_qkv(&mut rng, &q_lens, &k_lens, [heads, kv_heads, d]);
+    let [qt, kt, vt] = [(&q, tq, heads), (&k, tk, kv_heads), (&v, tk, kv_heads)].map(|(x, n, h)| gpu.upload(x, &[n, h, d]).unwrap());
+    let run = |seqs: &SeqLens| {
+        let (mut o, mut lse) = (gpu.alloc::<bf16>(&[tq, heads, d]).unwrap(), gpu.alloc::<f32>(&[heads, tq]).unwrap());
+        attention_varlen(&gpu, &qt, &kt, &vt, seqs, &mut o, &mut lse, Attention::causal()).map(|_| (gpu.download(&o).unwrap(), gpu.download(&lse).unwrap()))
+    };
+    let offsets = |cu: &[u32]| gpu.upload(cu, &[cu.len()]).unwrap();
+    let given = SeqLens::from_offsets(offsets(&[0, 5, 5, 75]), offsets(&[0, 9, 12, 78]), [70, 66], [tq, tk]).unwrap();
+    let (o, lse) = run(&given).unwrap();
+    let (want_o, want_lse) = run(&SeqLens::new(&gpu, &q_lens, &k_lens).unwrap()).unwrap();
+    assert!(o.iter().zip(&want_o).all(|(a, b)| a.to_bits() == b.to_bits()), "o (seed {seed})");
+    assert!(lse.iter().zip(&want_lse).all(|(a, b)| a.to_bits() == b.to_bits()), "lse (seed {seed})");
+    // And both are the attention: the interpreter's own entry agrees.
+    let (cpu_o, _) = attention_varlen_cpu(&q, &k, &v, &q_lens, &k_lens, [heads, kv_heads, d], Attention::causal());
+    assert!(o.iter().zip(&cpu_o).all(|(a, b)| (a.to_f32() - b.to_f32()).abs() <= 0.02 * b.to_f32().abs().max(0.1)), "o against attention_varlen_cpu (seed {seed})");
+    assert!(o.iter().any(|x| x.to_f32() != 0.0), "o was written (seed {seed})");
+    // Past the tokens, and decreasing: cut to the tensors, never read past
+    // them (the interpreter checks every index).
+    let wrong = SeqLens::from_offsets(offsets(&[0, 900, 3, u32::MAX]), offsets(&[7, 2, 1000, 4]), [70, 66], [tq, tk]).unwrap();
+    run(&wrong).unwrap();
+    assert!(SeqLens::from_offsets(offsets(&[0, 5]), offsets(&[0, 5, 9]), [5, 5], [5, 9]).is_err(), "offsets of different lengths");
+    assert!(SeqLens::from_offsets(offsets(&[]), offsets(&[]), [0, 0], [0, 0]).is_err(), "no offsets at all");
+}
+
+#[test]
 fn bad_arguments_are_errors() {
     assert!(check_head_dim(80).is_ok() && check_head_dim(72).is_ok());
     for d in [0, 60, 136, 256] {

@@ -29,6 +29,26 @@ impl VarLens {
         })).collect();
         Ok(VarLens { cu: gpu.upload(&cu, &[cu.len()])?, seqs: lens.len(), longest: lens.iter().copied().max().unwrap_or(0), total })
     }
+
+    /// The layout as offsets already on the device (`cu_seqlens`, `[seqs +
+    /// 1]` u32: sequence `i` is tokens `cu[i] .. cu[i+1]`), `longest` the
+    /// longest sequence's tokens and `total` all of them. Nothing is
+    /// uploaded or read back, so a CUDA graph can capture the calls.
+    ///
+    /// The offsets are the caller's word: they start at 0, do not decrease
+    /// and no sequence is longer than `longest` (tokens of a longer one past
+    /// it are not computed); offsets past `total` are cut to it in the
+    /// kernels, so wrong ones give wrong rows, never accesses outside the tensors.
+    pub fn from_offsets(cu: Tensor<u32>, longest: usize, total: usize) -> Result<VarLens> {
+        let seqs = match cu.shape() {
+            &[n] if n > 1 && cu.is_contiguous() => n - 1,
+            other => return Err(Error::Shape(format!("delta_rule: cu_seqlens must be contiguous [seqs + 1] with a sequence at least; it is {other:?}"))),
+        };
+        if total > u32::MAX as usize {
+            return Err(Error::Shape(format!("delta_rule: {total} tokens are past the u32 offsets the kernels read")));
+        }
+        Ok(VarLens { cu, seqs, longest, total })
+    }
 }
 
 /// Options of [`delta_rule`].
@@ -95,7 +115,8 @@ impl<T: Elem> Workspace<T> {
             tri: gpu.alloc::<T>(shape)?,
             maps,
             starts,
-            cu: gpu.upload(&[0u32], &[1])?,
+            // Read only with packed sequences, which bring their own.
+            cu: gpu.alloc::<u32>(&[1])?,
             spare_in: one()?,
             spare_out: one()?,
             states: gpu.alloc::<T>(&[1])?,

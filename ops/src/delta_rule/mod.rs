@@ -90,13 +90,15 @@ struct Rows {
 }
 
 impl Rows {
-    /// Sequence and head `sh = s·heads + h`: tokens `cu[s] .. cu[s+1]` when packed, else `s·tokens ..`.
+    /// Sequence and head `sh = s·heads + h`: tokens `cu[s] .. cu[s+1]` when
+    /// packed (`tokens` is then all of them, and the offsets, which may be
+    /// the caller's, are cut to it), else `s·tokens ..`.
     #[inline(always)]
     fn of(cu: Ptr<u32>, sh: usize, heads: usize, tokens: usize, flags: u32) -> Rows {
         let (s, h) = (sh / heads, sh % heads);
         let (first, len) = if flags & VARLEN != 0 {
-            let first = cu.read(s) as usize;
-            (first, cu.read(s + 1) as usize - first)
+            let first = (cu.read(s) as usize).min(tokens);
+            (first, (cu.read(s + 1) as usize).clamp(first, tokens) - first)
         } else {
             (s * tokens, tokens)
         };

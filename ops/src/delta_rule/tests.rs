@@ -77,6 +77,34 @@ fn recurrent_matches_float64() {
 }
 
 #[test]
+fn offsets_from_the_caller_run_as_lengths_do_and_wrong_ones_stay_inside() {
+    let gpu = Gpu::interpreter();
+    let (lens, heads) = ([70usize, 0, 3], 2);
+    let shape = [1, 73, heads, D];
+    let (mut rng, seed) = crate::testing::rng();
+    let mut t = |scale: f32| gpu.upload(&crate::testing::normal::<rustile::bf16>(&mut rng, 73 * heads * D, 0.0, scale), &shape).unwrap();
+    let (q, k, v) = (t(1.0), t(0.125), t(1.0));
+    let beta = gpu.upload(&[0.5f32, 2.0], &[heads]).unwrap();
+    let run = |vl: &VarLens| {
+        let (mut o, mut s1) = (gpu.alloc::<rustile::bf16>(&shape).unwrap(), gpu.alloc::<f32>(&[3, heads, D, D]).unwrap());
+        let opt = DeltaRule { varlen: Some(vl), ..DeltaRule::default() };
+        delta_rule(&gpu, &q, &k, &v, &beta, &mut o, Some(&mut s1), opt).map(|_| (gpu.download(&o).unwrap(), gpu.download(&s1).unwrap()))
+    };
+    let offsets = |cu: &[u32]| gpu.upload(cu, &[cu.len()]).unwrap();
+    let given = run(&VarLens::from_offsets(offsets(&[0, 70, 70, 73]), 70, 73).unwrap()).unwrap();
+    let want = run(&VarLens::new(&gpu, &lens).unwrap()).unwrap();
+    assert!(given.0.iter().zip(&want.0).all(|(a, b)| a.to_bits() == b.to_bits()), "o (seed {seed})");
+    assert!(given.1.iter().zip(&want.1).all(|(a, b)| a.to_bits() == b.to_bits()), "final state (seed {seed})");
+    // And both ran: the first sequence's state moved, the empty one's is zeros.
+    let state = |s: usize| &given.1[s * heads * D * D..(s + 1) * heads * D * D];
+    assert!(state(0).iter().any(|&x| x != 0.0) && state(1).iter().all(|&x| x == 0.0), "final states (seed {seed})");
+    // Past the tokens, and decreasing: cut to them, never read past q, k, v
+    // (the interpreter checks every index).
+    run(&VarLens::from_offsets(offsets(&[5, 900, 2, u32::MAX]), 70, 73).unwrap()).unwrap();
+    assert!(VarLens::from_offsets(offsets(&[0]), 1, 1).is_err(), "no sequence");
+}
+
+#[test]
 fn refuses_bad_arguments() {
     let gpu = Gpu::interpreter();
     let shape = [1, 5, 2, D];
