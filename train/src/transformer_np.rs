@@ -40,7 +40,7 @@
 use rustile::bf16;
 use rustile_host::{Error, Gpu, Graph, Result, Tensor};
 use rustile_ops::adamw::AdamW;
-use rustile_ops::attention::{attention, attention_backward_scratch, attention_backward_with, Attention};
+use rustile_ops::attention::{attention, attention_backward_scratch, attention_backward_with, attention_fp8, attention_fwd_fp8_kernel, quantize_heads, Attention, Fp8Layout};
 use rustile_ops::gemm::{gemm, gemm_split_k, launch_plan, split_k_parts, Epilogue, Plan, Transpose};
 use rustile_ops::gmm_loss::{gmm_nll, gmm_nll_backward, gmm_nll_scratch};
 use rustile_ops::norm::{layer_norm, norm_backward, norm_backward_scratch, NormGrads, Saved};
@@ -201,6 +201,8 @@ pub struct TransformerNp {
     attn_scratch: Tensor<f32>,
     head_norm_scratch: Tensor<f32>,
     nll_scratch: Tensor<f32>,
+    /// Attention on e4m3 Q, K, V in the forward ([`TransformerNp::set_fp8_attention`]).
+    fp8_attention: bool,
 }
 
 /// PyTorch `nn.Linear`'s initialization (uniform in ±1/√fan_in) of an
@@ -329,7 +331,28 @@ impl TransformerNp {
             attn_scratch: attention_backward_scratch(gpu, [shape.batch, shape.seq(), heads])?,
             head_norm_scratch: norm_backward_scratch(gpu, r, d)?,
             nll_scratch: gmm_nll_scratch(gpu, r)?,
+            fp8_attention: false,
         })
+    }
+
+    /// Runs the forward's attention on e4m3 Q, K and V (one scale per 128
+    /// tokens of a head, `attention_fp8`), for inference: Hopper only, head
+    /// dims 64 and 128. [`TransformerNp::backward`] refuses to follow such
+    /// a forward (it differentiates the bf16 attention).
+    pub fn set_fp8_attention(&mut self, gpu: &Gpu, on: bool) -> Result<()> {
+        if on && !attention_fwd_fp8_kernel::supported(gpu) {
+            return Err(Error::Invalid(format!("FP8 attention needs Hopper (sm_90); {} is not", gpu.name())));
+        }
+        if on && ![64, 128].contains(&self.cfg.head_dim()) {
+            return Err(Error::Invalid(format!("FP8 attention takes head dims 64 and 128, not {}", self.cfg.head_dim())));
+        }
+        self.fp8_attention = on;
+        Ok(())
+    }
+
+    /// The mixture's parameters of the last forward, `[B·N, components, 3]` (waits for them).
+    pub fn outputs(&self, gpu: &Gpu) -> Result<Vec<f32>> {
+        Ok(gpu.download(&self.out)?.iter().map(|x| x.to_f32()).collect())
     }
 
     /// Copies a batch into the input buffers (before a step, or a graph's replay).
@@ -416,7 +439,13 @@ impl TransformerNp {
         let q4 = a.q.view(0, &[batch, s, heads, dh])?;
         let (k4, v4) = (a.k.view(0, &[batch, context, heads, dh])?, a.v.view(0, &[batch, context, heads, dh])?);
         let mut o4 = a.o.view(0, &[batch, s, heads, dh])?;
-        attention(gpu, &q4, &k4, &v4, &mut o4, &mut a.lse, Attention::default())?;
+        if self.fp8_attention {
+            let e4m3 = |x: &Tensor<bf16>, layout| quantize_heads(gpu, x, None, layout);
+            let (q8, k8, v8) = (e4m3(&q4, Fp8Layout::Tokens)?, e4m3(&k4, Fp8Layout::Tokens)?, e4m3(&v4, Fp8Layout::ValuesT)?);
+            attention_fp8(gpu, &q8, &k8, &v8, &mut o4, &mut a.lse, Attention::default())?;
+        } else {
+            attention(gpu, &q4, &k4, &v4, &mut o4, &mut a.lse, Attention::default())?;
+        }
         gemm(gpu, &a.o, p.get(lp.wo).w.t(), &mut a.h_mid, &Epilogue::new().residual(x))?;
         layer_norm(gpu, &a.h_mid, &p.get(lp.ln2).w, None, EPS, &mut a.xn2, &mut a.mean2, &mut a.rstd2)?;
         gemm(gpu, &a.xn2, p.get(lp.w1).w.t(), &mut a.a, &Epilogue::new())?;
@@ -500,6 +529,9 @@ impl TransformerNp {
 
     /// The backward from the loss (gradient 1) to every parameter's gradient.
     pub fn backward(&mut self, gpu: &Gpu) -> Result<()> {
+        if self.fp8_attention {
+            return Err(Error::Invalid("backward: the forward ran FP8 attention, which has no backward; set_fp8_attention(false) first".into()));
+        }
         let Shape { batch, context: m, targets: n } = self.shape;
         let (d, s, layers) = (self.cfg.d_model, self.shape.seq(), self.cfg.layers);
         let fwd = self.head2_plan();
