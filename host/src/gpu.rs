@@ -410,6 +410,12 @@ impl Gpu {
             return tensor(Buf::Host(vec![0u128; bytes.div_ceil(16)]));
         };
         self.bind()?;
+        if !c.stream_alloc && self.capturing() {
+            // cuMemAlloc/cuMemFree would end the capture (and the free fails unseen, in a drop).
+            return Err(Error::Cuda(format!(
+                "allocating {bytes} bytes inside a CUDA graph capture needs the stream-ordered allocator, which is off on this device (or under this tool)"
+            )));
+        }
         let got = unsafe {
             if c.stream_alloc {
                 result::malloc_async(self.raw_stream(), bytes)
