@@ -72,19 +72,27 @@ def norm_backward(dy, x, w, rstd, mean=None, bias=False):
     return dx, dw, db
 
 
-def gemm(a, w, bias=None, act="none", residual=None, alpha=1.0, w_kn=False, a_km=False):
+def gemm(a, w, bias=None, act="none", residual=None, alpha=1.0, w_kn=False, a_km=False, out_dtype=None, out_scale=None, amax=None):
     """``act(alpha·a·wᵀ + bias) + residual`` with the epilogue fused into the
     GEMM: ``a`` ``[m, k]`` (or a batch ``[z, m, k]``; ``[k, m]`` with
     ``a_km``, as a weight gradient ``dyᵀ·x`` reads ``dy``), ``w`` ``[n, k]``
     as ``nn.Linear`` stores it (``[k, n]`` with ``w_kn``), ``bias`` ``[n]``,
-    ``residual`` like the output. ``act``: none, relu, relu2, silu, gelu_tanh."""
+    ``residual`` like the output. ``act``: none, relu, relu2, silu, gelu_tanh.
+
+    The output is of ``a``'s dtype, or cast in the epilogue: ``out_dtype``
+    ``"f32"``, or ``"e4m3"`` (float8_e4m3fn, from bfloat16, saturating at
+    ±448) times ``out_scale`` (one float32: the quantization scale); with
+    ``amax`` (one float32, start it at 0), the largest |value| before the
+    scale is raised into it, for the next step's scale."""
     ad, wd = desc(a), desc(w)
     if len(wd[1]) != 2 or (a_km and len(ad[1]) != 2):
         raise ValueError(f"gemm: w (and a with a_km) must be 2-D, not of shapes {ad[1]} and {wd[1]}")
+    if out_dtype not in (None, "f32", "e4m3"):
+        raise ValueError(f"gemm: out_dtype must be None (a's dtype), 'f32' or 'e4m3', not {out_dtype!r}")
     m = ad[1][-1] if a_km else ad[1][-2]
-    c = empty(a, tuple(ad[1][:-2]) + (m, wd[1][1] if w_kn else wd[1][0]))
+    c = empty(a, tuple(ad[1][:-2]) + (m, wd[1][1] if w_kn else wd[1][0]), out_dtype)
     _rustile.gemm(ad, wd, desc(c), bool(a_km), bool(w_kn), desc_or_none(bias), act,
-                  desc_or_none(residual), float(alpha), stream_of(a))
+                  desc_or_none(residual), float(alpha), desc_or_none(out_scale), desc_or_none(amax), stream_of(a))
     return c
 
 

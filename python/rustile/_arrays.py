@@ -65,7 +65,7 @@ def stream_of(x):
 
 def empty(like, shape, dtype=None):
     """An uninitialised array of ``shape`` beside ``like`` (same library and
-    device), of ``like``'s dtype or ``dtype`` (``"f32"``, ``"bf16"``)."""
+    device), of ``like``'s dtype or ``dtype`` (``"f32"``, ``"bf16"``, ``"e4m3"``)."""
     if _torch_tensor(like):
         # new_empty: like's device and dtype without building a torch.device each call.
         return like.new_empty(shape) if dtype is None else like.new_empty(shape, dtype=_TO_TORCH[dtype])
@@ -76,6 +76,6 @@ def empty(like, shape, dtype=None):
         return np.empty(tuple(shape), dtype=like.dtype)
     if dtype == "f32":
         return np.empty(tuple(shape), dtype=np.float32)
-    import ml_dtypes  # NumPy's only bfloat16
+    import ml_dtypes  # NumPy's only bfloat16 and FP8
 
-    return np.empty(tuple(shape), dtype={"bf16": ml_dtypes.bfloat16}[dtype])
+    return np.empty(tuple(shape), dtype={"bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn}[dtype])

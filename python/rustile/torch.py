@@ -17,6 +17,12 @@ from torch import Tensor
 
 import rustile
 
+
+def _save_inputs(ctx, inputs, output):
+    """A backward that needs every input and no output saves them all."""
+    ctx.save_for_backward(*inputs)
+
+
 # ---- attention (forward and backward) -------------------------------------------------------
 
 
@@ -119,6 +125,23 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     return torch.ops.rustile.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), causal, scale)[0]
 
 
+@torch.library.custom_op("rustile::gemm_cast", mutates_args=("amax",))
+def gemm_cast(
+    a: Tensor, w: Tensor, bias: Optional[Tensor], act: str, out_dtype: str, out_scale: Optional[Tensor], amax: Optional[Tensor]
+) -> Tensor:
+    """:func:`rustile.gemm` with its output cast in the epilogue (no
+    autograd: an inference or FP8-recipe step): ``out_dtype`` ``"f32"`` or
+    ``"e4m3"`` (from bfloat16, times ``out_scale``), the largest |value|
+    before the scale raised into ``amax`` (updated in place)."""
+    return rustile.gemm(a, w, bias=bias, act=act, out_dtype=out_dtype, out_scale=out_scale, amax=amax)
+
+
+@gemm_cast.register_fake
+def _(a, w, bias, act, out_dtype, out_scale, amax):
+    dtype = {"f32": torch.float32, "e4m3": torch.float8_e4m3fn}[out_dtype]
+    return a.new_empty(tuple(a.shape[:-1]) + (w.shape[0],), dtype=dtype)
+
+
 # ---- the dual GEMM (forward in one kernel; backward by GEMMs) --------------------------------
 
 
@@ -155,7 +178,7 @@ def _dual_grad(ctx, dc):
     return torch.ops.rustile.dual_gemm_backward(dc.contiguous(), *ctx.saved_tensors)
 
 
-_dual_gemm.register_autograd(_dual_grad, setup_context=lambda ctx, inputs, output: ctx.save_for_backward(*inputs))
+_dual_gemm.register_autograd(_dual_grad, setup_context=_save_inputs)
 
 
 def dual_gemm(a, b1, b2):
@@ -253,11 +276,6 @@ def _conv_silu_backward(x: Tensor, w: Tensor, dy: Tensor) -> Tuple[Tensor, Tenso
 @_conv_silu_backward.register_fake
 def _(x, w, dy):
     return torch.empty_like(x), w.new_empty(w.shape, dtype=torch.float32)
-
-
-def _save_inputs(ctx, inputs, output):
-    """A backward that needs every input and no output saves them all."""
-    ctx.save_for_backward(*inputs)
 
 
 def _conv_grad(ctx, dy):

@@ -27,7 +27,7 @@ use rustile_host::{Elem, Error, Gpu, Tensor};
 use rustile_ops::attention::{attention as attention_fwd, attention_backward as attention_bwd, attention_varlen, attention_varlen_backward, Attention, SeqLens};
 use rustile_ops::dual_gemm::dual_gemm as dual_gemm_op;
 use rustile_ops::delta_rule::{delta_rule as delta_rule_op, delta_rule_backward as delta_rule_backward_op, DeltaRule, DeltaRuleGrads, VarLens};
-use rustile_ops::gemm::{gemm as gemm_op, Act, Epilogue, Mat, Transpose};
+use rustile_ops::gemm::{gemm_cast, Act, Cast, Epilogue, Mat, Transpose};
 use rustile_ops::gemm_fp8::{gemm_fp8 as gemm_fp8_op, Scale};
 use rustile_ops::grouped_gemm::{gemm_groups, Groups};
 use rustile_ops::quasar::{conv_silu as conv_silu_op, conv_silu_backward as conv_silu_backward_op, gated_rms_norm as gated_rms_norm_op, gated_rms_norm_backward as gated_rms_norm_backward_op, ConvScratch, NormScratch};
@@ -247,26 +247,35 @@ fn epilogue<'a, T: Elem>(act: &str, alpha: f32, bias: Option<&'a Tensor<T>>, res
 
 /// `c = act(alpha·a·bᵀ + bias) + residual` (`b` as `[n, k]`, or `[k, n]`
 /// with `b_kn`), in the GEMM's fused epilogue. `a` `[m, k]` (a batch `[z,
-/// m, k]`), or `[k, m]` with `a_km` (a weight gradient's `dyᵀ·x`).
+/// m, k]`), or `[k, m]` with `a_km` (a weight gradient's `dyᵀ·x`). `c` is of
+/// `a`'s dtype, or f32, or e4m3 (from bf16; saturating), times `out_scale`
+/// (one f32) if given, with the largest |value| before that raised into
+/// `amax` (one f32) if given.
 #[pyfunction]
-#[pyo3(signature = (a, b, c, a_km, b_kn, bias, act, residual, alpha, stream))]
+#[pyo3(signature = (a, b, c, a_km, b_kn, bias, act, residual, alpha, out_scale, amax, stream))]
 #[allow(clippy::too_many_arguments)]
 fn gemm(
-    py: Python<'_>, a: Arr, b: Arr, c: Arr, a_km: bool, b_kn: bool, bias: Option<Arr>, act: &str, residual: Option<Arr>, alpha: f32, stream: u64,
+    py: Python<'_>, a: Arr, b: Arr, c: Arr, a_km: bool, b_kn: bool, bias: Option<Arr>, act: &str, residual: Option<Arr>, alpha: f32, out_scale: Option<Arr>,
+    amax: Option<Arr>, stream: u64,
 ) -> PyResult<()> {
     let mut all = vec![&a, &b, &c];
-    all.extend(bias.as_ref());
-    all.extend(residual.as_ref());
+    all.extend([&bias, &residual, &out_scale, &amax].into_iter().flatten());
     run(py, &all, stream, |gpu| {
         with_dtype!(a.dtype(), T => {
             let (at, bt) = (a.tensor::<T>(gpu)?, b.tensor::<T>(gpu)?);
             let (bias, residual) = (optional::<T>(&bias, gpu)?, optional::<T>(&residual, gpu)?);
             let epi = epilogue(act, alpha, bias.as_ref(), residual.as_ref())?;
-            let mut ct = c.tensor::<T>(gpu)?;
+            let (scale, mut amax) = (optional::<f32>(&out_scale, gpu)?, optional::<f32>(&amax, gpu)?);
+            let cast = Cast { scale: scale.as_ref(), amax: amax.as_mut() };
             // Each operand as stored, or read transposed.
             let am: Mat<T> = if a_km { at.t() } else { (&at).into() };
             let bm: Mat<T> = if b_kn { (&bt).into() } else { bt.t() };
-            gemm_op(gpu, am, bm, &mut ct, &epi)
+            match c.dtype() {
+                same if same == T::NAME => gemm_cast(gpu, am, bm, &mut c.tensor::<T>(gpu)?, &epi, cast),
+                "f32" => gemm_cast(gpu, am, bm, &mut c.tensor::<f32>(gpu)?, &epi, cast),
+                "e4m3" => gemm_cast(gpu, am, bm, &mut c.tensor::<F8E4M3>(gpu)?, &epi, cast),
+                other => Err(Error::DType(format!("gemm: the output is {other}; it can be {}, f32 or e4m3", T::NAME))),
+            }
         })
     })
 }

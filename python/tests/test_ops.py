@@ -113,6 +113,25 @@ def test_gemm_with_its_epilogue(rng, dtype, act):
     assert rel_err(rustile.gemm(aa, wt, w_kn=True), wide(a) @ wide(w).T) < 2 * tol
 
 
+def test_gemm_casts_its_output(rng):
+    t, tol = DTYPES["bf16"]
+    m, n, k = 37, 72, 40
+    a, w, bias = normal(rng, (m, k), t), normal(rng, (n, k), t, 0.2), normal(rng, (n,), t)
+    aa, wa, biasa = arrays(a, w, bias)
+    want = _act("gelu_tanh", wide(a) @ wide(w).T + wide(bias))
+    # f32 out: the epilogue's value before any rounding to 16 bits.
+    got = rustile.gemm(aa, wa, bias=biasa, act="gelu_tanh", out_dtype="f32")
+    assert got.dtype.itemsize == 4 and rel_err(got, want) < 1e-3
+    # e4m3 out, scaled, with amax raised: the largest |value| before the scale.
+    scale, amax = arrays(np.array([0.25], np.float32), np.zeros(1, np.float32))
+    got8 = rustile.gemm(aa, wa, bias=biasa, act="gelu_tanh", out_dtype="e4m3", out_scale=scale, amax=amax)
+    assert got8.dtype.itemsize == 1
+    assert rel_err(got8, 0.25 * want) < 0.05  # three mantissa bits
+    assert abs(wide(amax)[0] - np.abs(want).max()) <= 1e-2 * np.abs(want).max()
+    with pytest.raises(ValueError, match="out_dtype"):
+        rustile.gemm(aa, wa, out_dtype="f16")
+
+
 def _attention_ref(q, k, v, causal, scale, do=None):
     """float64 attention (and its gradients when ``do`` is given), GQA by repeating heads."""
     q, k, v = wide(q), wide(k), wide(v)
@@ -283,7 +302,7 @@ def test_delta_rule_and_its_backward(rng):
     base = [wide(q), wide(k), wide(v), beta.astype(np.float64)]
     for which, got in enumerate([dq, dk, dv, dbeta]):
         got = wide(got)
-        idx = [tuple(rng.integers(0, n) for n in got.shape) for _ in range(4)]
+        idx = [tuple(rng.integers(0, n) for n in got.shape) for _ in range(8)]
         fd = []
         for i in idx:
             eps = 1e-4
@@ -292,7 +311,15 @@ def test_delta_rule_and_its_backward(rng):
             minus[which][i] -= eps
             fd.append((loss(*plus) - loss(*minus)) / (2 * eps))
         got_i = np.array([got[i] for i in idx])
-        assert np.linalg.norm(got_i - np.array(fd)) <= 3e-2 * np.linalg.norm(fd) + 1e-3, (which, got_i, fd)
+        # dβ sums a term a token, which cancel: bf16's rounding of those terms is
+        # several per cent of the sum (seen: 6.8 %; bench/RESULTS.md, 2026-11-27,
+        # "The delta rule's dβ check against its terms' size before cancellation",
+        # where the Rust tests hold it to the terms' size). Here the binding is
+        # checked: a wrong head, sign or scale is off by far more. The others:
+        # the Rust tests' 3e-2 over whole tensors, here over 8 coordinates,
+        # whose errors spread more (one in sixty draws of 4 passed 3e-2).
+        tol = 0.15 if which == 3 else 5e-2
+        assert np.linalg.norm(got_i - np.array(fd)) <= tol * np.linalg.norm(fd) + 1e-3, (which, got_i, fd)
 
 
 @pytest.mark.parametrize("causal", [False, True])

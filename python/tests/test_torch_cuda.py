@@ -149,6 +149,9 @@ def test_custom_ops_pass_opcheck():
     torch.library.opcheck(torch.ops.rustile.layer_norm.default, (x, w, w.detach().clone().requires_grad_(), 1e-5))
     a, lw = torch.randn(33, 64, device="cuda", dtype=torch.bfloat16), torch.randn(48, 64, device="cuda", dtype=torch.bfloat16)
     torch.library.opcheck(torch.ops.rustile.linear.default, (a, lw, None, "silu", None))
+    scale, amax = torch.tensor([0.5], device="cuda"), torch.zeros(1, device="cuda")
+    torch.library.opcheck(torch.ops.rustile.gemm_cast.default, (a, lw, None, "none", "e4m3", scale, amax),
+                          test_utils=("test_faketensor", "test_autograd_registration", "test_aot_dispatch_dynamic"))
     torch.library.opcheck(torch.ops.rustile.dual_gemm.default, (a.requires_grad_(), lw, (lw * 0.5).requires_grad_()))
     a = a.detach()
     qv, kv = torch.randn(20, 4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True), torch.randn(30, 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -298,6 +301,8 @@ def _capture_cases():
         "attention_varlen": ((_bf16(300, 4, 128), _bf16(250, 4, 128), _bf16(250, 4, 128)),
                              lambda q, k, v: rt.attention_varlen(q, k, v, cu_q, cu_k, 229, 159)),
         "softmax": ((_bf16(64, 512, grad=False),), rt.softmax),
+        "gemm_cast": ((_bf16(41, 64, grad=False), _bf16(48, 64, scale=0.125, grad=False)),
+                      lambda x, w: rt.gemm_cast(x, w, None, "silu", "f32", None, None)),
         "gemm_fp8": ((_bf16(33, 64, grad=False), _bf16(48, 64, grad=False)),
                      lambda a, w: rt.gemm_fp8(a.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn), None, None, None, "none", None)),
         "rms_norm": ((_bf16(37, 768), w64().repeat(12).detach().requires_grad_()), lambda x, w: rt.rms_norm(x, w)),
