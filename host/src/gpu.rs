@@ -349,7 +349,7 @@ impl Gpu {
 
     /// Whether this thread's queue is being captured into a CUDA graph
     /// (by [`Gpu::capture`], or by another library on its stream).
-    pub(crate) fn capturing(&self) -> bool {
+    pub fn capturing(&self) -> bool {
         let Some(c) = &self.cuda else { return false };
         let me = self as *const Gpu as usize;
         c.capturing.load(std::sync::atomic::Ordering::Relaxed) || ON_FOREIGN.with(|f| f.get()).is_some_and(|on| on.gpu == me && on.capturing)

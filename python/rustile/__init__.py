@@ -116,7 +116,9 @@ def grouped_gemm(a, w, m_sizes):
     """A mixture of experts' GEMMs in one launch: ``a`` ``[Σ m_sizes, k]``
     (tokens sorted by expert), ``w`` ``[experts, n, k]``; expert ``g``'s
     ``m_sizes[g]`` rows of ``a`` times ``w[g]ᵀ``, into ``[Σ m_sizes, n]``.
-    bfloat16 or float16; ``m_sizes`` a list of ints (zeros allowed)."""
+    bfloat16 or float16; ``m_sizes`` a list of ints (zeros allowed). The
+    launch's group table is uploaded on the first call with those sizes and
+    kept, so later calls with them can be captured in a CUDA graph."""
     ad, wd = desc(a), desc(w)
     if len(ad[1]) != 2 or len(wd[1]) != 3:
         raise ValueError(f"grouped_gemm: a must be [tokens, k] and w [experts, n, k], not of shapes {ad[1]} and {wd[1]}")

@@ -250,8 +250,9 @@ _grouped_gemm.register_autograd(_grouped_grad, setup_context=_grouped_setup)
 
 def grouped_gemm(a, w, m_sizes):
     """:func:`rustile.grouped_gemm` on tensors (each expert's rows of ``a``
-    times its ``w[g]ᵀ``; ``m_sizes`` a list of ints, uploaded each call, so
-    not inside a captured CUDA graph), differentiable in ``a`` and ``w``."""
+    times its ``w[g]ᵀ``; ``m_sizes`` a list of ints), differentiable in ``a``
+    and ``w``. A CUDA graph captures it for sizes already seen outside the
+    capture (a warm-up step: their tables are uploaded on first use)."""
     return torch.ops.rustile.grouped_gemm(a, w, [int(m) for m in m_sizes])
 
 

@@ -18,7 +18,8 @@
 //!   launch), with the same text; a panic is caught and raised as a
 //!   `RuntimeError`, never unwound into Python.
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 
 use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -316,14 +317,37 @@ fn gemm_fp8(
 
 /// `c_g = a_g·b_gᵀ` for groups of sizes `[m, n, k]` packed back to back in
 /// `a`, `b` and `c` (a mixture of experts' tokens sorted by expert), in one
-/// launch. The sizes are uploaded on each call.
+/// launch. The group table is built and uploaded on a size list's first
+/// call and kept, so a CUDA graph can capture later calls with those sizes.
 #[pyfunction]
 fn grouped_gemm(py: Python<'_>, a: Arr, b: Arr, c: Arr, sizes: Vec<[usize; 3]>, stream: u64) -> PyResult<()> {
     run(py, &[&a, &b, &c], stream, |gpu| {
-        let groups = Groups::new(gpu, &sizes)?;
-        with_dtype!(a.dtype(), T => gemm_groups(gpu, &groups, &a.tensor::<T>(gpu)?, &b.tensor::<T>(gpu)?, &mut c.tensor::<T>(gpu)?))
+        let mut kept = GROUP_TABLES.lock().unwrap_or_else(|p| p.into_inner());
+        let tables = kept.get_or_insert_with(HashMap::new);
+        let key = (gpu.is_interpreter(), sizes.clone());
+        let made;
+        let groups = match tables.get(&key) {
+            Some(g) => g,
+            None if gpu.capturing() => {
+                return Err(Error::Invalid(format!(
+                    "grouped_gemm: the sizes {sizes:?} were not seen before this CUDA graph capture, and their table is uploaded on first use: run the step once outside the capture"
+                )))
+            }
+            None if tables.len() < GROUP_TABLES_KEPT => tables.entry(key).or_insert(Groups::new(gpu, &sizes)?),
+            None => {
+                made = Groups::new(gpu, &sizes)?;
+                &made
+            }
+        };
+        with_dtype!(a.dtype(), T => gemm_groups(gpu, groups, &a.tensor::<T>(gpu)?, &b.tensor::<T>(gpu)?, &mut c.tensor::<T>(gpu)?))
     })
 }
+
+/// The grouped GEMM's tables by device (the interpreter or the GPU) and
+/// sizes, never dropped (a captured graph may read them): a few KB each, at
+/// most [`GROUP_TABLES_KEPT`]; past that a call builds its own.
+static GROUP_TABLES: Mutex<Option<HashMap<(bool, Vec<[usize; 3]>), Groups>>> = Mutex::new(None);
+const GROUP_TABLES_KEPT: usize = 4096;
 
 fn attention_options(causal: bool, scale: Option<f32>, keys: Option<usize>) -> Attention {
     Attention { causal, scale, keys, config: None }

@@ -309,6 +309,7 @@ def _capture_cases():
         "layer_norm": ((_bf16(37, 768), _bf16(768), _bf16(768)), lambda x, w, b: rt.layer_norm(x, w, b)),
         "linear": ((_bf16(41, 64), _bf16(48, 64, scale=0.125), _bf16(48)), lambda x, w, b: rt.linear(x, w, b, "none", None)),
         "dual_gemm": ((_bf16(77, 96), _bf16(136, 96, scale=0.125), _bf16(136, 96, scale=0.125)), rt.dual_gemm),
+        "grouped_gemm": ((_bf16(177, 64), _bf16(4, 72, 64, scale=0.125)), lambda a, w: rt.grouped_gemm(a, w, [40, 0, 7, 130])),
         "delta_rule": ((_bf16(1, 230, 2, 64), _bf16(1, 230, 2, 64, scale=0.125), _bf16(1, 230, 2, 64), beta()),
                        lambda q, k, v, b: rt.delta_rule(q, k, v, b)),
         "delta_rule_varlen": ((_bf16(1, 230, 2, 64), _bf16(1, 230, 2, 64, scale=0.125), _bf16(1, 230, 2, 64), beta()),
