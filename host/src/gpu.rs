@@ -54,8 +54,9 @@ pub(crate) struct Cuda {
     stream_alloc: bool,
     /// Loaded modules, keyed by the address of their `Cubins` static.
     modules: Mutex<HashMap<usize, Module>>,
-    /// TMA tensor maps in device memory, by what they describe, the least
-    /// recently used dropped past [`crate::tma::MAPS_KEPT`] (`tma.rs`).
+    /// TMA tensor maps in slots of one device buffer, by what they
+    /// describe; past [`crate::tma::MAPS_KEPT`] the least recently used
+    /// slot is reused, except those a capture read (`tma.rs`).
     pub(crate) tensor_maps: Mutex<crate::tma::MapSlots>,
     /// Inside [`Gpu::capture`]: launches skip their error query, which
     /// would end the capture.
@@ -413,7 +414,7 @@ impl Gpu {
         if !c.stream_alloc && self.capturing() {
             // cuMemAlloc/cuMemFree would end the capture (and the free fails unseen, in a drop).
             return Err(Error::Cuda(format!(
-                "allocating {bytes} bytes inside a CUDA graph capture needs the stream-ordered allocator, which is off on this device (or under this tool)"
+                "allocating {bytes} bytes inside a CUDA graph capture needs CUDA's stream-ordered allocator, which this context does not offer"
             )));
         }
         let got = unsafe {

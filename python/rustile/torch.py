@@ -403,6 +403,25 @@ def delta_rule(q, k, v, beta, initial=None, return_final_state=False, cu_seqlens
     return (o, final) if return_final_state else o
 
 
+# ---- TriMul (forward only: GPU MODE's task; Rust has no backward for it) ---------------------
+
+
+@torch.library.custom_op("rustile::trimul", mutates_args=())
+def trimul(x: Tensor, mask: Optional[Tensor], weights: List[Tensor]) -> Tensor:
+    """AlphaFold3's outgoing triangle multiplicative update of ``x``
+    ``[batch, n, n, dim]`` fp32 under ``mask`` (``[batch, n, n]`` or None),
+    the ten parameters in :data:`rustile.trimul.WEIGHTS` order, as
+    :func:`rustile.trimul.custom_kernel` runs it (no autograd)."""
+    from rustile.trimul import WEIGHTS, custom_kernel
+
+    return custom_kernel((x, mask, dict(zip(WEIGHTS, weights)), None))
+
+
+@trimul.register_fake
+def _(x, mask, weights):
+    return torch.empty_like(x)
+
+
 # ---- softmax (forward only: Rust has no softmax backward yet) ---------------------------------
 
 

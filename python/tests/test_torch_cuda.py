@@ -395,6 +395,13 @@ def test_trimul_custom_kernel_as_gpu_mode_calls_it(masked):
     want = trimul_reference(*data[:3])
     # GPU MODE's check: rtol = atol = 2e-2 elementwise.
     assert torch.allclose(out.double(), want, rtol=2e-2, atol=2e-2)
+    # The same as a custom op, under opcheck and inside torch.compile(fullgraph=True).
+    from rustile.trimul import WEIGHTS
+
+    ws = [data[2][k] for k in WEIGHTS]
+    torch.library.opcheck(torch.ops.rustile.trimul.default, (data[0], data[1], ws))
+    compiled = torch.compile(lambda x, m, w: rt.trimul(x, m, w) * 2, fullgraph=True)
+    assert torch.allclose(compiled(data[0], data[1], ws).double(), 2 * want, rtol=4e-2, atol=4e-2)
     # The prepared weights follow an in-place change of one of them.
     data[2]["to_out.weight"].mul_(-1)
     assert torch.allclose(custom_kernel(data).double(), -want, rtol=2e-2, atol=2e-2)
