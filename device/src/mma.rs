@@ -79,26 +79,6 @@ pub unsafe fn cp_async_4(dst: u32, src: *const u8) {
     }
 }
 
-/// Starts copying the first `bytes` (4, 8 or 0) of 8 at global `src` to
-/// shared `dst` (`cp.async.ca`, 8-aligned both), the rest zeros: a copy of 0
-/// bytes reads nothing, wherever `src` points.
-#[inline(always)]
-pub unsafe fn cp_async_8_zfill(dst: u32, src: *const u8, bytes: u32) {
-    unsafe {
-        asm!("cp.async.ca.shared.global [{d}], [{s}], 8, {n};", d = in(reg32) dst, s = in(reg64) src, n = in(reg32) bytes,
-             options(nostack));
-    }
-}
-
-/// [`cp_async_8_zfill`] of one 4-byte word (4-aligned both; `bytes` 4 or 0).
-#[inline(always)]
-pub unsafe fn cp_async_4_zfill(dst: u32, src: *const u8, bytes: u32) {
-    unsafe {
-        asm!("cp.async.ca.shared.global [{d}], [{s}], 4, {n};", d = in(reg32) dst, s = in(reg64) src, n = in(reg32) bytes,
-             options(nostack));
-    }
-}
-
 /// Reads 8 bytes at shared address `addr` (8-aligned).
 #[inline(always)]
 pub unsafe fn ld_shared_v2(addr: u32) -> [u32; 2] {

@@ -53,35 +53,9 @@ pub use backend::{num_programs, program_id};
 pub use elem::{bf16, e2m1_from_f32, e2m1_to_f32, f16, Elem, Kind, E2M1_MAX, F4E2M1x2, F8E4M3, F8E5M2};
 pub use ptr::{AsRaw, BlockPtr, Fetched, Ptr, PtrMut};
 pub use rustile_macros::kernel;
-pub use mma::{commit_copies, dot, dot_acc, dot_packed, dot_ta, dot_tab, dot_tb, store_acc, store_acc_staged, store_acc_staged_with, store_acc_with, sync, sync_named, wait_copies, Acc, AccCols, AccRows, FragA, FragB, Packed, Shared, SharedF32, SharedVec, Stash};
+pub use mma::{commit_copies, dot, dot_acc, dot_packed, dot_ta, dot_tab, dot_tb, store_acc, store_acc_staged, store_acc_staged_with, store_acc_with, sync, sync_named, wait_copies, Acc, AccCols, AccRows, FragA, FragB, Packed, Shared, SharedF32, SharedVec};
 pub use softmax::{AccSoftmax, OnlineSoftmax};
 pub use tile::{len, load, load_or, store, Col, Row, Tile};
-
-/// Hands back `words` as if this point had written them (nothing is
-/// emitted; on the CPU, nothing happens): code that computes them runs
-/// before it, code that uses them after, and it keeps its place among the
-/// program's memory operations and asm. A kernel places work around an
-/// asynchronous instruction with it (`Packed::settle`).
-#[inline(always)]
-pub fn settled<const N: usize>(words: [u32; N]) -> [u32; N] {
-    #[cfg(target_arch = "nvptx64")]
-    {
-        let mut words = words;
-        let mut i = 0;
-        while i + 4 <= N {
-            let x = rustile_device::settle4([words[i], words[i + 1], words[i + 2], words[i + 3]]);
-            words[i..i + 4].copy_from_slice(&x);
-            i += 4;
-        }
-        while i < N {
-            words[i] = rustile_device::settle2([words[i], 0])[0];
-            i += 1;
-        }
-        words
-    }
-    #[cfg(not(target_arch = "nvptx64"))]
-    words
-}
 
 /// One point of a kernel's config space, as the `#[kernel]` macro records it.
 #[derive(Clone, Copy, Debug)]
