@@ -4,10 +4,13 @@ them, and autograd where Rust has the backward. Importing this module
 registers them; the functions below are the friendly entry points.
 
 Each op runs on PyTorch's current stream with outputs from PyTorch's
-allocator, so it works inside ``torch.cuda.graph`` capture (after one
-warm-up call outside it, as PyTorch asks of every op: the first call loads
-the kernels). CPU tensors run in the CPU interpreter. ``rustile.quasar.QuasarAttention``
-is a module built on these ops.
+allocator, so it works inside ``torch.cuda.graph`` capture, backward
+included (after one warm-up step outside it, as PyTorch asks of every op:
+the first call loads the kernels, and the grouped GEMM builds the table of
+each ``m_sizes`` it sees). Packed sequences come as device offsets
+(``cu_seqlens``) with the longest length as an int, so nothing is read
+back. CPU tensors run in the CPU interpreter.
+``rustile.quasar.QuasarAttention`` is a module built on these ops.
 """
 
 from typing import List, Optional, Tuple
@@ -123,6 +126,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     nothing is read back and the call can be captured in a CUDA graph),
     differentiable in ``q``, ``k`` and ``v``."""
     return torch.ops.rustile.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), causal, scale)[0]
+
+
+# ---- the GEMM with its output cast (forward only) ------------------------------------------------
 
 
 @torch.library.custom_op("rustile::gemm_cast", mutates_args=("amax",))
