@@ -245,8 +245,7 @@ def delta_rule(q, k, v, beta, initial=None, return_final_state=False, cu_seqlens
     be captured in a CUDA graph). The offsets are trusted as in :func:`attention_varlen`."""
     qd = desc(q)
     batch, _, heads, d = qd[1]
-    longest, cu = _packed(cu_seqlens, max_seqlen, qd)
-    seqs = batch if cu is None else len(cu_seqlens) - 1
+    seqs, longest, cu = _packed(cu_seqlens, max_seqlen, batch)
     o = empty(q, qd[1])
     final = empty(q, (seqs, heads, d, d), "f32") if return_final_state else None
     _rustile.delta_rule(qd, desc(k), desc(v), desc(beta), desc(o), desc_or_none(initial),
@@ -254,11 +253,12 @@ def delta_rule(q, k, v, beta, initial=None, return_final_state=False, cu_seqlens
     return (o, final) if return_final_state else o
 
 
-def _packed(cu_seqlens, max_seqlen, qd):
-    """``(longest, offsets' description)`` of the delta rule's packed sequences, or ``(0, None)``."""
+def _packed(cu_seqlens, max_seqlen, batch):
+    """``(sequences, longest, offsets' description)`` of the delta rule's
+    packed sequences, or ``(batch, 0, None)`` without them."""
     if cu_seqlens is None:
-        return 0, None
-    return _longest(cu_seqlens, max_seqlen), desc(cu_seqlens)
+        return batch, 0, None
+    return len(cu_seqlens) - 1, _longest(cu_seqlens, max_seqlen), desc(cu_seqlens)
 
 
 def delta_rule_backward(q, k, v, beta, do, initial=None, d_final=None, want_d_initial=False, cu_seqlens=None, max_seqlen=None):
@@ -267,8 +267,7 @@ def delta_rule_backward(q, k, v, beta, do, initial=None, d_final=None, want_d_in
     unless ``want_d_initial``."""
     qd, kd, vd = desc(q), desc(k), desc(v)
     batch, _, heads, d = qd[1]
-    longest, cu = _packed(cu_seqlens, max_seqlen, qd)
-    seqs = batch if cu is None else len(cu_seqlens) - 1
+    seqs, longest, cu = _packed(cu_seqlens, max_seqlen, batch)
     dq, dk, dv, dbeta = empty(q, qd[1]), empty(k, kd[1]), empty(v, vd[1]), empty(q, (heads,), "f32")
     d_initial = empty(q, (seqs, heads, d, d), "f32") if want_d_initial else None
     _rustile.delta_rule_backward(qd, kd, vd, desc(beta), desc(do), desc_or_none(initial), desc_or_none(d_final), desc(dq), desc(dk), desc(dv),

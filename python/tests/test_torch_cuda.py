@@ -289,42 +289,58 @@ def _bf16(*shape, scale=1.0, grad=True):
     return (torch.randn(*shape, device="cuda") * scale).bfloat16().requires_grad_(grad)
 
 
-def _capture_cases():
-    """Each op as a training step would call it: ``(inputs, forward)``; the
-    inputs that require grad get gradients in the captured step too."""
-    cu_q, cu_k = (torch.tensor(c, device="cuda", dtype=torch.int32) for c in ([0, 70, 71, 300], [0, 90, 91, 250]))
-    cu_d = torch.tensor([0, 100, 101, 230], device="cuda", dtype=torch.int32)
-    beta = lambda: torch.tensor([0.5, 2.0], device="cuda").requires_grad_()
-    w64 = lambda: (1 + 0.1 * torch.randn(64, device="cuda")).bfloat16().requires_grad_()
-    return {
-        "attention": ((_bf16(2, 300, 4, 64), _bf16(2, 300, 2, 64), _bf16(2, 300, 2, 64)), lambda q, k, v: rt.attention(q, k, v, causal=True)),
-        "attention_varlen": ((_bf16(300, 4, 128), _bf16(250, 4, 128), _bf16(250, 4, 128)),
-                             lambda q, k, v: rt.attention_varlen(q, k, v, cu_q, cu_k, 229, 159)),
-        "softmax": ((_bf16(64, 512, grad=False),), rt.softmax),
-        "gemm_cast": ((_bf16(41, 64, grad=False), _bf16(48, 64, scale=0.125, grad=False)),
-                      lambda x, w: rt.gemm_cast(x, w, None, "silu", "f32", None, None)),
-        "gemm_fp8": ((_bf16(33, 64, grad=False), _bf16(48, 64, grad=False)),
-                     lambda a, w: rt.gemm_fp8(a.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn), None, None, None, "none", None)),
-        "rms_norm": ((_bf16(37, 768), w64().repeat(12).detach().requires_grad_()), lambda x, w: rt.rms_norm(x, w)),
-        "layer_norm": ((_bf16(37, 768), _bf16(768), _bf16(768)), lambda x, w, b: rt.layer_norm(x, w, b)),
-        "linear": ((_bf16(41, 64), _bf16(48, 64, scale=0.125), _bf16(48)), lambda x, w, b: rt.linear(x, w, b, "none", None)),
-        "dual_gemm": ((_bf16(77, 96), _bf16(136, 96, scale=0.125), _bf16(136, 96, scale=0.125)), rt.dual_gemm),
-        "grouped_gemm": ((_bf16(177, 64), _bf16(4, 72, 64, scale=0.125)), lambda a, w: rt.grouped_gemm(a, w, [40, 0, 7, 130])),
-        "delta_rule": ((_bf16(1, 230, 2, 64), _bf16(1, 230, 2, 64, scale=0.125), _bf16(1, 230, 2, 64), beta()),
-                       lambda q, k, v, b: rt.delta_rule(q, k, v, b)),
-        "delta_rule_varlen": ((_bf16(1, 230, 2, 64), _bf16(1, 230, 2, 64, scale=0.125), _bf16(1, 230, 2, 64), beta()),
-                              lambda q, k, v, b: rt.delta_rule(q, k, v, b, cu_seqlens=cu_d, max_seqlen=129)),
-        "conv_silu": ((_bf16(2, 37, 136), _bf16(4, 136)), rt.conv_silu),
-        "gated_rms_norm": ((_bf16(37, 128), _bf16(37, 128), w64()), lambda o, g, w: rt.gated_rms_norm(o, g, w)),
-    }
+def _offsets(*cu):
+    return torch.tensor(cu, device="cuda", dtype=torch.int32)
 
 
-@pytest.mark.parametrize("name", list(_capture_cases()))
+def _beta():
+    return torch.tensor([0.5, 2.0], device="cuda").requires_grad_()
+
+
+def _w64():
+    return (1 + 0.1 * torch.randn(64, device="cuda")).bfloat16().requires_grad_()
+
+
+def _attention_varlen_case():
+    cu_q, cu_k = _offsets(0, 70, 71, 300), _offsets(0, 90, 91, 250)
+    return (_bf16(300, 4, 128), _bf16(250, 4, 128), _bf16(250, 4, 128)), lambda q, k, v: rt.attention_varlen(q, k, v, cu_q, cu_k, 229, 159)
+
+
+def _delta_rule_varlen_case():
+    cu = _offsets(0, 100, 101, 230)
+    inputs = (_bf16(1, 230, 2, 64), _bf16(1, 230, 2, 64, scale=0.125), _bf16(1, 230, 2, 64), _beta())
+    return inputs, lambda q, k, v, b: rt.delta_rule(q, k, v, b, cu_seqlens=cu, max_seqlen=129)
+
+
+# Each op as a training step would call it: a maker of `(inputs, forward)`;
+# the inputs that require grad get gradients in the captured step too.
+CAPTURE_CASES = {
+    "attention": lambda: ((_bf16(2, 300, 4, 64), _bf16(2, 300, 2, 64), _bf16(2, 300, 2, 64)), lambda q, k, v: rt.attention(q, k, v, causal=True)),
+    "attention_varlen": _attention_varlen_case,
+    "softmax": lambda: ((_bf16(64, 512, grad=False),), rt.softmax),
+    "gemm_cast": lambda: ((_bf16(41, 64, grad=False), _bf16(48, 64, scale=0.125, grad=False)),
+                          lambda x, w: rt.gemm_cast(x, w, None, "silu", "f32", None, None)),
+    "gemm_fp8": lambda: ((_bf16(33, 64, grad=False), _bf16(48, 64, grad=False)),
+                         lambda a, w: rt.gemm_fp8(a.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn), None, None, None, "none", None)),
+    "rms_norm": lambda: ((_bf16(37, 768), _w64().repeat(12).detach().requires_grad_()), lambda x, w: rt.rms_norm(x, w)),
+    "layer_norm": lambda: ((_bf16(37, 768), _bf16(768), _bf16(768)), lambda x, w, b: rt.layer_norm(x, w, b)),
+    "linear": lambda: ((_bf16(41, 64), _bf16(48, 64, scale=0.125), _bf16(48)), lambda x, w, b: rt.linear(x, w, b, "none", None)),
+    "dual_gemm": lambda: ((_bf16(77, 96), _bf16(136, 96, scale=0.125), _bf16(136, 96, scale=0.125)), rt.dual_gemm),
+    "grouped_gemm": lambda: ((_bf16(177, 64), _bf16(4, 72, 64, scale=0.125)), lambda a, w: rt.grouped_gemm(a, w, [40, 0, 7, 130])),
+    "delta_rule": lambda: ((_bf16(1, 230, 2, 64), _bf16(1, 230, 2, 64, scale=0.125), _bf16(1, 230, 2, 64), _beta()),
+                           lambda q, k, v, b: rt.delta_rule(q, k, v, b)),
+    "delta_rule_varlen": _delta_rule_varlen_case,
+    "conv_silu": lambda: ((_bf16(2, 37, 136), _bf16(4, 136)), rt.conv_silu),
+    "gated_rms_norm": lambda: ((_bf16(37, 128), _bf16(37, 128), _w64()), lambda o, g, w: rt.gated_rms_norm(o, g, w)),
+}
+
+
+@pytest.mark.parametrize("name", list(CAPTURE_CASES))
 def test_op_and_its_backward_replay_in_a_cuda_graph(name):
     """A step (the op, then the gradients of every input that wants one)
     captured into a CUDA graph, replayed on new inputs, equals the same
     step run eagerly: nothing uploads, reads back or runs outside the graph."""
-    inputs, forward = _capture_cases()[name]
+    inputs, forward = CAPTURE_CASES[name]()
     leaves = [t for t in inputs if t.requires_grad]
     d_out = torch.randn_like(forward(*inputs).float()).to(inputs[0].dtype)
 
