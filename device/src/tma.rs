@@ -31,6 +31,14 @@ pub unsafe fn mbar_arrive(bar: u32) {
     unsafe { asm!("mbarrier.arrive.shared::cta.b64 _, [{b}];", b = in(reg32) bar, options(nostack)) };
 }
 
+/// One arrival on `bar` once every `cp.async` this thread issued before
+/// has landed (`cp.async.mbarrier.arrive.noinc`: the arrival is one of
+/// those the barrier was initialized to expect).
+#[inline(always)]
+pub unsafe fn cp_async_mbar_arrive(bar: u32) {
+    unsafe { asm!("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [{b}];", b = in(reg32) bar, options(nostack)) };
+}
+
 /// Waits until the phase of `bar` with parity `parity` has completed.
 #[inline(always)]
 pub unsafe fn mbar_wait(bar: u32, parity: u32) {

@@ -462,6 +462,29 @@ impl<const N: usize, const TH: usize> SharedVec<N, TH> {
         };
     }
 
+    /// [`SharedVec::copy_from`] by the 32 lanes of the calling warp alone
+    /// (a copy warpgroup's), outside any copy group: each lane then makes
+    /// its copies' landing an arrival on a barrier
+    /// ([`crate::tma::Barrier::arrive_after_copies`]). The interpreter
+    /// copies at once.
+    #[inline(always)]
+    pub fn copy_from_warp(&self, src: Ptr<f32>, start: usize, n: usize) {
+        let n = n.min(N);
+        src.0.check("SharedVec::copy_from_warp", start, 1, n, false);
+        #[cfg(target_arch = "nvptx64")]
+        {
+            let mut i = rustile_device::thread_idx() as usize % 32;
+            while i < n {
+                unsafe { rustile_device::cp_async_4(self.base + (4 * i) as u32, src.0.at(start + i) as *const u8) };
+                i += 32;
+            }
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        unsafe {
+            core::ptr::copy_nonoverlapping(src.0.at(start) as *const f32, self.base, n)
+        };
+    }
+
     /// Value `i` (after `wait_copies` and `sync()` for the copy that wrote it).
     #[inline(always)]
     pub fn read(&self, i: usize) -> f32 {

@@ -101,6 +101,19 @@ impl Barrier {
         };
     }
 
+    /// This thread arrives once its earlier [`SharedVec::copy_from_warp`]
+    /// copies have landed (for a barrier whose `init` counts it; nothing
+    /// in the interpreter, whose copies land at once).
+    ///
+    /// [`SharedVec::copy_from_warp`]: crate::mma::SharedVec::copy_from_warp
+    #[inline(always)]
+    pub fn arrive_after_copies(&self) {
+        #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+        unsafe {
+            rustile_device::cp_async_mbar_arrive(self.addr)
+        };
+    }
+
     /// Waits until the phase of parity `parity` (0 or 1) has completed.
     #[inline(always)]
     pub fn wait(&self, parity: usize) {

@@ -95,6 +95,17 @@ pub fn is_copy_issuer<const TH: usize>() -> bool {
     return false;
 }
 
+/// Whether this thread is in the first warp of the copy warpgroup: the
+/// issuer and the 31 lanes beside it, for copies a warp shares
+/// (`SharedVec::copy_from_warp`).
+#[inline(always)]
+pub fn is_copy_warp<const TH: usize>() -> bool {
+    #[cfg(target_arch = "nvptx64")]
+    return rustile_device::thread_idx() as usize / 32 == TH / 32;
+    #[cfg(not(target_arch = "nvptx64"))]
+    return false;
+}
+
 /// Ends this thread of the copy warpgroup (on the GPU: `exit`, so that
 /// whatever the other threads run next is theirs alone; barriers of the
 /// whole program stop counting it).

@@ -198,7 +198,7 @@ pub fn attention_fwd_fp8_kernel<T: Elem>(
     let mut o_ = AccW::<D>::zeros();
     // The V scale `o_` is in.
     let mut v_units = 1.0;
-    crate::attention::copy_warpgroup::<TH>(blocks, STAGES, load_q, load_kv, kv_read);
+    crate::attention::copy_warpgroup::<TH, false>(blocks, STAGES, load_q, load_kv, kv_read);
     wgmma::raise_registers::<REGS>();
     // The interpreter's one thread copies each block right before its scores.
     let on_cpu = cfg!(not(target_arch = "nvptx64"));

@@ -206,7 +206,7 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
         // copy as soon as its stage is free; the others multiply, each
         // warpgroup on its own, pipelined as below (`PIPE`), and release
         // each block's K and V (`kv_read`) when their products are done.
-        crate::attention::copy_warpgroup::<TH>(blocks, STAGES, || load_q(true), |j, which| load_kv(j, which, true), kv_read);
+        crate::attention::copy_warpgroup::<TH, false>(blocks, STAGES, || load_q(true), |j, which| load_kv(j, which, true), kv_read);
         wgmma::raise_registers::<REGS>();
         // The interpreter's one thread is the copier too: block j's copies
         // right before its scores (stage j % STAGES held blocks j − STAGES,

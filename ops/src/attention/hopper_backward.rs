@@ -43,7 +43,8 @@
 //! forward's: a copy warpgroup whose first thread issues K and V, then each
 //! step's Q and dO by TMA into `STAGES` stages on mbarriers, and two
 //! multiplying warpgroups that never meet at a barrier of the program
-//! (each 64 keys), reading the queries' statistics from global memory.
+//! (each 64 keys). The copy warpgroup's first warp copies each step's
+//! log-sum-exp and delta beside Q and dO (`SharedVec::copy_from_warp`).
 //! 2-5 % faster than the program without it (bench/RESULTS.md, 2026-11-26,
 //! “FP8 attention forward…”). It spills 120 bytes a thread: unlike the
 //! forward's, its multiplying code stays within the 168 registers of the
@@ -56,7 +57,7 @@ use rustile::prelude::*;
 /// block of `BN` keys of one key/value head, walking `BM` queries a step.
 #[kernel(
     configs = [
-        (D = 64, BM = 64, BN = 128, WARPS = 12, OCC = 1, LATE = 0, COPIER = 1, SMEM = 65608),
+        (D = 64, BM = 64, BN = 128, WARPS = 12, OCC = 1, LATE = 0, COPIER = 1, SMEM = 66632),
         (D = 64, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 0, COPIER = 0, SMEM = 66560),
         (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 2, LATE = 0, COPIER = 0, SMEM = 62976),
         (D = 128, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 1, COPIER = 0, SMEM = 131072),
@@ -123,22 +124,32 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
         // warpgroup runs the steps on its own 64 keys, never meeting the
         // other at a barrier of the program, and releases a step's Q
         // (`qd_read`, which 0) and dO (1) once its products are done with
-        // them. The queries' statistics are read from global memory.
-        // Barriers after the stages: K and V's, then each stage's Q and dO
-        // landing, then read.
+        // them. The queries' log-sum-exp and delta come with Q and dO: the
+        // copy warpgroup's first warp copies them beside the tiles, each
+        // lane's copies one more arrival on the stage's barrier.
+        // Barriers after the stages' statistics: K and V's, then each
+        // stage's Q and dO landing (the issuer and the warp's 32 lanes),
+        // then read.
         let walk = Walk::of(&s, c0, BM, hk, heads / kv_heads, causal);
-        let bar = |i: usize| tma::Barrier::at::<TH>(at + 2 * (BN + STAGES * BM) * D * 2 + 8 * i);
+        let bar = |i: usize| tma::Barrier::at::<TH>(at + 2 * (BN + STAGES * BM) * D * 2 + 2 * STAGES * BM * 4 + 8 * i);
         let qd_landed = |t: usize, which: usize| bar(1 + 2 * (t % STAGES) + which);
         let qd_read = |t: usize, which: usize| bar(1 + 2 * STAGES + 2 * (t % STAGES) + which);
-        for i in 0..1 + 2 * STAGES {
-            bar(i).init(1);
+        bar(0).init(1);
+        for i in 1..1 + 2 * STAGES {
+            bar(i).init(1 + 32);
         }
         for i in 0..2 * STAGES {
             bar(1 + 2 * STAGES + i).init(TH as u32);
         }
         tma::fence_init();
         sync();
+        // The first warp of the copy warpgroup runs the copies' loop; its
+        // first thread issues the TMA copies (the interpreter's, all).
+        let issuer = cfg!(not(target_arch = "nvptx64")) || wgmma::is_copy_issuer::<TH>();
         let load_kv = || {
+            if !issuer {
+                return;
+            }
             bar(0).expect_by_this_thread(2 * sk_.bytes());
             let tokens = [s.k0 + s.lk, s.ldk, hk, d];
             sk_.load_tma([map_k, map_k1], k, tokens, s.k0 + c0, &bar(0), true);
@@ -149,12 +160,18 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
                 return;
             }
             let (h, r0) = walk.at(t);
+            let (stat, src) = (stat_at(h, r0)[which], if which == 0 { lse } else { delta });
+            stats(t % STAGES, which).copy_from_warp(src, stat, s.lq.saturating_sub(r0));
+            qd_landed(t, which).arrive_after_copies();
+            if !issuer {
+                return;
+            }
             let tile = qd(t % STAGES, which);
             qd_landed(t, which).expect_by_this_thread(tile.bytes());
             let (maps, src) = if which == 0 { ([map_q, map_q1], q) } else { ([map_do, map_do1], d_o) };
             tile.load_tma(maps, src, [s.q0 + s.lq, s.ldq, h, d], s.q0 + r0, &qd_landed(t, which), true);
         };
-        crate::attention::copy_warpgroup::<TH>(walk.steps, STAGES, load_kv, load_qd, qd_read);
+        crate::attention::copy_warpgroup::<TH, true>(walk.steps, STAGES, load_kv, load_qd, qd_read);
         wgmma::raise_registers::<240>();
         // The interpreter's one thread copies each step's tiles right before it.
         let on_cpu = cfg!(not(target_arch = "nvptx64"));
@@ -177,8 +194,7 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
                 load_qd(t, 0);
                 load_qd(t, 1);
             }
-            let (h, r0) = walk.at(t);
-            let [lse_at, delta_at] = stat_at(h, r0);
+            let r0 = walk.at(t).1;
             let (sq_, sd_) = (qd(t % STAGES, 0), qd(t % STAGES, 1));
             let (mut st, mut dpt) = (AccW::<BM>::zeros(), AccW::<BM>::zeros());
             qd_landed(t, 0).wait((t / STAGES) % 2);
@@ -191,7 +207,8 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
             if TAIL {
                 wgmma::dot_async(&sv_.rest, &sd_.rest, &mut dpt);
             }
-            let lse2 = AccCols::<BM>::from_fn(|col| if r0 + col < s.lq { lse.read(lse_at + col) * LOG2_E } else { f32::INFINITY });
+            let stage = t % STAGES;
+            let lse2 = AccCols::<BM>::from_fn(|col| if r0 + col < s.lq { stats(stage, 0).read(col) * LOG2_E } else { f32::INFINITY });
             wgmma::wait::<GROUPS, BN, BM, TH>(&mut st);
             let mut pt = st.map_cols(&lse2, |x, l| math::exp2(x * c - l));
             if c0 + BN > s.lk || (causal && c0 + BN > r0 + 1) {
@@ -202,7 +219,7 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
             if TAIL {
                 wgmma::dot_acc_async(&ppk, &sd_.rest, &mut dv1);
             }
-            let dlt = AccCols::<BM>::from_fn(|col| if r0 + col < s.lq { delta.read(delta_at + col) } else { 0.0 });
+            let dlt = AccCols::<BM>::from_fn(|col| if r0 + col < s.lq { stats(stage, 1).read(col) } else { 0.0 });
             // dPᵀ and dV's product done: dO is free.
             wgmma::wait::<0, BN, BM, TH>(&mut dpt);
             qd_read(t, 1).arrive();

@@ -159,16 +159,25 @@ fn store_head<T: Elem, const R: usize, const D0: usize, const D1: usize, const T
 /// tiles (`step(j, which)`: K and V of key block j, or Q and dO of query
 /// block j) as soon as every multiplying thread has released the stage's
 /// previous ones (`released(j, which)`, which completes once a use of
-/// stage `j % stages`), and it leaves. Other threads return at once.
+/// stage `j % stages`), and it leaves. Other threads return at once. With
+/// `WARP`, the whole first warp runs `first` and `step` (which then issue
+/// their TMA copies from its first thread only, `wgmma::is_copy_issuer`),
+/// for the per-step vectors its lanes copy beside the tiles.
 #[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(dead_code))]
 #[inline(always)]
-fn copy_warpgroup<const TH: usize>(steps: usize, stages: usize, first: impl Fn(), step: impl Fn(usize, usize), released: impl Fn(usize, usize) -> rustile::tma::Barrier) {
+fn copy_warpgroup<const TH: usize, const WARP: bool>(
+    steps: usize,
+    stages: usize,
+    first: impl Fn(),
+    step: impl Fn(usize, usize),
+    released: impl Fn(usize, usize) -> rustile::tma::Barrier,
+) {
     use rustile::wgmma;
     if !wgmma::is_copier::<TH>() {
         return;
     }
     wgmma::lower_registers::<24>();
-    if wgmma::is_copy_issuer::<TH>() {
+    if if WARP { wgmma::is_copy_warp::<TH>() } else { wgmma::is_copy_issuer::<TH>() } {
         first();
         for j in 0..steps {
             for which in 0..2 {
