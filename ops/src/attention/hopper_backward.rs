@@ -32,8 +32,8 @@
 //! products (note C7515) and spill (bench/RESULTS.md, 2026-11-23,
 //! “Head dim 72 backward: a memory-bound delta kernel…”); not kept.
 //!
-//! The dK/dV program keeps `STAGES = 2` steps' Q and dO in shared memory:
-//! a step copies the one `STAGES − 1` ahead. Four at D = 80 made the kernel
+//! The dK/dV program keeps `QD = 2` steps' Q and dO in shared memory:
+//! a step copies the one `QD − 1` ahead. Four at D = 80 made the kernel
 //! alone faster at the vision shape (203 µs against 207-211), but the
 //! backward slower (354 µs against 344): dK/dV runs beside dQ, and at
 //! 105 KB a program leaves no room for a dQ program on its SM
@@ -43,7 +43,8 @@
 //! forward's: a copy warpgroup whose first thread issues K and V, then each
 //! step's Q and dO by TMA into `STAGES` stages on mbarriers, and two
 //! multiplying warpgroups that never meet at a barrier of the program
-//! (each 64 keys). The copy warpgroup's first warp copies each step's
+//! (each 64 keys), with `QD = 4` stages: its 384 threads fill the register
+//! file, so no dQ program shares its SM and the shared memory is free. The copy warpgroup's first warp copies each step's
 //! log-sum-exp and delta beside Q and dO (`SharedVec::copy_from_warp`).
 //! 2-5 % faster than the program without it (bench/RESULTS.md, 2026-11-26,
 //! “FP8 attention forward…”). It spills 120 bytes a thread: unlike the
@@ -57,10 +58,11 @@ use rustile::prelude::*;
 /// block of `BN` keys of one key/value head, walking `BM` queries a step.
 #[kernel(
     configs = [
-        (D = 64, BM = 64, BN = 128, WARPS = 12, OCC = 1, LATE = 0, COPIER = 1, SMEM = 66632),
-        (D = 64, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 0, COPIER = 0, SMEM = 66560),
-        (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 2, LATE = 0, COPIER = 0, SMEM = 62976),
-        (D = 128, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 1, COPIER = 0, SMEM = 131072),
+        (D = 64, BM = 64, BN = 128, WARPS = 12, OCC = 1, LATE = 0, COPIER = 1, QD = 4, SMEM = 100488),
+        (D = 64, BM = 64, BN = 128, WARPS = 12, OCC = 1, LATE = 0, COPIER = 1, QD = 2, SMEM = 66632),
+        (D = 64, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 0, COPIER = 0, QD = 2, SMEM = 66560),
+        (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 2, LATE = 0, COPIER = 0, QD = 2, SMEM = 62976),
+        (D = 128, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 1, COPIER = 0, QD = 2, SMEM = 131072),
     ],
     grid = [cdiv(crate::attention::key_rows(sk, kv_bs, flags), BN), kv_heads, batch],
     dtypes = [bf16, f16],
@@ -92,8 +94,9 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
     // stored against 220; bench/RESULTS.md, 2026-11-23,
     // “Head dim 72 backward: a memory-bound delta kernel…”).
     const STAGED: bool = D < 128;
-    // Steps' Q and dO in shared memory (the module doc says why two).
-    const STAGES: usize = 2;
+    // Steps' Q and dO in shared memory (the module doc says why two, and
+    // why the warp-specialized program may take more).
+    const STAGES: usize = QD;
 
     let (kb, hk, z) = (program_id(0), program_id(1), program_id(2));
     let (causal, varlen) = (flags & CAUSAL != 0, flags & VARLEN != 0);
