@@ -41,17 +41,20 @@
 //!
 //! `COPIER = 1` (D = 64) is the dK/dV program warp-specialized as the
 //! forward's: a copy warpgroup whose first thread issues K and V, then each
-//! step's Q and dO by TMA into `STAGES` stages on mbarriers, and two
-//! multiplying warpgroups that never meet at a barrier of the program
-//! (each 64 keys), with `QD = 4` stages: its 384 threads fill the register
-//! file, so no dQ program shares its SM and the shared memory is free. The copy warpgroup's first warp copies each step's
-//! log-sum-exp and delta beside Q and dO (`SharedVec::copy_from_warp`).
-//! 2-5 % faster than the program without it (bench/RESULTS.md, 2026-11-26,
-//! “FP8 attention forward…”). It spills 120 bytes a thread: unlike the
+//! step's Q and dO by TMA into `QD = 4` stages on mbarriers (its 384
+//! threads fill the register file, so no dQ program shares its SM and the
+//! shared memory is free), and two multiplying warpgroups that never meet
+//! at a barrier of the program (each 64 keys). The copy warpgroup's first
+//! warp copies each step's log-sum-exp and delta beside Q and dO
+//! (`SharedVec::copy_from_warp`). 7-8 % faster than the program without a
+//! copy warpgroup (bench/RESULTS.md, 2026-11-27, “The staged dK/dV program
+//! under Nsight Compute…”). It spills 128 bytes a thread: unlike the
 //! forward's, its multiplying code stays within the 168 registers of the
-//! entry (R0-R165) after `setmaxnreg` (the same RESULTS section); at
-//! D = 128, where dK and dV alone take 128 registers a thread, it is not
-//! built until that is understood.
+//! entry after `setmaxnreg` (RESULTS, 2026-11-26, “FP8 attention
+//! forward…”), which is also what stopped the next step's score products
+//! from going out behind dK's (RESULTS, 2026-11-27); at D = 128, where dK
+//! and dV alone take 128 registers a thread, it is not built until that is
+//! understood.
 use rustile::prelude::*;
 
 /// [`super::attention_bwd_kv_kernel`] on `wgmma` (the same arguments): one
