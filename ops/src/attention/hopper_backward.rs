@@ -46,7 +46,7 @@
 //! shared memory is free), and two multiplying warpgroups that never meet
 //! at a barrier of the program (each 64 keys). The copy warpgroup's first
 //! warp copies each step's log-sum-exp and delta beside Q and dO
-//! (`SharedVec::copy_from_warp`). 7-8 % faster than the program without a
+//! (`SharedVec::copy_from_warp`). 4-10 % faster than the program without a
 //! copy warpgroup (bench/RESULTS.md, 2026-11-27, “The staged dK/dV program
 //! under Nsight Compute…”). It spills 128 bytes a thread: unlike the
 //! forward's, its multiplying code stays within the 168 registers of the
