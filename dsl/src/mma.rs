@@ -446,41 +446,43 @@ impl<const N: usize, const TH: usize> SharedVec<N, TH> {
     /// current copy group, as [`Shared::copy_from`] does.
     #[inline(always)]
     pub fn copy_from(&self, src: Ptr<f32>, start: usize, n: usize) {
-        let n = n.min(N);
-        src.0.check("SharedVec::copy_from", start, 1, n, false);
         #[cfg(target_arch = "nvptx64")]
-        {
-            let mut i = rustile_device::thread_idx() as usize;
-            while i < n {
-                unsafe { rustile_device::cp_async_4(self.base + (4 * i) as u32, src.0.at(start + i) as *const u8) };
-                i += TH;
-            }
-        }
+        let lane = rustile_device::thread_idx() as usize;
         #[cfg(not(target_arch = "nvptx64"))]
-        unsafe {
-            core::ptr::copy_nonoverlapping(src.0.at(start) as *const f32, self.base, n)
-        };
+        let lane = 0;
+        self.copy_by(src, start, n, lane, TH, "SharedVec::copy_from");
     }
 
     /// [`SharedVec::copy_from`] by the 32 lanes of the calling warp alone
     /// (a copy warpgroup's), outside any copy group: each lane then makes
     /// its copies' landing an arrival on a barrier
-    /// ([`crate::tma::Barrier::arrive_after_copies`]). The interpreter
-    /// copies at once.
+    /// ([`crate::tma::Barrier::arrive_after_copies`]).
     #[inline(always)]
     pub fn copy_from_warp(&self, src: Ptr<f32>, start: usize, n: usize) {
+        #[cfg(target_arch = "nvptx64")]
+        let lane = rustile_device::thread_idx() as usize % 32;
+        #[cfg(not(target_arch = "nvptx64"))]
+        let lane = 0;
+        self.copy_by(src, start, n, lane, 32, "SharedVec::copy_from_warp");
+    }
+
+    /// The copy of `min(n, N)` values, value `lane` and every `lanes`-th
+    /// after it by this thread (the interpreter's one thread copies all).
+    #[inline(always)]
+    fn copy_by(&self, src: Ptr<f32>, start: usize, n: usize, lane: usize, lanes: usize, what: &str) {
         let n = n.min(N);
-        src.0.check("SharedVec::copy_from_warp", start, 1, n, false);
+        src.0.check(what, start, 1, n, false);
         #[cfg(target_arch = "nvptx64")]
         {
-            let mut i = rustile_device::thread_idx() as usize % 32;
+            let mut i = lane;
             while i < n {
                 unsafe { rustile_device::cp_async_4(self.base + (4 * i) as u32, src.0.at(start + i) as *const u8) };
-                i += 32;
+                i += lanes;
             }
         }
         #[cfg(not(target_arch = "nvptx64"))]
         unsafe {
+            let _ = (lane, lanes);
             core::ptr::copy_nonoverlapping(src.0.at(start) as *const f32, self.base, n)
         };
     }

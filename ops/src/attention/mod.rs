@@ -177,7 +177,8 @@ fn copy_warpgroup<const TH: usize, const WARP: bool>(
         return;
     }
     wgmma::lower_registers::<24>();
-    if if WARP { wgmma::is_copy_warp::<TH>() } else { wgmma::is_copy_issuer::<TH>() } {
+    let runs_loop = if WARP { wgmma::is_copy_warp::<TH>() } else { wgmma::is_copy_issuer::<TH>() };
+    if runs_loop {
         first();
         for j in 0..steps {
             for which in 0..2 {
