@@ -209,6 +209,27 @@ impl<const GROUPS: usize> Turns<GROUPS> {
     }
 }
 
+/// Stops the program unless its shared memory starts on a swizzle period
+/// (1024 bytes), once, and from there on lets the compiler rely on it, so
+/// that the products' own period checks of tiles placed at whole periods
+/// fold away. A warp-specialized program calls it before
+/// [`raise_registers`]: ptxas gives a raised warpgroup its new budget only
+/// while no trap lies on its path, and those checks, left in the loop of
+/// the attention dK/dV program's multiplying warpgroups, held them to the
+/// entry's 168 registers (bench/RESULTS.md, 2026-11-27, “The dK/dV
+/// program's registers…”). In the interpreter shared memory starts at
+/// offset 0: nothing to check.
+#[inline(always)]
+pub fn check_periods_once() {
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+    {
+        let base = rustile_device::smem_addr(rustile_device::dyn_smem::<u8>());
+        assert!(base % 1024 == 0, "wgmma: the program's shared memory does not start on a swizzle period (1024 bytes)");
+        // SAFETY: the assert above stops the program otherwise.
+        unsafe { core::hint::assert_unchecked(base % 1024 == 0) };
+    }
+}
+
 /// This warpgroup may use up to `N` registers a thread, taken from one that
 /// called [`lower_registers`]: a program's launch bound shares the register
 /// file evenly, and a warpgroup that only issues copies needs few

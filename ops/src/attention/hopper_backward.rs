@@ -48,13 +48,17 @@
 //! warp copies each step's log-sum-exp and delta beside Q and dO
 //! (`SharedVec::copy_from_warp`). 4-10 % faster than the program without a
 //! copy warpgroup (bench/RESULTS.md, 2026-11-27, “The staged dK/dV program
-//! under Nsight Compute…”). It spills 128 bytes a thread: unlike the
-//! forward's, its multiplying code stays within the 168 registers of the
-//! entry after `setmaxnreg` (RESULTS, 2026-11-26, “FP8 attention
-//! forward…”), which is also what stopped the next step's score products
-//! from going out behind dK's (RESULTS, 2026-11-27); at D = 128, where dK
-//! and dV alone take 128 registers a thread, it is not built until that is
-//! understood.
+//! under Nsight Compute…”). Its multiplying warpgroups get the 240
+//! registers `setmaxnreg` raises them to only while no trap lies on their
+//! path: with the tiles' swizzle-period checks trapping inside their loop,
+//! ptxas kept their code to the entry's 168 registers and spilled 128 bytes
+//! a thread. `wgmma::check_periods_once` checks the shared memory's start
+//! before the raise, and the loop's checks fold away: 8-10 % faster at
+//! D = 64 (bench/RESULTS.md, 2026-11-27, “The dK/dV program's
+//! registers…”). The same program is D = 128's default (`QD = 2`: K, V and
+//! two stages take 129 KB), 19-25 % faster than the one without a copy
+//! warpgroup (`COPIER = 0`, kept for comparison), whose 255 registers
+//! spill 168 bytes.
 use rustile::prelude::*;
 
 /// [`super::attention_bwd_kv_kernel`] on `wgmma` (the same arguments): one
@@ -65,6 +69,7 @@ use rustile::prelude::*;
         (D = 64, BM = 64, BN = 128, WARPS = 12, OCC = 1, LATE = 0, COPIER = 1, QD = 2, SMEM = 66632),
         (D = 64, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 0, COPIER = 0, QD = 2, SMEM = 66560),
         (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 2, LATE = 0, COPIER = 0, QD = 2, SMEM = 62976),
+        (D = 128, BM = 64, BN = 128, WARPS = 12, OCC = 1, LATE = 0, COPIER = 1, QD = 2, SMEM = 132168),
         (D = 128, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 1, COPIER = 0, QD = 2, SMEM = 131072),
     ],
     grid = [cdiv(crate::attention::key_rows(sk, kv_bs, flags), BN), kv_heads, batch],
@@ -178,6 +183,8 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
             tile.load_tma(maps, src, [s.q0 + s.lq, s.ldq, h, d], s.q0 + r0, &qd_landed(t, which), true);
         };
         crate::attention::copy_warpgroup::<TH, true>(walk.steps, STAGES, load_kv, load_qd, qd_read);
+        // No trap on the multiplying loop's path (the module doc says why).
+        wgmma::check_periods_once();
         wgmma::raise_registers::<240>();
         // The interpreter's one thread copies each step's tiles right before it.
         let on_cpu = cfg!(not(target_arch = "nvptx64"));
