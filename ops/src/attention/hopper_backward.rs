@@ -53,7 +53,7 @@
 //! path: with the tiles' swizzle-period checks trapping inside their loop,
 //! ptxas kept their code to the entry's 168 registers and spilled 128 bytes
 //! a thread. `wgmma::check_periods_once` checks the shared memory's start
-//! before the raise, and the loop's checks fold away: 8-10 % faster at
+//! before the raise, and the loop's checks fold away: 8-9 % faster at
 //! D = 64 (bench/RESULTS.md, 2026-11-27, “The dK/dV program's
 //! registers…”). The same program is D = 128's default (`QD = 2`: K, V and
 //! two stages take 129 KB), 19-25 % faster than the one without a copy

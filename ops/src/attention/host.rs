@@ -737,6 +737,33 @@ pub fn attention_backward_cpu<T: Elem>(inputs: [&[T]; 5], lse: &[f32], dims: Dim
 #[allow(clippy::type_complexity)]
 pub fn attention_backward_cpu_on<T: Elem>(
     program: Program,
+    inputs: [&[T]; 5],
+    lse: &[f32],
+    dims: Dims,
+    opt: Attention,
+) -> (Vec<T>, Vec<T>, Vec<T>) {
+    backward_cpu_checked(program, None, inputs, lse, dims, opt)
+}
+
+/// [`attention_backward_cpu_on`] on Hopper's programs with dK/dV config
+/// `kv_config` ([`attention_bwd_kv_wgmma_kernel`]`::CONFIGS`, one whose `D`
+/// holds the head dim) instead of the default: the tests walk every config.
+#[cfg(test)]
+pub(super) fn attention_backward_cpu_kv_config<T: Elem>(
+    kv_config: usize,
+    inputs: [&[T]; 5],
+    lse: &[f32],
+    dims: Dims,
+    opt: Attention,
+) -> (Vec<T>, Vec<T>, Vec<T>) {
+    backward_cpu_checked(Program::Wgmma, Some(kv_config), inputs, lse, dims, opt)
+}
+
+/// The CPU backward's argument checks, then [`backward_on_cpu`].
+#[allow(clippy::type_complexity)]
+fn backward_cpu_checked<T: Elem>(
+    program: Program,
+    kv_config: Option<usize>,
     [q, k, v, o, d_o]: [&[T]; 5],
     lse: &[f32],
     dims: Dims,
@@ -748,7 +775,7 @@ pub fn attention_backward_cpu_on<T: Elem>(
     assert_eq!([k.len(), v.len()], [batch * sk * kv_heads * d; 2], "attention_backward_cpu: k and v do not match {dims:?}");
     assert_eq!(lse.len(), batch * heads * sq, "attention_backward_cpu: lse must be [batch, heads, sq]");
     let sizes = [batch, sq, keys, heads, kv_heads, d, sq, sk, sq];
-    backward_on_cpu(program, [q, k, v, o, d_o], lse, [&[], &[]], sizes, scale, flags)
+    backward_on_cpu(program, kv_config, [q, k, v, o, d_o], lse, [&[], &[]], sizes, scale, flags)
 }
 
 /// [`backward_on_gpu`] in the CPU interpreter, with the programs named;
@@ -756,6 +783,7 @@ pub fn attention_backward_cpu_on<T: Elem>(
 #[allow(clippy::type_complexity, clippy::too_many_arguments)]
 fn backward_on_cpu<T: Elem>(
     program: Program,
+    kv_config: Option<usize>,
     [q, k, v, o, d_o]: [&[T]; 5],
     lse: &[f32],
     [cu_q, cu_k]: [&[u32]; 2],
@@ -765,7 +793,8 @@ fn backward_on_cpu<T: Elem>(
 ) -> (Vec<T>, Vec<T>, Vec<T>) {
     let [batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h] = sizes;
     let tokens = query_tokens(batch, q_bs, lse_h, flags & VARLEN != 0);
-    let (kv_cfg, q_cfg) = program.backward_configs(d);
+    let (kv_default, q_cfg) = program.backward_configs(d);
+    let kv_cfg = kv_config.unwrap_or(kv_default);
     let nan = |n: usize| vec![T::from_f32(f32::NAN); n];
     let (mut dq, mut dk, mut dv) = (nan(q.len()), nan(k.len()), nan(v.len()));
     let mut delta = vec![0.0f32; tokens * heads];
@@ -858,5 +887,5 @@ pub fn attention_varlen_backward_cpu_on<T: Elem>(
     assert_eq!(lse.len(), heads * b.tq, "attention_varlen_backward_cpu: lse must be [heads, tokens]");
     let (cu_q, cu_k) = (cumulative(q_lens, "query").unwrap(), cumulative(k_lens, "key").unwrap());
     let sizes = [b.seqs, b.max_q, b.max_k, heads, kv_heads, d, b.tq, b.tk, b.tq];
-    backward_on_cpu(program, [q, k, v, o, d_o], lse, [&cu_q, &cu_k], sizes, scale, flags)
+    backward_on_cpu(program, None, [q, k, v, o, d_o], lse, [&cu_q, &cu_k], sizes, scale, flags)
 }
