@@ -2,7 +2,8 @@
 //! odd lengths (1, 17, 130, 1000, 4099: none a multiple of a tile), causal,
 //! rectangular, GQA/MQA and variable lengths; the forward's two programs
 //! (`mma.sync` and Hopper's `wgmma`, each of the latter's configs: the
-//! warp-specialized ones too) and the backward's two.
+//! warp-specialized ones too) and the backward's two (each config of
+//! Hopper's dK/dV program).
 use super::*;
 use crate::reference;
 use crate::testing::*;
