@@ -745,23 +745,12 @@ pub fn attention_backward_cpu_on<T: Elem>(
     backward_cpu_checked(program, None, inputs, lse, dims, opt)
 }
 
-/// [`attention_backward_cpu_on`] on Hopper's programs with dK/dV config
+/// The CPU backward's argument checks, then [`backward_on_cpu`]; with
 /// `kv_config` ([`attention_bwd_kv_wgmma_kernel`]`::CONFIGS`, one whose `D`
-/// holds the head dim) instead of the default: the tests walk every config.
-#[cfg(test)]
-pub(super) fn attention_backward_cpu_kv_config<T: Elem>(
-    kv_config: usize,
-    inputs: [&[T]; 5],
-    lse: &[f32],
-    dims: Dims,
-    opt: Attention,
-) -> (Vec<T>, Vec<T>, Vec<T>) {
-    backward_cpu_checked(Program::Wgmma, Some(kv_config), inputs, lse, dims, opt)
-}
-
-/// The CPU backward's argument checks, then [`backward_on_cpu`].
+/// holds the head dim) that dK/dV config instead of the default: the tests
+/// walk every config.
 #[allow(clippy::type_complexity)]
-fn backward_cpu_checked<T: Elem>(
+pub(super) fn backward_cpu_checked<T: Elem>(
     program: Program,
     kv_config: Option<usize>,
     [q, k, v, o, d_o]: [&[T]; 5],
