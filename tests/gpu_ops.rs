@@ -458,6 +458,42 @@ fn dual_gemm_matches_float64() {
     assert!(matches!(dual_gemm::dual_gemm(&gpu, &a, &b, &other, &mut c), Err(Error::Shape(_))));
 }
 
+/// QuasarAttention's projection and convolution in one kernel (Hopper; the
+/// GEMM then the convolution elsewhere), every config, at odd lengths,
+/// with blocks that straddle sequences and a `hidden` the copy engine
+/// cannot read.
+#[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
+fn proj_conv_silu_matches_float64() {
+    use rustile_ops::quasar::{proj_conv_silu, proj_conv_silu_kernel, proj_conv_silu_with_config, WIDTH};
+    let Some(gpu) = gpu_or_skip("proj_conv_silu_matches_float64") else { return };
+    for (batch, tokens, hidden, channels) in [(1, 1, 64, 16), (3, 129, 72, 136), (2, 1000, 512, 512), (1, 4097, 128, 264), (2, 33, 20, 24)] {
+        let (mut rng, seed) = rng();
+        let x: Vec<bf16> = normal(&mut rng, batch * tokens * hidden, 0.0, 1.0);
+        let wp: Vec<bf16> = normal(&mut rng, channels * hidden, 0.0, 1.0 / (hidden as f32).sqrt());
+        let w: Vec<bf16> = normal(&mut rng, WIDTH * channels, 0.0, 0.5);
+        let (pre_want, y_want) = reference::proj_conv_silu(&wide(&x), &wide(&wp), &wide(&w), tokens, hidden, channels);
+        let (xt, wpt, wt) = (up(&gpu, &x, &[batch, tokens, hidden]), up(&gpu, &wp, &[channels, hidden]), up(&gpu, &w, &[WIDTH, channels]));
+        let shape = [batch, tokens, channels];
+        let configs = if proj_conv_silu_kernel::supported(&gpu) { proj_conv_silu_kernel::CONFIGS.len() } else { 0 };
+        let runs = (0..configs).map(Some).chain([None]);
+        for cfg in runs {
+            let ctx = format!("proj_conv_silu [{batch}, {tokens}, {hidden}] → {channels}, config {cfg:?} (seed {seed})");
+            let (mut pre, mut y) = (poisoned::<bf16>(&gpu, &shape), poisoned::<bf16>(&gpu, &shape));
+            match cfg {
+                Some(cfg) => proj_conv_silu_with_config(&gpu, cfg, &xt, &wpt, &wt, Some(&mut pre), &mut y).unwrap(),
+                None => proj_conv_silu(&gpu, &xt, &wpt, &wt, Some(&mut pre), &mut y).unwrap(),
+            }
+            let (ep, ey) = (rel_err(&gpu.download(&pre).unwrap(), &pre_want), rel_err(&gpu.download(&y).unwrap(), &y_want));
+            assert!(ep < tolerance::<bf16>() && ey < tolerance::<bf16>(), "{ctx}: pre off by {ep:.2e}, y by {ey:.2e}");
+            let mut y2 = poisoned::<bf16>(&gpu, &shape);
+            proj_conv_silu(&gpu, &xt, &wpt, &wt, None, &mut y2).unwrap();
+            let ey2 = rel_err(&gpu.download(&y2).unwrap(), &y_want);
+            assert!(ey2 < tolerance::<bf16>(), "{ctx}: y without pre off by {ey2:.2e}");
+        }
+    }
+}
+
 fn fp8_case<TA: Elem, TB: Elem>(gpu: &Gpu, [m, n, k]: [usize; 3]) {
     use gemm_fp8::Scale;
     let (mut rng, seed) = rng();

@@ -559,6 +559,20 @@ where
         Acc { v: [0.0; acc_len(M, N, TH)] }
     }
 
+    /// Every value rounded to `T` (and back to f32): what a 16-bit store
+    /// would keep, for an epilogue that reads its own output. Two values a
+    /// conversion and no branch, so the `wgmma`s before it are not
+    /// serialized (a branch on accumulator registers would be).
+    #[inline(always)]
+    pub fn rounded<T: Elem>(self) -> Self {
+        let mut v = self.v;
+        for e in (0..v.len()).step_by(2) {
+            let [a, b] = T::from_f32_pair(v[e], v[e + 1]);
+            (v[e], v[e + 1]) = (a.to_f32(), b.to_f32());
+        }
+        Acc { v }
+    }
+
     /// Applies `f(row, col, x)` to every element (`row`, `col` within the block).
     #[inline(always)]
     pub fn map(self, f: impl Fn(usize, usize, f32) -> f32) -> Self {
@@ -1282,31 +1296,7 @@ pub fn store_acc_staged_with<T: Elem, const M: usize, const N: usize, const TH: 
     [(); acc_len(M, N, TH)]:,
 {
     let () = Staged::<M, N, TH>::OK;
-    // Whoever used the scratch last (the main loop's tensor cores) is done.
-    sync();
-    #[cfg(target_arch = "nvptx64")]
-    let base = rustile_device::smem_addr(rustile_device::dyn_smem::<u8>()) + (TH * 4 + scratch) as u32;
-    #[cfg(not(target_arch = "nvptx64"))]
-    let base = be::smem_at(TH * 4 + scratch, M * N * 4) as *mut f32;
-    // Neighbouring columns (2i, 2i+1) are neighbours in every layout: one 8-byte store.
-    for e in (0..acc.v.len()).step_by(2) {
-        let (r, c) = acc_pos::<M, N, TH, WG>(e);
-        #[cfg(target_arch = "nvptx64")]
-        unsafe {
-            rustile_device::st_shared_v2(base + (4 * staged_at(r, c, N)) as u32, [acc.v[e].to_bits(), acc.v[e + 1].to_bits()])
-        };
-        #[cfg(not(target_arch = "nvptx64"))]
-        unsafe {
-            (*base.add(staged_at(r, c, N)), *base.add(staged_at(r, c + 1, N))) = (acc.v[e], acc.v[e + 1]);
-        }
-    }
-    sync();
-    let read = |r: usize, c: usize| -> [f32; 4] {
-        #[cfg(target_arch = "nvptx64")]
-        return unsafe { rustile_device::ld_shared_v4(base + (4 * staged_at(r, c, N)) as u32) }.map(f32::from_bits);
-        #[cfg(not(target_arch = "nvptx64"))]
-        return core::array::from_fn(|i| unsafe { *base.add(staged_at(r, c + i, N)) });
-    };
+    let staged = StagedAcc::<M, N>::new(acc, scratch);
     #[cfg(target_arch = "nvptx64")]
     let (first, step) = (rustile_device::thread_idx() as usize, TH);
     #[cfg(not(target_arch = "nvptx64"))]
@@ -1325,9 +1315,7 @@ pub fn store_acc_staged_with<T: Elem, const M: usize, const N: usize, const TH: 
         for j in 0..4 {
             if ids[j] < total {
                 let (r, c) = pos(ids[j]);
-                let (lo, hi) = (read(r, c), read(r, c + 4));
-                let x = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
-                dst.put_chunk(r, c, finish(r, c, x, fetched[j]));
+                dst.put_chunk(r, c, finish(r, c, staged.chunk(r, c), fetched[j]));
             }
         }
         chunk += 4 * step;
@@ -1425,6 +1413,117 @@ impl<const R: usize, const C: usize, const TH: usize> SharedF32<R, C, TH> {
     }
 }
 
+/// [`store_acc_staged`] for an epilogue that reads the `K − 1` rows above
+/// each row: a causal stencil down the block (a short convolution along
+/// the rows). Each thread walks one chunk of 8 columns down a strip of
+/// rows with the last `K` rows' values in registers, so each value leaves
+/// shared memory about once. `cols(col)` runs once a strip (the column
+/// chunk's weights, say); `f(row, col, window, &cols)` gets rows
+/// `row + 1 − K ..= row` of the accumulator, oldest first (rows before the
+/// block's first are zeros), and returns the output chunk. Only rows
+/// `first..M` are written: the rows before are read as the stencil's
+/// halo (another program writes them). A warp's stores cover whole
+/// half-rows of the block. `N / 8` divides `TH` and `TH / (N / 8)` divides
+/// `M`; the scratch and barriers are as for [`store_acc_staged`].
+#[inline(always)]
+pub fn store_acc_stencil<T: Elem, const M: usize, const N: usize, const TH: usize, const WG: bool, const K: usize, L: Copy>(
+    dst: &BlockPtr<T, M, N, TH>,
+    acc: &Acc<M, N, TH, WG>,
+    scratch: usize,
+    first: usize,
+    cols: impl Fn(usize) -> L,
+    f: impl Fn(usize, usize, [[f32; V]; K], &L) -> [f32; V],
+) where
+    [(); acc_len(M, N, TH)]:,
+{
+    let () = Stencil::<M, N, TH, K>::OK;
+    let staged = StagedAcc::<M, N>::new(acc, scratch);
+    let (chunks, height) = (N / V, M * (N / V) / TH);
+    #[cfg(target_arch = "nvptx64")]
+    let (mut t, step) = (rustile_device::thread_idx() as usize, TH);
+    #[cfg(not(target_arch = "nvptx64"))]
+    let (mut t, step) = (0, 1);
+    while t < TH {
+        let (c, r0) = (t % chunks * V, t / chunks * height);
+        let l = cols(c);
+        // Rows r0 + 1 − K .. r0 in slots 1..K; the loop shifts each row in.
+        let mut window = [[0.0f32; V]; K];
+        for (i, w) in window.iter_mut().enumerate().skip(1) {
+            if r0 + i >= K {
+                *w = staged.chunk(r0 + i - K, c);
+            }
+        }
+        for r in r0..r0 + height {
+            for i in 1..K {
+                window[i - 1] = window[i];
+            }
+            window[K - 1] = staged.chunk(r, c);
+            if r >= first {
+                dst.put_chunk(r, c, f(r, c, window, &l));
+            }
+        }
+        t += step;
+    }
+}
+
+/// An accumulator staged in an `M×N` f32 scratch of shared memory
+/// ([`staged_at`]'s layout), read back by chunks of 8 columns.
+#[derive(Clone, Copy)]
+struct StagedAcc<const M: usize, const N: usize> {
+    #[cfg(target_arch = "nvptx64")]
+    base: u32,
+    #[cfg(not(target_arch = "nvptx64"))]
+    base: *mut f32,
+}
+
+impl<const M: usize, const N: usize> StagedAcc<M, N> {
+    /// Writes `acc` into the scratch at byte `scratch` of the program's
+    /// shared memory, between two barriers: whoever used the scratch last
+    /// (a main loop's tensor cores) is done before, and every thread's
+    /// values are there after.
+    #[inline(always)]
+    fn new<const TH: usize, const WG: bool>(acc: &Acc<M, N, TH, WG>, scratch: usize) -> Self
+    where
+        [(); acc_len(M, N, TH)]:,
+    {
+        sync();
+        #[cfg(target_arch = "nvptx64")]
+        let base = rustile_device::smem_addr(rustile_device::dyn_smem::<u8>()) + (TH * 4 + scratch) as u32;
+        #[cfg(not(target_arch = "nvptx64"))]
+        let base = be::smem_at(TH * 4 + scratch, M * N * 4) as *mut f32;
+        // Neighbouring columns (2i, 2i+1) are neighbours in every layout: one 8-byte store.
+        for e in (0..acc.v.len()).step_by(2) {
+            let (r, c) = acc_pos::<M, N, TH, WG>(e);
+            #[cfg(target_arch = "nvptx64")]
+            unsafe {
+                rustile_device::st_shared_v2(base + (4 * staged_at(r, c, N)) as u32, [acc.v[e].to_bits(), acc.v[e + 1].to_bits()])
+            };
+            #[cfg(not(target_arch = "nvptx64"))]
+            unsafe {
+                (*base.add(staged_at(r, c, N)), *base.add(staged_at(r, c + 1, N))) = (acc.v[e], acc.v[e + 1]);
+            }
+        }
+        sync();
+        StagedAcc { base }
+    }
+
+    /// Values `[r, c..c+4]` (`c` a multiple of 4): one 16-byte read.
+    #[inline(always)]
+    fn read4(&self, r: usize, c: usize) -> [f32; 4] {
+        #[cfg(target_arch = "nvptx64")]
+        return unsafe { rustile_device::ld_shared_v4(self.base + (4 * staged_at(r, c, N)) as u32) }.map(f32::from_bits);
+        #[cfg(not(target_arch = "nvptx64"))]
+        return core::array::from_fn(|i| unsafe { *self.base.add(staged_at(r, c + i, N)) });
+    }
+
+    /// Values `[r, c..c+8]` (`c` a multiple of 8).
+    #[inline(always)]
+    fn chunk(&self, r: usize, c: usize) -> [f32; V] {
+        let (lo, hi) = (self.read4(r, c), self.read4(r, c + 4));
+        [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]]
+    }
+}
+
 /// Float index of `[r, c]` in `store_acc_staged`'s `M×N` scratch. Row `r`'s
 /// chunks are permuted by `r % 4` and a chunk's two 16-byte halves swapped
 /// in every other group of four chunks, so that neither the accumulator's
@@ -1444,6 +1543,15 @@ impl<const M: usize, const N: usize, const TH: usize> Staged<M, N, TH> {
     const OK: () = assert!(
         (N == 16 || N % 32 == 0) && (M * N / V) % TH == 0,
         "store_acc_staged: N must be 16 or a multiple of 32, and the block's 8-column chunks a multiple of the thread count"
+    );
+}
+
+/// Compile-time check of `store_acc_stencil`'s shape: whole strips of rows a thread.
+struct Stencil<const M: usize, const N: usize, const TH: usize, const K: usize>;
+impl<const M: usize, const N: usize, const TH: usize, const K: usize> Stencil<M, N, TH, K> {
+    const OK: () = assert!(
+        (N == 16 || N % 32 == 0) && TH % (N / V) == 0 && M % (TH / (N / V)) == 0 && K >= 1,
+        "store_acc_stencil: N must be 16 or a multiple of 32, its 8-column chunks divide the thread count, and the strips divide M"
     );
 }
 

@@ -292,9 +292,10 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> BlockPtr<T, R, C,
     }
 
     /// Stores `x` (converted to `T`) at `[r, c..c+8]` of the window, the
-    /// elements inside the tensor only.
+    /// elements inside the tensor only: one 16-byte store where the chunk
+    /// is whole and aligned (a second output of a staged epilogue).
     #[inline(always)]
-    pub(crate) fn put_chunk(&self, r: usize, c: usize, x: [f32; V]) {
+    pub fn put_chunk(&self, r: usize, c: usize, x: [f32; V]) {
         let (at, valid) = self.chunk_at(r, c);
         self.base.check("store_acc_staged", at, self.strides[1], valid, true);
         let mut out = [T::default(); V];

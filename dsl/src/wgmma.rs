@@ -217,8 +217,11 @@ impl<const GROUPS: usize> Turns<GROUPS> {
 /// while no trap lies on its path, and those checks, left in the loop of
 /// the attention dK/dV program's multiplying warpgroups, held them to the
 /// entry's 168 registers (bench/RESULTS.md, 2026-11-27, “The dK/dV
-/// program's registers…”). In the interpreter shared memory starts at
-/// offset 0: nothing to check.
+/// program's registers…”). A program whose main loop kept such a check
+/// (a branch to a trap before each step's products) also has its
+/// `wgmma`s serialized by ptxas (C7518), as QuasarAttention's projection
+/// kernel had. In the interpreter shared memory starts at offset 0:
+/// nothing to check.
 #[inline(always)]
 pub fn check_periods_once() {
     #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]

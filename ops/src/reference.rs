@@ -464,6 +464,16 @@ pub fn conv_silu(x: &[f64], w: &[f64], tokens: usize, channels: usize) -> Vec<f6
     conv_pre(x, w, tokens, channels).iter().map(|&a| a / (1.0 + (-a).exp())).collect()
 }
 
+/// [`conv_silu`] after a projection (`x` `[rows, hidden]`, `wp` `[channels,
+/// hidden]`): `(pre, y)`, the projection `x·wpᵀ` and `y` from it rounded
+/// to bf16, as `quasar::proj_conv_silu` stores and reads it.
+pub fn proj_conv_silu(x: &[f64], wp: &[f64], w: &[f64], tokens: usize, hidden: usize, channels: usize) -> (Vec<f64>, Vec<f64>) {
+    let pre: Vec<f64> = x.chunks(hidden).flat_map(|row| wp.chunks(hidden).map(|wr| row.iter().zip(wr).map(|(a, b)| a * b).sum::<f64>())).collect();
+    let rounded: Vec<f64> = pre.iter().map(|&v| <rustile::bf16 as rustile::Elem>::from_f32(v as f32).to_f32() as f64).collect();
+    let y = conv_silu(&rounded, w, tokens, channels);
+    (pre, y)
+}
+
 fn conv_pre(x: &[f64], w: &[f64], tokens: usize, channels: usize) -> Vec<f64> {
     let width = w.len() / channels;
     let mut a = vec![0.0; x.len()];

@@ -2,6 +2,7 @@
 //! (on a GPU or the CPU interpreter). Host-only.
 use super::*;
 use crate::check::expect_shape;
+use crate::gemm::Transpose;
 use crate::reduce::{col_sum_split, col_sum_split_len};
 use rustile_host::{Error, Gpu, Result, Tensor};
 
@@ -25,9 +26,39 @@ fn shares(batch: usize, tokens: usize) -> usize {
 /// The convolution's config: the first, or the first whose name holds
 /// `RUSTILE_QUASAR_CONFIG` (say `WARPS8` or `BC64`), to measure them apart.
 fn conv_config(configs: &[rustile::KernelConfig]) -> usize {
+    forced_config(configs).unwrap_or(0)
+}
+
+/// The config whose name holds `RUSTILE_QUASAR_CONFIG`, if any.
+fn forced_config(configs: &[rustile::KernelConfig]) -> Option<usize> {
     static FORCED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     let forced = FORCED.get_or_init(|| std::env::var("RUSTILE_QUASAR_CONFIG").ok());
-    forced.as_deref().and_then(|part| configs.iter().position(|c| c.name.contains(part))).unwrap_or(0)
+    forced.as_deref().and_then(|part| configs.iter().position(|c| c.name.contains(part)))
+}
+
+/// `proj_conv_silu_kernel`'s config (unless `RUSTILE_QUASAR_CONFIG` names
+/// one): 128×256 blocks where they fill the SMs four times over, else
+/// 128×128 two to an SM where those fill them twice, else 64×128 three to
+/// an SM. Measured at a million tokens (128×256 fastest), 65,536 (the
+/// same) and 4096 (64×128 fastest, 128×256 slowest: too few blocks):
+/// bench/RESULTS.md, 2026-11-27, “QuasarAttention's projections and
+/// convolutions in one kernel…”.
+fn proj_config(gpu: &Gpu, batch: usize, tokens: usize, channels: usize) -> usize {
+    if let Some(cfg) = forced_config(proj_conv_silu_kernel::CONFIGS) {
+        return cfg;
+    }
+    let sms = gpu.sm_count() as usize;
+    let blocks = |bm: usize, bn: usize| batch * tokens.div_ceil(bm - (WIDTH - 1)) * channels.div_ceil(bn);
+    let by_shape = |bm: usize, bn: usize| {
+        proj_conv_silu_kernel::CONFIGS.iter().position(|c| c.get("BM") == Some(bm) && c.get("BN") == Some(bn)).expect("proj_conv_silu_kernel lists 128×256, 128×128 and 64×128 blocks")
+    };
+    if blocks(128, 256) >= 4 * sms {
+        by_shape(128, 256)
+    } else if blocks(128, 128) >= 2 * sms {
+        by_shape(128, 128)
+    } else {
+        by_shape(64, 128)
+    }
 }
 
 fn bf16_only<T: Elem>(what: &str) -> Result<()> {
@@ -75,6 +106,65 @@ pub fn conv_silu<T: Elem>(gpu: &Gpu, x: &Tensor<T>, w: &Tensor<T>, y: &mut Tenso
         return Ok(());
     }
     conv_silu_kernel::launch(gpu, conv_config(conv_silu_kernel::CONFIGS), x, w, y, tokens, channels, batch)
+}
+
+/// `y = silu(conv(x·wpᵀ))`: a projection, then [`conv_silu`], in one kernel
+/// on Hopper (`proj_conv_silu_kernel`), so the projection is never read
+/// back. `x` `[batch, tokens, hidden]`, `wp` `[channels, hidden]` (an
+/// `nn.Linear`'s weight), `w` `[4, channels]`, `y` `[batch, tokens,
+/// channels]`; `pre`, where given, gets the projection `x·wpᵀ` (what
+/// [`conv_silu_backward`] reads), rounded as `y`'s input was. Elsewhere (no
+/// `wgmma`, or `hidden` not a multiple of 8), the GEMM and then
+/// [`conv_silu`], through `pre` or a buffer of its size.
+pub fn proj_conv_silu<T: Elem>(gpu: &Gpu, x: &Tensor<T>, wp: &Tensor<T>, w: &Tensor<T>, pre: Option<&mut Tensor<T>>, y: &mut Tensor<T>) -> Result<()> {
+    let [batch, tokens, _] = sequences("proj_conv_silu", x)?;
+    let channels = wp.shape().first().copied().unwrap_or(0);
+    proj_conv_silu_with_config(gpu, proj_config(gpu, batch, tokens, channels), x, wp, w, pre, y)
+}
+
+/// [`proj_conv_silu`] with config `cfg` of `proj_conv_silu_kernel::CONFIGS`
+/// where that kernel runs (for tests and sweeps).
+pub fn proj_conv_silu_with_config<T: Elem>(
+    gpu: &Gpu, cfg: usize, x: &Tensor<T>, wp: &Tensor<T>, w: &Tensor<T>, pre: Option<&mut Tensor<T>>, y: &mut Tensor<T>,
+) -> Result<()> {
+    bf16_only::<T>("proj_conv_silu")?;
+    let [batch, tokens, hidden] = sequences("proj_conv_silu", x)?;
+    let channels = wp.shape().first().copied().unwrap_or(0);
+    expect_shape("wp", wp, &[channels, hidden])?;
+    expect_shape("w", w, &[WIDTH, channels])?;
+    expect_shape("y", y, &[batch, tokens, channels])?;
+    if let Some(pre) = &pre {
+        expect_shape("pre", pre, y.shape())?;
+    }
+    for (what, t) in [("x", x), ("wp", wp), ("w", w), ("y", &*y)] {
+        if !t.is_contiguous() {
+            return Err(Error::Shape(format!("proj_conv_silu: {what} must be contiguous; its strides are {:?}", t.strides())));
+        }
+    }
+    if batch * tokens * channels == 0 {
+        return Ok(());
+    }
+    if !proj_conv_silu_kernel::supported(gpu) || hidden % 8 != 0 {
+        let mut own = None;
+        let pre = match pre {
+            Some(pre) => pre,
+            None => own.insert(gpu.alloc::<T>(y.shape())?),
+        };
+        let rows = batch * tokens;
+        crate::gemm::gemm(gpu, &x.view(0, &[rows, hidden])?, wp.t(), &mut pre.view(0, &[rows, channels])?, &crate::gemm::Epilogue::new())?;
+        return conv_silu(gpu, pre, w, y);
+    }
+    let [bm, bn] = crate::gemm::block_shape("proj_conv_silu_kernel", proj_conv_silu_kernel::CONFIGS, cfg)?;
+    let rows = batch * tokens;
+    let map_x = crate::gemm::tma_map(gpu, x, [hidden, rows, 1], [hidden, hidden * rows], bm)?;
+    let map_wp = crate::gemm::tma_map(gpu, wp, [hidden, channels, 1], [hidden, hidden * channels], bn)?;
+    // Without `pre` the kernel writes none: an empty tensor stands in.
+    let mut unused = gpu.alloc::<T>(&[0])?;
+    let (keep, pre) = match pre {
+        Some(pre) => (1, pre),
+        None => (0, &mut unused),
+    };
+    proj_conv_silu_kernel::launch(gpu, cfg, x, wp, w, pre, y, tokens, channels, hidden, batch, keep, map_x, map_wp)
 }
 
 /// The gradients of [`conv_silu`]: `dx` (like `x`) and `dw` (`[4, channels]` f32, overwritten) from `dy`.

@@ -11,6 +11,12 @@
 //!   are zeros). The backward makes `da = dy·silu'(a)` (recomputing `a`) and
 //!   each program's share of `dw[j, c] = Σ_t da[t, c]·x[t − 3 + j, c]`, then
 //!   `dx[t, c] = Σ_j w[j, c]·da[t + 3 − j, c]`.
+//! * **The projection and the convolution in one kernel** (Hopper): `y =
+//!   silu(conv(x·Wᵀ))` without the projection read back. Each block of
+//!   rows also computes the 3 rows before it (the convolution's halo),
+//!   rounds the accumulator to bf16 as the layer stores it, and walks the
+//!   staged accumulator down its rows (`store_acc_stencil`), writing `y`
+//!   and the projection the backward reads.
 //! * **Gated RMSNorm** over each token's and head's 64 values, weight `[64]`
 //!   shared by the heads: `y = o·rstd·w ⊙ sigmoid(g)`,
 //!   `rstd = 1/sqrt(mean(o²) + eps)`. With `n = o·rstd` and `s = sigmoid(g)`
@@ -131,6 +137,76 @@ pub fn conv_dx_kernel<T: Elem>(da: Ptr<T>, w: Ptr<T>, dx: PtrMut<T>, tokens: usi
         acc = acc + load(&BlockPtr::<T, BT, BC>::rows(da.offset(at), tokens, channels, [t0 + WIDTH - 1 - j, c0])).cast::<f32>() * wj;
     }
     store(&BlockPtr::<T, BT, BC>::rows(dx.offset(at), tokens, channels, [t0, c0]), &acc.cast::<T>());
+}
+
+// ---- the projection and its convolution in one kernel (Hopper) -----------------------------
+// The GEMM of `gemm_tma_kernel` over blocks whose first `WIDTH − 1` rows are
+// the previous tokens' projections (the halo: computed again, 3 rows in
+// 128), then the convolution and SiLU from the f32 accumulator staged in
+// the finished main loop's stages (`store_acc_stencil`). The projection
+// `pre` is written too when the backward needs it. `SMEM = pad(32·WARPS) +
+// STAGES·((BM + BN)·BK·2 + 16)`, the main loop's; the staged accumulator
+// (`4·BM·BN` bytes) fits in its stages.
+
+#[kernel(
+    configs = [
+        (BM = 128, BN = 128, BK = 64, WARPS = 8, STAGES = 3, OCC = 2, SMEM = 98352),
+        (BM = 64, BN = 128, BK = 64, WARPS = 4, STAGES = 3, OCC = 3, SMEM = 74288),
+        (BM = 128, BN = 256, BK = 64, WARPS = 8, STAGES = 4, OCC = 1, SMEM = 196672),
+    ],
+    grid = [cdiv(tokens, BM - (WIDTH - 1)), cdiv(channels, BN), batch],
+    dtypes = [bf16],
+    arch = sm_90a,
+)]
+/// `pre = x·wpᵀ` and `y = silu(conv(pre))` for tokens `(BM − 3)·program_id(0)
+/// ..` and channels `BN·program_id(1) ..` of sequence `program_id(2)` (`x`
+/// `[batch, tokens, hidden]`, `wp` `[channels, hidden]`, `w` `[4, channels]`,
+/// `pre`, `y` `[batch, tokens, channels]`); `pre` only where `keep_pre` is
+/// not 0. `map_x`, `map_wp`: tensor maps of `x` (as `[batch·tokens, hidden]`)
+/// and `wp`, boxes of `BM×64` and `BN×64`.
+pub fn proj_conv_silu_kernel<T: Elem>(
+    x: Ptr<T>, wp: Ptr<T>, w: Ptr<T>, pre: PtrMut<T>, y: PtrMut<T>,
+    tokens: usize, channels: usize, hidden: usize, batch: usize, keep_pre: u32, map_x: u64, map_wp: u64,
+) {
+    use crate::gemm::{mainloop_tma, pad, Mapped, Operand};
+    const OUT: usize = BM - (WIDTH - 1);
+    let (t0, c0, s) = (program_id(0) * OUT, program_id(1) * BN, program_id(2));
+    // The block starts `h` rows before its first token: WIDTH − 1, except
+    // at the tensor's first row. Halo rows of the previous sequence are
+    // computed, then masked as the zeros before this one's start.
+    let first = s * tokens + t0;
+    let row0 = first.saturating_sub(WIDTH - 1);
+    let h = first - row0;
+    let op = |ptr: Ptr<T>, map: u64| Mapped { map, z: 0, op: Operand { ptr, ld: hidden } };
+    // Else each step's swizzle check stays in the loop, a branch that serializes its `wgmma`s.
+    rustile::wgmma::check_periods_once();
+    let [acc] = mainloop_tma::<T, T, BM, BN, BK, STAGES, THREADS, 1>(op(x, map_x), [op(wp, map_wp)], [batch * tokens, channels, hidden], [row0, c0]);
+    // The projection as the layer stores it, rounded to T, is what the convolution reads.
+    let acc = acc.rounded::<T>();
+    // Rows of this program's tokens: the next ones are the next program's (or sequence's).
+    let end = s * tokens + tokens.min(t0 + OUT);
+    let out = |p: PtrMut<T>| rustile::BlockPtr::<T, BM, BN, THREADS>::new(p, [end, channels], [channels, 1], [row0, c0]);
+    let (y, pre) = (out(y), out(pre));
+    let taps = |c: usize| -> [[f32; 8]; WIDTH] {
+        core::array::from_fn(|j| core::array::from_fn(|i| if c0 + c + i < channels { w.read(j * channels + c0 + c + i).to_f32() } else { 0.0 }))
+    };
+    store_acc_stencil::<T, BM, BN, THREADS, true, WIDTH, _>(&y, &acc, pad(THREADS), h, taps, #[inline(always)] |r, c, rows: [[f32; 8]; WIDTH], taps: &[[f32; 8]; WIDTH]| {
+        if keep_pre != 0 {
+            pre.put_chunk(r, c, rows[WIDTH - 1]);
+        }
+        // Row r is token t0 + r − h; tap j reads token t0 + r − h − (WIDTH − 1) + j.
+        let token = t0 + r - h;
+        let mut a = [0.0f32; 8];
+        for j in 0..WIDTH {
+            if token + j >= WIDTH - 1 {
+                for i in 0..8 {
+                    a[i] += rows[j][i] * taps[j][i];
+                }
+            }
+        }
+        // rcp.approx: a few ulp of f32 before the bf16 store, a third of IEEE division's instructions.
+        a.map(math::silu_fast)
+    });
 }
 
 // ---- the gated RMSNorm ------------------------------------------------------------------

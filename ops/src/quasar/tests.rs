@@ -32,6 +32,37 @@ fn conv_silu_and_its_backward_match_float64() {
     }
 }
 
+/// The projection and the convolution in one kernel, every config, against
+/// float64 on the projection rounded to bf16 (as the kernel and the
+/// unfused layer round it): blocks across sequences (their halo masked),
+/// a second block of a sequence, channels past a block, and a `hidden`
+/// the copy engine cannot read (the unfused path).
+#[test]
+fn proj_conv_silu_matches_float64() {
+    let gpu = Gpu::interpreter();
+    for (batch, tokens, hidden, channels) in [(1, 1, 64, 16), (2, 130, 72, 136), (3, 127, 128, 264), (1, 7, 20, 24)] {
+        let (mut rng, seed) = rng();
+        let x: Vec<rustile::bf16> = normal(&mut rng, batch * tokens * hidden, 0.0, 1.0);
+        let wp: Vec<rustile::bf16> = normal(&mut rng, channels * hidden, 0.0, 1.0 / (hidden as f32).sqrt());
+        let w: Vec<rustile::bf16> = normal(&mut rng, WIDTH * channels, 0.0, 0.5);
+        let (pre_want, y_want) = crate::reference::proj_conv_silu(&wide(&x), &wide(&wp), &wide(&w), tokens, hidden, channels);
+        let shape = [batch, tokens, channels];
+        let (xt, wpt, wt) = (gpu.upload(&x, &[batch, tokens, hidden]).unwrap(), gpu.upload(&wp, &[channels, hidden]).unwrap(), gpu.upload(&w, &[WIDTH, channels]).unwrap());
+        for cfg in 0..proj_conv_silu_kernel::CONFIGS.len() {
+            let ctx = format!("proj_conv_silu [{batch}, {tokens}, {hidden}] → {channels}, config {cfg} (seed {seed})");
+            let n = batch * tokens * channels;
+            let (mut pre, mut y) = (gpu.upload(&poisoned::<rustile::bf16>(n), &shape).unwrap(), gpu.upload(&poisoned::<rustile::bf16>(n), &shape).unwrap());
+            proj_conv_silu_with_config(&gpu, cfg, &xt, &wpt, &wt, Some(&mut pre), &mut y).unwrap();
+            let (ep, ey) = (rel_err(&gpu.download(&pre).unwrap(), &pre_want), rel_err(&gpu.download(&y).unwrap(), &y_want));
+            assert!(ep < tolerance::<rustile::bf16>() && ey < tolerance::<rustile::bf16>(), "{ctx}: pre off by {ep:.2e}, y by {ey:.2e}");
+            // Without `pre`, the same `y`.
+            let mut y2 = gpu.upload(&poisoned::<rustile::bf16>(n), &shape).unwrap();
+            proj_conv_silu_with_config(&gpu, cfg, &xt, &wpt, &wt, None, &mut y2).unwrap();
+            assert!(gpu.download(&y2).unwrap() == gpu.download(&y).unwrap(), "{ctx}: y without pre differs");
+        }
+    }
+}
+
 #[test]
 fn gated_rms_norm_and_its_backward_match_float64() {
     let gpu = Gpu::interpreter();

@@ -1,0 +1,33 @@
+//! QuasarAttention's q (or k, v) path: the projection `x·Wᵀ`, then the causal
+//! width-4 convolution with SiLU, as one kernel (`proj_conv_silu`; on Hopper
+//! one launch, elsewhere the GEMM then `conv_silu`) and as the two steps,
+//! on the GPU when there is one, else in the CPU interpreter.
+//! `cargo run --release --example quasar -p rustile-ops`
+use rustile::bf16;
+use rustile_host::Gpu;
+use rustile_ops::gemm::{gemm, Epilogue, Transpose};
+use rustile_ops::quasar::{conv_silu, proj_conv_silu, WIDTH};
+use rustile_ops::testing::{normal, rng};
+
+fn main() {
+    let gpu = Gpu::new().unwrap_or_else(|e| {
+        println!("{e}\nrunning the CPU interpreter instead");
+        Gpu::interpreter()
+    });
+    let (batch, tokens, hidden) = (2, 300, 128);
+    let (mut rng, _) = rng();
+    let x = gpu.upload(&normal::<bf16>(&mut rng, batch * tokens * hidden, 0.0, 1.0), &[batch, tokens, hidden]).unwrap();
+    let wq = gpu.upload(&normal::<bf16>(&mut rng, hidden * hidden, 0.0, (hidden as f32).powf(-0.5)), &[hidden, hidden]).unwrap();
+    let w = gpu.upload(&normal::<bf16>(&mut rng, WIDTH * hidden, 0.0, 0.5), &[WIDTH, hidden]).unwrap();
+    // One call: `pre` (the projection) is kept for the backward, `q` is silu(conv(pre)).
+    let (mut pre, mut q) = (gpu.alloc::<bf16>(&[batch, tokens, hidden]).unwrap(), gpu.alloc::<bf16>(&[batch, tokens, hidden]).unwrap());
+    proj_conv_silu(&gpu, &x, &wq, &w, Some(&mut pre), &mut q).unwrap();
+    // The same as two steps.
+    let (mut pre2, mut q2) = (gpu.alloc::<bf16>(&[batch, tokens, hidden]).unwrap(), gpu.alloc::<bf16>(&[batch, tokens, hidden]).unwrap());
+    let rows = batch * tokens;
+    gemm(&gpu, &x.view(0, &[rows, hidden]).unwrap(), wq.t(), &mut pre2.view(0, &[rows, hidden]).unwrap(), &Epilogue::new()).unwrap();
+    conv_silu(&gpu, &pre2, &w, &mut q2).unwrap();
+    let (a, b) = (gpu.download(&q).unwrap(), gpu.download(&q2).unwrap());
+    let diff = a.iter().zip(&b).map(|(x, y)| (x.to_f32() - y.to_f32()).abs()).fold(0.0, f32::max);
+    println!("ran on {}: q [{batch}, {tokens}, {hidden}], one kernel against two steps: max |difference| {diff:.2e}", gpu.name());
+}
