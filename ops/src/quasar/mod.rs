@@ -71,8 +71,9 @@ macro_rules! conv {
 }
 
 // ---- the short convolution ----------------------------------------------------------------
-// Three configs of each, the same 32-row blocks (so the same shares of
-// `dw`): a program's 32×128 tile by four warps or eight, or 32×64 by four.
+// Three configs of each (four of the backward's first half), the same
+// 32-row blocks (so the same shares of `dw`): a program's 32×128 tile by
+// four warps or eight, or 32×64 by four (or 32×32 by one).
 // The host takes the first unless `RUSTILE_QUASAR_CONFIG` names another;
 // each kernel's first is the fastest at a million tokens (RESULTS, "The
 // layer's weight-gradient shares summed in two passes").
@@ -95,9 +96,12 @@ pub fn conv_silu_kernel<T: Elem>(x: Ptr<T>, w: Ptr<T>, y: PtrMut<T>, tokens: usi
 // A program per block of rows, each writing a share of `dw`: programs
 // taking 16 blocks (a share per 512 rows) were 4× slower at 4096 tokens (too
 // few programs) and no faster at a million; the shares' two-pass
-// `col_sum_split` keeps their reduction short.
+// `col_sum_split` keeps their reduction short. The first config is one warp
+// a program, so its column sums need no barrier: 5 % faster than four
+// warps from 65,536 tokens up (RESULTS, "The convolution's backward in
+// one-warp programs"); its time is the four shifted loads of each row.
 #[kernel(
-    configs = [(BT = 32, BC = 128, WARPS = 4), (BT = 32, BC = 128, WARPS = 8), (BT = 32, BC = 64, WARPS = 4)],
+    configs = [(BT = 32, BC = 32, WARPS = 1), (BT = 32, BC = 128, WARPS = 4), (BT = 32, BC = 128, WARPS = 8), (BT = 32, BC = 64, WARPS = 4)],
     grid = [cdiv(tokens, BT), cdiv(channels, BC), batch],
     dtypes = [bf16],
 )]
