@@ -1422,9 +1422,11 @@ impl<const R: usize, const C: usize, const TH: usize> SharedF32<R, C, TH> {
 /// `row + 1 − K ..= row` of the accumulator, oldest first (rows before the
 /// block's first are zeros), and returns the output chunk. Only rows
 /// `first..M` are written: the rows before are read as the stencil's
-/// halo (another program writes them). A warp's stores cover whole
-/// half-rows of the block. `N / 8` divides `TH` and `TH / (N / 8)` divides
-/// `M`; the scratch and barriers are as for [`store_acc_staged`].
+/// halo (another program writes them). Neighbouring lanes take
+/// neighbouring chunks of a row, so a warp's stores cover whole rows (two
+/// strips' rows where a row has 16 chunks). `N / 8` divides `TH` and
+/// `TH / (N / 8)` divides `M`; the scratch and barriers are as for
+/// [`store_acc_staged`].
 #[inline(always)]
 pub fn store_acc_stencil<T: Elem, const M: usize, const N: usize, const TH: usize, const WG: bool, const K: usize, L: Copy>(
     dst: &BlockPtr<T, M, N, TH>,
