@@ -480,10 +480,7 @@ fn proj_conv_silu_matches_float64() {
         for cfg in runs {
             let ctx = format!("proj_conv_silu [{batch}, {tokens}, {hidden}] → {channels}, config {cfg:?} (seed {seed})");
             let (mut pre, mut y) = (poisoned::<bf16>(&gpu, &shape), poisoned::<bf16>(&gpu, &shape));
-            match cfg {
-                Some(cfg) => proj_conv_silu_with_config(&gpu, cfg, &xt, &wpt, &wt, Some(&mut pre), &mut y).unwrap(),
-                None => proj_conv_silu(&gpu, &xt, &wpt, &wt, Some(&mut pre), &mut y).unwrap(),
-            }
+            proj_conv_silu_with_config(&gpu, cfg, &xt, &wpt, &wt, Some(&mut pre), &mut y).unwrap();
             let (ep, ey) = (rel_err(&gpu.download(&pre).unwrap(), &pre_want), rel_err(&gpu.download(&y).unwrap(), &y_want));
             assert!(ep < tolerance::<bf16>() && ey < tolerance::<bf16>(), "{ctx}: pre off by {ep:.2e}, y by {ey:.2e}");
             let mut y2 = poisoned::<bf16>(&gpu, &shape);

@@ -28,8 +28,6 @@ pub fn bench_quasar(gpu: &Gpu, cfg: &MeasureCfg, tokens: &[usize]) -> Result<Vec
         crate::harness::status(format!("quasar {t} tokens"));
         let shape = [1, t, hidden];
         let mut layer = Quasar::new(gpu, Config::SEED, 1, t, seed)?;
-        // `RUSTILE_QUASAR_UNFUSED=1`: each projection and its convolution apart, to measure the fused kernel against.
-        layer.fuse_conv = std::env::var_os("RUSTILE_QUASAR_UNFUSED").is_none();
         gpu.write(&mut layer.x, &repeat(&x, t * hidden))?;
         gpu.write(&mut layer.d_out, &repeat(&dy, t * hidden))?;
         layer.forward(gpu)?;

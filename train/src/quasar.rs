@@ -19,7 +19,7 @@ use rustile_host::{Error, Gpu, Result, Tensor};
 use rustile_ops::adamw::AdamW;
 use rustile_ops::delta_rule::{delta_rule_backward_in, delta_rule_in, DeltaRule, DeltaRuleGrads, Workspace, D};
 use rustile_ops::gemm::{gemm, gemm_split_k, split_k_scratch, Epilogue, Transpose};
-use rustile_ops::quasar::{conv_silu, conv_silu_backward, gated_rms_norm, proj_conv_silu, gated_rms_norm_backward, softplus, softplus_backward, ConvScratch, NormScratch, WIDTH};
+use rustile_ops::quasar::{conv_silu_backward, gated_rms_norm, gated_rms_norm_backward, proj_conv_silu, softplus, softplus_backward, ConvScratch, NormScratch, WIDTH};
 use rustile_ops::transpose::transpose;
 
 use crate::params::{Declared, Params};
@@ -81,10 +81,6 @@ pub struct Quasar {
     pub batch: usize,
     pub tokens: usize,
     pub params: Params,
-    /// Each of q, k, v's projection and convolution in one kernel
-    /// (`proj_conv_silu`; the default), or the GEMM then `conv_silu` (to
-    /// measure one against the other).
-    pub fuse_conv: bool,
     /// The input, `[batch, tokens, hidden]`.
     pub x: Tensor<bf16>,
     /// q, k, v before and after their convolution, `[batch, tokens, hidden]` each.
@@ -160,7 +156,6 @@ impl Quasar {
             batch,
             tokens,
             params,
-            fuse_conv: true,
             x: act()?,
             pre: [act()?, act()?, act()?],
             qkv: [act()?, act()?, act()?],
@@ -212,13 +207,9 @@ impl Quasar {
         let view = self.views();
         let x = view.flat(&self.x)?;
         // q, k, v: projection, then the short convolution and SiLU.
+        // (One kernel on Hopper; `proj_conv_silu` says when it is two.)
         for (i, (wi, conv)) in [(WQ, CONV_Q), (WK, CONV_K), (WV, CONV_V)].into_iter().enumerate() {
-            if self.fuse_conv {
-                proj_conv_silu(gpu, &self.x, w(wi), w(conv), Some(&mut self.pre[i]), &mut self.qkv[i])?;
-            } else {
-                gemm(gpu, &x, w(wi).t(), &mut view.flat(&self.pre[i])?, &Epilogue::new())?;
-                conv_silu(gpu, &self.pre[i], w(conv), &mut self.qkv[i])?;
-            }
+            proj_conv_silu(gpu, &self.x, w(wi), w(conv), Some(&mut self.pre[i]), &mut self.qkv[i])?;
         }
         softplus(gpu, w(BETA_LOG), &mut self.beta)?;
         let [q, k, v] = [&self.qkv[0], &self.qkv[1], &self.qkv[2]].map(|t| view.heads(t));

@@ -114,19 +114,20 @@ pub fn conv_silu<T: Elem>(gpu: &Gpu, x: &Tensor<T>, w: &Tensor<T>, y: &mut Tenso
 /// `nn.Linear`'s weight), `w` `[4, channels]`, `y` `[batch, tokens,
 /// channels]`; `pre`, where given, gets the projection `x·wpᵀ` (what
 /// [`conv_silu_backward`] reads), rounded as `y`'s input was. Elsewhere (no
-/// `wgmma`, or `hidden` not a multiple of 8), the GEMM and then
-/// [`conv_silu`], through `pre` or a buffer of its size.
+/// `wgmma`, `hidden` not a multiple of 8, or `RUSTILE_QUASAR_UNFUSED` set,
+/// to measure one against the other), the GEMM and then [`conv_silu`],
+/// through `pre` or a buffer of its size.
 pub fn proj_conv_silu<T: Elem>(gpu: &Gpu, x: &Tensor<T>, wp: &Tensor<T>, w: &Tensor<T>, pre: Option<&mut Tensor<T>>, y: &mut Tensor<T>) -> Result<()> {
-    let [batch, tokens, _] = sequences("proj_conv_silu", x)?;
-    let channels = wp.shape().first().copied().unwrap_or(0);
-    proj_conv_silu_with_config(gpu, proj_config(gpu, batch, tokens, channels), x, wp, w, pre, y)
+    proj_conv_silu_with_config(gpu, None, x, wp, w, pre, y)
 }
 
 /// [`proj_conv_silu`] with config `cfg` of `proj_conv_silu_kernel::CONFIGS`
-/// where that kernel runs (for tests and sweeps).
+/// where that kernel runs (`None`: chosen by [`proj_config`]; for tests
+/// and sweeps).
 pub fn proj_conv_silu_with_config<T: Elem>(
-    gpu: &Gpu, cfg: usize, x: &Tensor<T>, wp: &Tensor<T>, w: &Tensor<T>, pre: Option<&mut Tensor<T>>, y: &mut Tensor<T>,
+    gpu: &Gpu, cfg: Option<usize>, x: &Tensor<T>, wp: &Tensor<T>, w: &Tensor<T>, pre: Option<&mut Tensor<T>>, y: &mut Tensor<T>,
 ) -> Result<()> {
+    static UNFUSED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     bf16_only::<T>("proj_conv_silu")?;
     let [batch, tokens, hidden] = sequences("proj_conv_silu", x)?;
     let channels = wp.shape().first().copied().unwrap_or(0);
@@ -141,28 +142,32 @@ pub fn proj_conv_silu_with_config<T: Elem>(
             return Err(Error::Shape(format!("proj_conv_silu: {what} must be contiguous; its strides are {:?}", t.strides())));
         }
     }
-    if batch * tokens * channels == 0 {
+    let rows = batch * tokens;
+    if rows * channels == 0 {
         return Ok(());
     }
-    if !proj_conv_silu_kernel::supported(gpu) || hidden % 8 != 0 {
+    let unfused = *UNFUSED.get_or_init(|| std::env::var_os("RUSTILE_QUASAR_UNFUSED").is_some());
+    if unfused || !proj_conv_silu_kernel::supported(gpu) || hidden % 8 != 0 {
         let mut own = None;
         let pre = match pre {
             Some(pre) => pre,
             None => own.insert(gpu.alloc::<T>(y.shape())?),
         };
-        let rows = batch * tokens;
         crate::gemm::gemm(gpu, &x.view(0, &[rows, hidden])?, wp.t(), &mut pre.view(0, &[rows, channels])?, &crate::gemm::Epilogue::new())?;
         return conv_silu(gpu, pre, w, y);
     }
+    let cfg = cfg.unwrap_or_else(|| proj_config(gpu, batch, tokens, channels));
     let [bm, bn] = crate::gemm::block_shape("proj_conv_silu_kernel", proj_conv_silu_kernel::CONFIGS, cfg)?;
-    let rows = batch * tokens;
     let map_x = crate::gemm::tma_map(gpu, x, [hidden, rows, 1], [hidden, hidden * rows], bm)?;
     let map_wp = crate::gemm::tma_map(gpu, wp, [hidden, channels, 1], [hidden, hidden * channels], bn)?;
     // Without `pre` the kernel writes none: an empty tensor stands in.
-    let mut unused = gpu.alloc::<T>(&[0])?;
+    let mut unused;
     let (keep, pre) = match pre {
         Some(pre) => (1, pre),
-        None => (0, &mut unused),
+        None => {
+            unused = gpu.alloc::<T>(&[0])?;
+            (0, &mut unused)
+        }
     };
     proj_conv_silu_kernel::launch(gpu, cfg, x, wp, w, pre, y, tokens, channels, hidden, batch, keep, map_x, map_wp)
 }

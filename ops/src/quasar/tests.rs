@@ -52,12 +52,12 @@ fn proj_conv_silu_matches_float64() {
             let ctx = format!("proj_conv_silu [{batch}, {tokens}, {hidden}] → {channels}, config {cfg} (seed {seed})");
             let n = batch * tokens * channels;
             let (mut pre, mut y) = (gpu.upload(&poisoned::<rustile::bf16>(n), &shape).unwrap(), gpu.upload(&poisoned::<rustile::bf16>(n), &shape).unwrap());
-            proj_conv_silu_with_config(&gpu, cfg, &xt, &wpt, &wt, Some(&mut pre), &mut y).unwrap();
+            proj_conv_silu_with_config(&gpu, Some(cfg), &xt, &wpt, &wt, Some(&mut pre), &mut y).unwrap();
             let (ep, ey) = (rel_err(&gpu.download(&pre).unwrap(), &pre_want), rel_err(&gpu.download(&y).unwrap(), &y_want));
             assert!(ep < tolerance::<rustile::bf16>() && ey < tolerance::<rustile::bf16>(), "{ctx}: pre off by {ep:.2e}, y by {ey:.2e}");
             // Without `pre`, the same `y`.
             let mut y2 = gpu.upload(&poisoned::<rustile::bf16>(n), &shape).unwrap();
-            proj_conv_silu_with_config(&gpu, cfg, &xt, &wpt, &wt, None, &mut y2).unwrap();
+            proj_conv_silu_with_config(&gpu, Some(cfg), &xt, &wpt, &wt, None, &mut y2).unwrap();
             assert!(gpu.download(&y2).unwrap() == gpu.download(&y).unwrap(), "{ctx}: y without pre differs");
         }
     }
