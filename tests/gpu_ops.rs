@@ -491,6 +491,41 @@ fn proj_conv_silu_matches_float64() {
     }
 }
 
+/// QuasarAttention's gated norm in the output projection's prologue
+/// against float64 (one kernel on Hopper, the three steps elsewhere),
+/// every config, at odd row counts, output widths past a block and not a
+/// multiple of 8, and a gate rank other than 64 (the unfused path).
+#[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
+fn gated_out_proj_matches_float64() {
+    use rustile_ops::quasar::{gated_out_proj, gated_out_proj_kernel, gated_out_proj_with_config, HEAD};
+    let Some(gpu) = gpu_or_skip("gated_out_proj_matches_float64") else { return };
+    for (rows, heads, rank, n_out) in [(1, 1, 64, 16), (129, 2, 64, 136), (1000, 8, 64, 512), (4097, 8, 64, 300), (33, 3, 16, 40)] {
+        let (mut rng, seed) = rng();
+        let channels = heads * HEAD;
+        let o: Vec<bf16> = normal(&mut rng, rows * channels, 0.0, 2.0);
+        let g1: Vec<bf16> = normal(&mut rng, rows * rank, 0.0, 1.0);
+        let wg2: Vec<bf16> = normal(&mut rng, channels * rank, 0.0, 1.0 / (rank as f32).sqrt());
+        let bias: Vec<bf16> = normal(&mut rng, channels, 0.0, 0.5);
+        let w: Vec<bf16> = normal(&mut rng, HEAD, 1.0, 0.3);
+        let wo: Vec<bf16> = normal(&mut rng, n_out * channels, 0.0, 1.0 / (channels as f32).sqrt());
+        let want = reference::gated_out_proj(&wide(&o), &wide(&g1), &wide(&wg2), &wide(&bias), &wide(&w), &wide(&wo), 1e-5, channels);
+        let (ot, g1t, wg2t) = (up(&gpu, &o, &[rows, channels]), up(&gpu, &g1, &[rows, rank]), up(&gpu, &wg2, &[channels, rank]));
+        let (bt, wt, wot) = (up(&gpu, &bias, &[channels]), up(&gpu, &w, &[HEAD]), up(&gpu, &wo, &[n_out, channels]));
+        let configs = if gated_out_proj_kernel::supported(&gpu) && rank == HEAD { gated_out_proj_kernel::CONFIGS.len() } else { 0 };
+        for cfg in (0..configs).map(Some).chain([None]) {
+            let ctx = format!("gated_out_proj [{rows}, {heads}·64], rank {rank} → {n_out}, config {cfg:?} (seed {seed})");
+            let mut out = poisoned::<bf16>(&gpu, &[rows, n_out]);
+            match cfg {
+                Some(_) => gated_out_proj_with_config(&gpu, cfg, &ot, &g1t, &wg2t, &bt, &wt, &wot, 1e-5, &mut out).unwrap(),
+                None => gated_out_proj(&gpu, &ot, &g1t, &wg2t, &bt, &wt, &wot, 1e-5, &mut out).unwrap(),
+            }
+            let err = rel_err(&gpu.download(&out).unwrap(), &want);
+            assert!(err < tolerance::<bf16>(), "{ctx}: out off by {err:.2e}");
+        }
+    }
+}
+
 fn fp8_case<TA: Elem, TB: Elem>(gpu: &Gpu, [m, n, k]: [usize; 3]) {
     use gemm_fp8::Scale;
     let (mut rng, seed) = rng();

@@ -1,7 +1,7 @@
 //! QuasarAttention's layer ([`rustile_train::quasar`]) at the seed's shape:
 //! B = 1, hidden 512, 8 heads of 64, `T` tokens. The forward as the seed's
-//! script times it (tokens per second), and the forward and backward of a
-//! training step; no NaN or Inf at any length first. `torch_baselines.py`
+//! script times it (tokens per second; inference, `Quasar::infer`), and the
+//! forward and backward of a training step; no NaN or Inf at any length first. `torch_baselines.py`
 //! runs the same layer in PyTorch around FLA's `chunk_delta_rule` (the
 //! layer-equivalent: `nn.Linear`s, a depthwise causal `conv1d`, the gated
 //! RMSNorm in torch ops; bf16 autocast as the seed's script runs it) at the
@@ -36,23 +36,31 @@ pub fn bench_quasar(gpu: &Gpu, cfg: &MeasureCfg, tokens: &[usize]) -> Result<Vec
         if !finite {
             return Err(Error::Launch { kernel: "quasar".into(), msg: format!("a NaN or infinity in the layer's output or dx at T = {t} (seed {seed})") });
         }
-        let fwd = measure(gpu, cfg, || layer.forward(gpu))?;
+        layer.infer(gpu)?;
+        if !gpu.download(&layer.out)?.iter().all(|v| v.to_f32().is_finite()) {
+            return Err(Error::Launch { kernel: "quasar".into(), msg: format!("a NaN or infinity in the inference forward's output at T = {t} (seed {seed})") });
+        }
+        // The forward as the seed times it (inference: nothing kept), and the
+        // training forward, which keeps what the backward reads.
+        let fwd = measure(gpu, cfg, || layer.infer(gpu))?;
+        let kept = measure(gpu, cfg, || layer.forward(gpu))?;
         let both = measure(gpu, cfg, || {
             layer.forward(gpu)?;
             layer.backward(gpu)
         })?;
         eprintln!(
-            "quasar T = {t}: forward {:.3} ms ({:.2} M tokens/s), forward+backward {:.3} ms ({:.2} M tokens/s); the layer's buffers {:.2} GB (activations and gradients for the backward); finite",
+            "quasar T = {t}: forward {:.3} ms ({:.2} M tokens/s; {:.3} ms keeping what the backward reads), forward+backward {:.3} ms ({:.2} M tokens/s); the layer's buffers {:.2} GB (activations and gradients for the backward); finite",
             fwd.median_ms,
             t as f64 / fwd.median_ms / 1e3,
+            kept.median_ms,
             both.median_ms,
             t as f64 / both.median_ms / 1e3,
             layer.buffer_bytes() as f64 / 1e9,
         );
         // Where the time goes: one forward and one backward, each launch timed apart.
-        for (what, backward) in [("forward", false), ("backward", true)] {
+        for (what, backward) in [("inference forward", false), ("backward", true)] {
             gpu.profile(true)?;
-            if backward { layer.backward(gpu)? } else { layer.forward(gpu)? }
+            if backward { layer.backward(gpu)? } else { layer.infer(gpu)? }
             let parts: Vec<String> = gpu
                 .profile_report()?
                 .iter()

@@ -176,6 +176,24 @@ wgmma_rs_widths!(/// `d += A·B`, bf16, A from registers, B N-major.
 wgmma_rs_widths!(/// `d += A·B`, f16, A from registers, B N-major.
     [wgmma_m64n16k16_f16_rs, wgmma_m64n32k16_f16_rs, wgmma_m64n64k16_f16_rs], "f16");
 
+/// One `wgmma_m64_rs!` per width N = 64, 128, 256 with B K-major (the
+/// instruction's last flag 0): `d += A·Bᵀ`, B stored `[N, 16]`.
+macro_rules! wgmma_rs_k_widths {
+    ($(#[$doc:meta])* [$n64:ident, $n128:ident, $n256:ident], $ty:literal) => {
+        wgmma_m64_rs!($(#[$doc])* $n64, 64, 16, $ty, ", 0", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31);
+        wgmma_m64_rs!($(#[$doc])* $n128, 128, 16, $ty, ", 0", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63);
+        wgmma_m64_rs!($(#[$doc])* $n256, 256, 16, $ty, ", 0", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63 64 65 66 67 68 69 70 71 72 73 74 75 76 77 78 79 80 81 82 83 84 85 86 87 88 89 90 91 92 93 94 95 96 97 98 99 100 101 102 103 104 105 106 107 108 109 110 111 112 113 114 115 116 117 118 119 120 121 122 123 124 125 126 127);
+    };
+}
+
+// `d += A·Bᵀ` for a warpgroup with A in registers (as above) and B stored
+// `[N, 16]` K-major in shared memory, as the shared-operand forms read it:
+// a GEMM whose left operand is made in registers (a norm in its prologue).
+wgmma_rs_k_widths!(/// `d += A·Bᵀ`, bf16, A from registers, B K-major.
+    [wgmma_m64n64k16_bf16_rs_k, wgmma_m64n128k16_bf16_rs_k, wgmma_m64n256k16_bf16_rs_k], "bf16");
+wgmma_rs_k_widths!(/// `d += A·Bᵀ`, f16, A from registers, B K-major.
+    [wgmma_m64n64k16_f16_rs_k, wgmma_m64n128k16_f16_rs_k, wgmma_m64n256k16_f16_rs_k], "f16");
+
 // `d += A·Bᵀ` for a warpgroup with 8-bit A in registers (64×32: thread `t`
 // holds rows `16·(t/32) + (t%32)/4 (+8)`, four registers of four values:
 // columns `4·(t%4)..+4` of both rows, then columns `16 + 4·(t%4)..+4`) and

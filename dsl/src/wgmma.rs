@@ -484,6 +484,70 @@ pub fn dot_acc_async<T: Elem, const M: usize, const K: usize, const N: usize, co
     }
 }
 
+/// Starts `acc + p·bᵀ` on the tensor cores with the left operand straight
+/// from registers: `p` an accumulator of this program packed to 16 bits
+/// (made in registers: a normalized activation) and `b` stored `[N, K]`
+/// K-major, as [`dot_async`] reads its right tile (N 64, 128 or 256; rows
+/// of K = 16, 32 or 64 elements). As [`dot_async`], `acc` and `p` must not
+/// be touched until [`wait`].
+#[inline(always)]
+pub fn dot_packed_async<T: Elem, const M: usize, const K: usize, const N: usize, const TH: usize>(
+    p: &Packed<T, M, K, TH>,
+    b: &Shared<T, N, K, TH>,
+    acc: &mut Acc<M, N, TH, true>,
+) where
+    [(); acc_len(M, K, TH) / 2]:,
+    [(); acc_len(M, N, TH)]:,
+{
+    let () = WgShape::<T, T, M, N, K, TH>::OK;
+    on_period(b, K * 2);
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+    {
+        use rustile_device as d;
+        let db = d::wgmma_desc(b.base, (K * 2) as u32);
+        d::wgmma_fence();
+        for ks in 0..K / 16 {
+            // 32 bytes further along b's rows: the descriptor + 2; this
+            // warp's A fragment of columns 16ks.. is four packed registers.
+            let db = db + 2 * ks as u64;
+            let a = [p.v[4 * ks], p.v[4 * ks + 1], p.v[4 * ks + 2], p.v[4 * ks + 3]];
+            let acc_v = acc.v.as_mut_ptr();
+            macro_rules! issue {
+                ($n64:ident, $n128:ident, $n256:ident) => {
+                    match N {
+                        64 => d::$n64(&mut *(acc_v as *mut [f32; 32]), a, db),
+                        128 => d::$n128(&mut *(acc_v as *mut [f32; 64]), a, db),
+                        _ => d::$n256(&mut *(acc_v as *mut [f32; 128]), a, db),
+                    }
+                };
+            }
+            unsafe {
+                match T::KIND {
+                    Kind::Bf16 => issue!(wgmma_m64n64k16_bf16_rs_k, wgmma_m64n128k16_bf16_rs_k, wgmma_m64n256k16_bf16_rs_k),
+                    _ => issue!(wgmma_m64n64k16_f16_rs_k, wgmma_m64n128k16_f16_rs_k, wgmma_m64n256k16_f16_rs_k),
+                }
+            }
+        }
+        d::wgmma_commit();
+    }
+    #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_90a")))]
+    {
+        let _ = (p, b, acc);
+        panic!("wgmma needs sm_90a: give the kernel `arch = sm_90a`");
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    for m in 0..M {
+        for n in 0..N {
+            let mut s = acc.v[m * N + n];
+            for k in 0..K {
+                let pair: [T; 2] = unsafe { core::mem::transmute_copy(&p.v[(m * K + k) / 2]) };
+                s += pair[(m * K + k) % 2].to_f32() * b.get(n, k).to_f32();
+            }
+            acc.v[m * N + n] = s;
+        }
+    }
+}
+
 // ---- FP8 products with the left operand in registers -------------------------------------
 
 /// The accumulator column that position `p` of an FP8 `wgmma` A fragment
@@ -677,6 +741,27 @@ mod tests {
         let msg = off.downcast_ref::<String>().map(String::as_str).or(off.downcast_ref::<&str>().copied()).unwrap_or("");
         assert!(msg.contains("swizzle period"), "{msg}");
     }
+    /// A packed accumulator times a K-major right tile is the plain
+    /// product `p·bᵀ` (small integers: exact in bf16 and f32).
+    #[test]
+    fn a_packed_product_with_a_k_major_tile_is_the_plain_product() {
+        let at = super::pad(128);
+        run_grid([1, 1, 1], 128 * 4 + at + 128 * 64 * 2, || {
+            let b = Shared::<bf16, 128, 64, 128>::at(at);
+            let bv = |n: usize, k: usize| ((n * 3 + k) % 7) as f32 - 3.0;
+            b.store(&crate::Tile::from_fn(|n, k| bf16::from_f32(bv(n, k))));
+            let p = Acc::<64, 64, 128, true>::zeros().map(|r, c, _| ((r + 2 * c) % 5) as f32 - 2.0);
+            let mut acc = Acc::<64, 128, 128, true>::zeros().map(|_, _, _| 1.0);
+            super::dot_packed_async(&p.pack::<bf16>(), &b, &mut acc);
+            for r in 0..64 {
+                for n in 0..128 {
+                    let want: f32 = 1.0 + (0..64).map(|k| (((r + 2 * k) % 5) as f32 - 2.0) * bv(n, k)).sum::<f32>();
+                    assert_eq!(acc.v[r * 128 + n], want, "({r}, {n})");
+                }
+            }
+        });
+    }
+
     /// [`super::fp8_position`] undoes [`super::fp8_column`], and a packed
     /// accumulator times a right tile stored in that order is the plain
     /// product (small integers: exact in e4m3 and f32).

@@ -528,6 +528,19 @@ pub fn gated_rms_norm(o: &[f64], g: &[f64], w: &[f64], eps: f64) -> Vec<f64> {
     y
 }
 
+/// `y·woᵀ` with `y` the [`gated_rms_norm`] of `o` gated by `g = g1·wg2ᵀ +
+/// bias` (`o` `[rows, channels]`, `g1` `[rows, rank]`, `wg2` `[channels,
+/// rank]`, `wo` `[n_out, channels]`), `g` and `y` rounded to bf16 as
+/// `quasar::gated_out_proj` (and the layer's unfused path) keeps them.
+#[allow(clippy::too_many_arguments)]
+pub fn gated_out_proj(o: &[f64], g1: &[f64], wg2: &[f64], bias: &[f64], w: &[f64], wo: &[f64], eps: f64, channels: usize) -> Vec<f64> {
+    let round = |v: f64| <rustile::bf16 as rustile::Elem>::from_f32(v as f32).to_f32() as f64;
+    let rank = wg2.len() / channels;
+    let g: Vec<f64> = g1.chunks(rank).flat_map(|row| wg2.chunks(rank).zip(bias).map(|(wr, b)| round(row.iter().zip(wr).map(|(a, b)| a * b).sum::<f64>() + b))).collect();
+    let y: Vec<f64> = gated_rms_norm(o, &g, w, eps).into_iter().map(round).collect();
+    y.chunks(channels).flat_map(|row| wo.chunks(channels).map(|wr| row.iter().zip(wr).map(|(a, b)| a * b).sum::<f64>())).collect()
+}
+
 /// The gradients `(do, dg, dw)` of [`gated_rms_norm`] given `dy`.
 pub fn gated_rms_norm_backward(o: &[f64], g: &[f64], w: &[f64], eps: f64, dy: &[f64]) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     let n = w.len();

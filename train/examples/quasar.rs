@@ -1,7 +1,8 @@
 //! QuasarAttention, the layer: a forward and a backward of the seed's layer
 //! (hidden 512, 8 heads of 64) over 4096 tokens on the GPU, or of a small
 //! one (hidden 128, 2 heads) over 300 tokens in the CPU interpreter when
-//! there is no GPU; then one AdamW step on the gradients.
+//! there is no GPU; then one AdamW step on the gradients, and the forward
+//! for inference (`infer`, nothing kept for a backward) with the new weights.
 //! `cargo run --release --example quasar -p rustile-train`
 use rustile::bf16;
 use rustile_host::Gpu;
@@ -34,4 +35,8 @@ fn main() {
     layer.params.begin_step(&gpu).unwrap();
     layer.params.update(&gpu).unwrap();
     println!("one AdamW step taken ({} parameters)", layer.params.count());
+    layer.infer(&gpu).unwrap();
+    let out = gpu.download(&layer.out).unwrap();
+    let rms = (out.iter().map(|v| (v.to_f32() as f64).powi(2)).sum::<f64>() / n as f64).sqrt();
+    println!("inference forward after the step: out has rms {rms:.3}");
 }

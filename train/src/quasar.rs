@@ -202,20 +202,43 @@ impl Quasar {
 
     /// `out` from `x`, keeping what the backward reads.
     pub fn forward(&mut self, gpu: &Gpu) -> Result<()> {
+        self.qkv_and_delta(gpu, true)?;
+        self.gate_norm_out(gpu)
+    }
+
+    /// `out` from `x` for inference (what the seed times): the same
+    /// function, with nothing kept for a backward (the projections write no
+    /// `pre`). [`Quasar::backward`] needs a `forward` first.
+    pub fn infer(&mut self, gpu: &Gpu) -> Result<()> {
+        self.qkv_and_delta(gpu, false)?;
+        self.gate_norm_out(gpu)
+    }
+
+    /// q, k, v (and their projections `pre` where `keep`), β, and `o`.
+    fn qkv_and_delta(&mut self, gpu: &Gpu, keep: bool) -> Result<()> {
         let p = &self.params;
         let w = |i: usize| &p.get(i).w;
         let view = self.views();
-        let x = view.flat(&self.x)?;
         // q, k, v: projection, then the short convolution and SiLU.
         // (One kernel on Hopper; `proj_conv_silu` says when it is two.)
         for (i, (wi, conv)) in [(WQ, CONV_Q), (WK, CONV_K), (WV, CONV_V)].into_iter().enumerate() {
-            proj_conv_silu(gpu, &self.x, w(wi), w(conv), Some(&mut self.pre[i]), &mut self.qkv[i])?;
+            proj_conv_silu(gpu, &self.x, w(wi), w(conv), keep.then_some(&mut self.pre[i]), &mut self.qkv[i])?;
         }
         softplus(gpu, w(BETA_LOG), &mut self.beta)?;
         let [q, k, v] = [&self.qkv[0], &self.qkv[1], &self.qkv[2]].map(|t| view.heads(t));
-        delta_rule_in(gpu, &mut self.delta, &q?, &k?, &v?, &self.beta, &mut view.heads(&self.o)?, None, DeltaRule::default())?;
-        // The gate, through its bottleneck, and the gated norm.
-        gemm(gpu, &x, w(WG1).t(), &mut self.g1, &Epilogue::new())?;
+        delta_rule_in(gpu, &mut self.delta, &q?, &k?, &v?, &self.beta, &mut view.heads(&self.o)?, None, DeltaRule::default())
+    }
+
+    /// The gate, through its bottleneck, the gated norm and the output
+    /// projection, keeping `g`, `y` and `rstd`. (`ops::quasar::gated_out_proj`
+    /// is these in one kernel on Hopper, without `g` or `y`; it is slower
+    /// than the three steps: bench/RESULTS.md, 2026-11-28, “The gated norm
+    /// in the output projection's prologue…”.)
+    fn gate_norm_out(&mut self, gpu: &Gpu) -> Result<()> {
+        let p = &self.params;
+        let w = |i: usize| &p.get(i).w;
+        let view = self.views();
+        gemm(gpu, &view.flat(&self.x)?, w(WG1).t(), &mut self.g1, &Epilogue::new())?;
         gemm(gpu, &self.g1, w(WG2).t(), &mut view.flat(&self.g)?, &Epilogue::new().bias_per_column(w(B_G)))?;
         gated_rms_norm(gpu, &self.o, &self.g, w(NORM_W), EPS, &mut self.y, &mut self.rstd)?;
         gemm(gpu, &view.flat(&self.y)?, w(WO).t(), &mut view.flat(&self.out)?, &Epilogue::new())

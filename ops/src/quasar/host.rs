@@ -36,6 +36,13 @@ fn forced_config(configs: &[rustile::KernelConfig]) -> Option<usize> {
     forced.as_deref().and_then(|part| configs.iter().position(|c| c.name.contains(part)))
 }
 
+/// Whether `RUSTILE_QUASAR_UNFUSED` is set: the fused kernels' callers
+/// take their unfused paths instead, to measure one against the other.
+fn unfused() -> bool {
+    static UNFUSED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *UNFUSED.get_or_init(|| std::env::var_os("RUSTILE_QUASAR_UNFUSED").is_some())
+}
+
 /// `proj_conv_silu_kernel`'s config (unless `RUSTILE_QUASAR_CONFIG` names
 /// one): 128×256 blocks where they fill the SMs four times over, else
 /// 128×128 two to an SM where those fill them twice, else 64×128 three to
@@ -127,7 +134,6 @@ pub fn proj_conv_silu<T: Elem>(gpu: &Gpu, x: &Tensor<T>, wp: &Tensor<T>, w: &Ten
 pub fn proj_conv_silu_with_config<T: Elem>(
     gpu: &Gpu, cfg: Option<usize>, x: &Tensor<T>, wp: &Tensor<T>, w: &Tensor<T>, pre: Option<&mut Tensor<T>>, y: &mut Tensor<T>,
 ) -> Result<()> {
-    static UNFUSED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     bf16_only::<T>("proj_conv_silu")?;
     let [batch, tokens, hidden] = sequences("proj_conv_silu", x)?;
     let channels = wp.shape().first().copied().unwrap_or(0);
@@ -146,8 +152,7 @@ pub fn proj_conv_silu_with_config<T: Elem>(
     if rows * channels == 0 {
         return Ok(());
     }
-    let unfused = *UNFUSED.get_or_init(|| std::env::var_os("RUSTILE_QUASAR_UNFUSED").is_some());
-    if unfused || !proj_conv_silu_kernel::supported(gpu) || hidden % 8 != 0 {
+    if unfused() || !proj_conv_silu_kernel::supported(gpu) || hidden % 8 != 0 {
         let mut own = None;
         let pre = match pre {
             Some(pre) => pre,
@@ -219,6 +224,68 @@ pub fn gated_rms_norm<T: Elem>(gpu: &Gpu, o: &Tensor<T>, g: &Tensor<T>, w: &Tens
         return Ok(());
     }
     gated_rms_norm_kernel::launch(gpu, 0, o, g, w, y, rstd, tokens, heads, eps)
+}
+
+/// `out = y·woᵀ` with `y = o·rstd·w ⊙ sigmoid(g1·wg2ᵀ + bias)` over each
+/// token's head (the gated norm of [`gated_rms_norm`], its gate's second
+/// projection and the output projection), in one kernel on Hopper
+/// (`gated_out_proj_kernel`): neither the gate nor `y` is written. `o`
+/// `[.., heads·64]`, `g1` (the gate's bottleneck) `[.., rank]`, `wg2`
+/// `[heads·64, rank]`, `bias` `[heads·64]`, `w` `[64]`, `wo` `[n_out,
+/// heads·64]`, `out` `[.., n_out]`, all bf16, the leading dims of `o`,
+/// `g1` and `out` the same tokens. For inference: the backward reads `g`
+/// and `y`, which [`gated_rms_norm`] and the GEMMs keep. It needs no
+/// buffer for them (2 GB at a million tokens of hidden 512) but is slower
+/// than the three steps today (bench/RESULTS.md, 2026-11-28, “The gated
+/// norm in the output projection's prologue…”), so the layer runs those.
+/// Elsewhere (no `wgmma`, a gate rank other than 64, or
+/// `RUSTILE_QUASAR_UNFUSED` set) the three steps, through buffers made for
+/// the call.
+#[allow(clippy::too_many_arguments)]
+pub fn gated_out_proj<T: Elem>(
+    gpu: &Gpu, o: &Tensor<T>, g1: &Tensor<T>, wg2: &Tensor<T>, bias: &Tensor<T>, w: &Tensor<T>, wo: &Tensor<T>, eps: f32, out: &mut Tensor<T>,
+) -> Result<()> {
+    gated_out_proj_with_config(gpu, None, o, g1, wg2, bias, w, wo, eps, out)
+}
+
+/// [`gated_out_proj`] with config `cfg` of `gated_out_proj_kernel::CONFIGS`
+/// where that kernel runs (`None`: the first, unless `RUSTILE_QUASAR_CONFIG`
+/// names another; for tests and sweeps).
+#[allow(clippy::too_many_arguments)]
+pub fn gated_out_proj_with_config<T: Elem>(
+    gpu: &Gpu, cfg: Option<usize>, o: &Tensor<T>, g1: &Tensor<T>, wg2: &Tensor<T>, bias: &Tensor<T>, w: &Tensor<T>, wo: &Tensor<T>, eps: f32, out: &mut Tensor<T>,
+) -> Result<()> {
+    bf16_only::<T>("gated_out_proj")?;
+    let [rows, heads] = norm_rows("gated_out_proj", o)?;
+    let channels = heads * HEAD;
+    let n_out = wo.shape().first().copied().unwrap_or(0);
+    expect_shape("wo", wo, &[n_out, channels])?;
+    let rank = wg2.shape().last().copied().unwrap_or(0);
+    expect_shape("wg2", wg2, &[channels, rank])?;
+    expect_shape("bias", bias, &[channels])?;
+    expect_shape("w", w, &[HEAD])?;
+    for (what, t, width) in [("g1", g1, rank), ("out", &*out, n_out)] {
+        if t.shape().last() != Some(&width) || t.numel() != rows * width {
+            return Err(Error::Shape(format!("gated_out_proj: {what} must be [.., {width}] over o's {rows} tokens; it has shape {:?}", t.shape())));
+        }
+    }
+    for (what, t) in [("o", o), ("g1", g1), ("wg2", wg2), ("wo", wo), ("out", &*out)] {
+        if !t.is_contiguous() {
+            return Err(Error::Shape(format!("gated_out_proj: {what} must be contiguous; its strides are {:?}", t.strides())));
+        }
+    }
+    if rows * n_out == 0 {
+        return Ok(());
+    }
+    if unfused() || rank != HEAD || !gated_out_proj_kernel::supported(gpu) {
+        use crate::gemm::{gemm, Epilogue};
+        let (mut g, mut y) = (gpu.alloc::<T>(&[rows, channels])?, gpu.alloc::<T>(&[rows, channels])?);
+        gemm(gpu, &g1.view(0, &[rows, rank])?, wg2.t(), &mut g, &Epilogue::new().bias_per_column(bias))?;
+        gated_rms_norm(gpu, &o.view(0, &[rows, channels])?, &g, w, eps, &mut y, &mut gpu.alloc::<f32>(&[heads, rows])?)?;
+        return gemm(gpu, &y, wo.t(), &mut out.view(0, &[rows, n_out])?, &Epilogue::new());
+    }
+    let cfg = cfg.or_else(|| forced_config(gated_out_proj_kernel::CONFIGS)).unwrap_or(0);
+    gated_out_proj_kernel::launch(gpu, cfg, o, g1, wg2, bias, w, wo, out, rows, channels, n_out, eps)
 }
 
 /// What the gated norm's backward keeps: the per-block shares of `dw` and

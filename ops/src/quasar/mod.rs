@@ -239,6 +239,114 @@ pub fn gated_rms_norm_kernel<T: Elem>(o: Ptr<T>, g: Ptr<T>, w: Ptr<T>, y: PtrMut
     store(&head_rows::<T, BT, THREADS>(y, tokens, heads, t0, h), &(ot * rstd * wr * gate).cast::<T>());
 }
 
+// ---- the gated RMSNorm in the output projection's prologue (Hopper) ------------------------
+// `out = y·Woᵀ` with `y = RMSNorm(o)·w ⊙ sigmoid(g1·Wg2ᵀ + b)`, neither `g`
+// nor `y` leaving the registers. Step `h` of the product's K is head `h`,
+// whose 64 columns are exactly one RMSNorm row: its gate `g1·Wg2ₕᵀ` is a
+// shared-operand `wgmma`, `yₕ` is made in registers from it and `oₕ` (in
+// the accumulator's layout, so a row's statistics are a quad's shuffles),
+// packed to bf16, and is the left operand of `out += yₕ·Woₕᵀ`
+// (`wgmma::dot_packed_async`). Each step issues its gate product and then
+// the previous step's output product, and makes `yₕ` while that runs.
+// One ring of cp.async stages holds `oₕ`, `Wg2ₕ` and `Woₕ`; a stage is
+// refilled two steps after its products were issued (`SMEM = pad(32·WARPS)
+// + BM·64·2 + STAGES·(BM·64 + 64·64 + BN·64)·2`).
+// Measured slower than the three steps it replaces (4.1 against 3.55 ms at
+// a million tokens): one program an SM waits on each step's copies, issued
+// only a step ahead (bench/RESULTS.md, 2026-11-28, “The gated norm in the
+// output projection's prologue…”). 128×128 blocks with four stages, and
+// 64-row blocks, were slower still.
+
+#[kernel(
+    configs = [(BM = 128, BN = 256, WARPS = 8, STAGES = 3, SMEM = 188416)],
+    grid = [cdiv(n_out, BN), cdiv(rows, BM)],
+    dtypes = [bf16],
+    arch = sm_90a,
+)]
+/// `out = y·woᵀ`, `y = o·rstd·w ⊙ sigmoid(g1·wg2ᵀ + bias)` per head of 64,
+/// for rows `BM·program_id(1) ..` and output columns `BN·program_id(0) ..`
+/// (`o` `[rows, channels]`, `g1` `[rows, 64]`, `wg2` `[channels, 64]`,
+/// `bias` `[channels]`, `w` `[64]`, `wo` `[n_out, channels]`, `out` `[rows,
+/// n_out]`). Column blocks of the same rows are neighbours in the grid, so
+/// that `o` is read from memory about once.
+pub fn gated_out_proj_kernel<T: Elem>(
+    o: Ptr<T>, g1: Ptr<T>, wg2: Ptr<T>, bias: Ptr<T>, w: Ptr<T>, wo: Ptr<T>, out: PtrMut<T>,
+    rows: usize, channels: usize, n_out: usize, eps: f32,
+) {
+    use rustile::wgmma;
+    let (c0, r0) = (program_id(0) * BN, program_id(1) * BM);
+    let steps = channels / HEAD;
+    const TILE: usize = HEAD * HEAD * 2;
+    let at = |bytes: usize| wgmma::pad(THREADS) + bytes;
+    let g1s = Shared::<T, BM, HEAD>::at(at(0));
+    let stage = #[inline(always)]
+    |s: usize| {
+        let base = at(BM * HEAD * 2 + s * (BM * HEAD * 2 + TILE + BN * HEAD * 2));
+        (Shared::<T, BM, HEAD>::at(base), Shared::<T, HEAD, HEAD>::at(base + BM * HEAD * 2), Shared::<T, BN, HEAD>::at(base + BM * HEAD * 2 + TILE))
+    };
+    // One group a step (empty past the last), so `wait_copies` counts the same.
+    let fill = #[inline(always)]
+    |h: usize| {
+        if h < steps {
+            let (os, wg2s, wos) = stage(h % STAGES);
+            os.copy_from(&BlockPtr::new(o, [rows, channels], [channels, 1], [r0, h * HEAD]));
+            wg2s.copy_from(&BlockPtr::new(wg2, [channels, HEAD], [HEAD, 1], [h * HEAD, 0]));
+            wos.copy_from(&BlockPtr::new(wo, [n_out, channels], [channels, 1], [c0, h * HEAD]));
+        }
+        commit_copies();
+    };
+    let ready = #[inline(always)]
+    || {
+        wait_copies::<{ STAGES as u32 - 3 }>();
+        wgmma::fence_shared();
+        sync();
+    };
+    let wr = AccCols::<HEAD>::from_fn(|c| w.read(c).to_f32());
+    // y of head h from its gate's product: as the layer's unfused path
+    // rounds it, g to T after the bias, y to T when packed. (Packed only
+    // after the output product in flight is waited for: a register of the
+    // next product's operand written while one runs serializes them, C7513.)
+    let y = #[inline(always)]
+    |h: usize, g: rustile::Acc<BM, HEAD, THREADS, true>| {
+        let b = AccCols::<HEAD>::from_fn(|c| if h * HEAD + c < channels { bias.read(h * HEAD + c).to_f32() } else { 0.0 });
+        let gate = g.map_cols(&b, |x, b| x + b).rounded::<T>();
+        let ot: rustile::Acc<BM, HEAD, THREADS, true> = stage(h % STAGES).0.load_acc();
+        let rstd = ot.map(|_, _, x| x * x).row_sum().map(|s| math::rsqrt(s * (1.0 / HEAD as f32) + eps));
+        ot.map_rows(&rstd, |x, r| x * r).map_cols(&wr, |x, w| x * w).zip(gate, |x, g| x * math::recip(1.0 + math::exp(-g)))
+    };
+
+    // Else each product's swizzle check stays in the loop, a branch that serializes the `wgmma`s.
+    wgmma::check_periods_once();
+    g1s.copy_from(&BlockPtr::new(g1, [rows, HEAD], [HEAD, 1], [r0, 0]));
+    for h in 0..STAGES - 2 {
+        fill(h);
+    }
+    let mut acc = rustile::Acc::<BM, BN, THREADS, true>::zeros();
+    let mut g = rustile::Acc::<BM, HEAD, THREADS, true>::zeros();
+    // Step 0: its gate alone.
+    ready();
+    wgmma::dot_new_async(&g1s, &stage(0).1, &mut g);
+    fill(STAGES - 2);
+    wgmma::wait::<0, BM, HEAD, THREADS>(&mut g);
+    let mut yh = y(0, g).pack::<T>();
+    // Step h: the gate of h, then the output product of h − 1 (whose
+    // stage is refilled at step h + 1, after every warpgroup waited for it).
+    for h in 1..steps {
+        ready();
+        wgmma::dot_new_async(&g1s, &stage(h % STAGES).1, &mut g);
+        wgmma::dot_packed_async(&yh, &stage((h - 1) % STAGES).2, &mut acc);
+        fill(h + STAGES - 2);
+        wgmma::wait::<1, BM, HEAD, THREADS>(&mut g);
+        let next = y(h, g);
+        wgmma::wait::<0, BM, BN, THREADS>(&mut acc);
+        yh = next.pack::<T>();
+    }
+    ready();
+    wgmma::dot_packed_async(&yh, &stage((steps - 1) % STAGES).2, &mut acc);
+    wgmma::wait::<0, BM, BN, THREADS>(&mut acc);
+    store_acc(&BlockPtr::new(out, [rows, n_out], [n_out, 1], [r0, c0]), &acc);
+}
+
 // One block a program (RB = 1): sixteen in a loop took 8.6 ms at a million
 // tokens against 2.2 (fewer programs an SM at 188 registers, each block's
 // loads waited on in turn); its shares' reduction is the smaller cost.

@@ -63,6 +63,35 @@ fn proj_conv_silu_matches_float64() {
     }
 }
 
+/// The gated norm in the output projection's prologue, every config:
+/// a head or eight, rows past a block, output columns past a block and
+/// not a multiple of 8.
+#[test]
+fn gated_out_proj_matches_float64() {
+    let gpu = Gpu::interpreter();
+    for (rows, heads, n_out) in [(1, 1, 16), (130, 2, 136), (67, 8, 300)] {
+        let (mut rng, seed) = rng();
+        let channels = heads * HEAD;
+        let o: Vec<rustile::bf16> = normal(&mut rng, rows * channels, 0.0, 2.0);
+        let g1: Vec<rustile::bf16> = normal(&mut rng, rows * HEAD, 0.0, 1.0);
+        let wg2: Vec<rustile::bf16> = normal(&mut rng, channels * HEAD, 0.0, 0.25);
+        let bias: Vec<rustile::bf16> = normal(&mut rng, channels, 0.0, 0.5);
+        let w: Vec<rustile::bf16> = normal(&mut rng, HEAD, 1.0, 0.3);
+        let wo: Vec<rustile::bf16> = normal(&mut rng, n_out * channels, 0.0, 1.0 / (channels as f32).sqrt());
+        let want = crate::reference::gated_out_proj(&wide(&o), &wide(&g1), &wide(&wg2), &wide(&bias), &wide(&w), &wide(&wo), 1e-5, channels);
+        let up = |x: &[rustile::bf16], shape: &[usize]| gpu.upload(x, shape).unwrap();
+        let (ot, g1t, wg2t) = (up(&o, &[rows, channels]), up(&g1, &[rows, HEAD]), up(&wg2, &[channels, HEAD]));
+        let (bt, wt, wot) = (up(&bias, &[channels]), up(&w, &[HEAD]), up(&wo, &[n_out, channels]));
+        for cfg in 0..gated_out_proj_kernel::CONFIGS.len() {
+            let ctx = format!("gated_out_proj [{rows}, {heads}·64] → {n_out}, config {cfg} (seed {seed})");
+            let mut out = up(&poisoned::<rustile::bf16>(rows * n_out), &[rows, n_out]);
+            gated_out_proj_with_config(&gpu, Some(cfg), &ot, &g1t, &wg2t, &bt, &wt, &wot, 1e-5, &mut out).unwrap();
+            let err = rel_err(&gpu.download(&out).unwrap(), &want);
+            assert!(err < tolerance::<rustile::bf16>(), "{ctx}: out off by {err:.2e}");
+        }
+    }
+}
+
 #[test]
 fn gated_rms_norm_and_its_backward_match_float64() {
     let gpu = Gpu::interpreter();
