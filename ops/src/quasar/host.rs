@@ -269,7 +269,7 @@ pub fn gated_out_proj_with_config<T: Elem>(
             return Err(Error::Shape(format!("gated_out_proj: {what} must be [.., {width}] over o's {rows} tokens; it has shape {:?}", t.shape())));
         }
     }
-    for (what, t) in [("o", o), ("g1", g1), ("wg2", wg2), ("wo", wo), ("out", &*out)] {
+    for (what, t) in [("o", o), ("g1", g1), ("wg2", wg2), ("bias", bias), ("w", w), ("wo", wo), ("out", &*out)] {
         if !t.is_contiguous() {
             return Err(Error::Shape(format!("gated_out_proj: {what} must be contiguous; its strides are {:?}", t.strides())));
         }
