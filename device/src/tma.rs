@@ -77,3 +77,37 @@ pub unsafe fn tma_load_3d(dst: u32, map: u64, [x, y, z]: [u32; 3], bar: u32) {
 pub unsafe fn prefetch_tensormap(map: u64) {
     unsafe { asm!("prefetch.tensormap [{m}];", m = in(reg64) map, options(nostack)) };
 }
+
+/// Starts adding the f32 box at shared address `src` into the tensor's box
+/// at `(x, y, z)` (the copy engine reads the box and adds it at L2; parts
+/// outside the tensor are dropped). It joins this thread's open bulk group
+/// ([`bulk_commit`] closes it).
+#[inline(always)]
+pub unsafe fn tma_reduce_add_3d(src: u32, map: u64, [x, y, z]: [u32; 3]) {
+    unsafe {
+        asm!(
+            "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [{m}, {{{x}, {y}, {z}}}], [{s}];",
+            s = in(reg32) src, m = in(reg64) map, x = in(reg32) x, y = in(reg32) y, z = in(reg32) z,
+            options(nostack)
+        )
+    };
+}
+
+/// Closes this thread's open group of bulk copies and reductions.
+#[inline(always)]
+pub fn bulk_commit() {
+    unsafe { asm!("cp.async.bulk.commit_group;", options(nostack)) };
+}
+
+/// Waits until at most `N` of this thread's bulk groups still read their
+/// shared sources (the writes to global memory may still be on the way).
+#[inline(always)]
+pub fn bulk_wait_read<const N: u32>() {
+    unsafe { asm!("cp.async.bulk.wait_group.read {n};", n = const N, options(nostack)) };
+}
+
+/// Waits until at most `N` of this thread's bulk groups are still running.
+#[inline(always)]
+pub fn bulk_wait<const N: u32>() {
+    unsafe { asm!("cp.async.bulk.wait_group {n};", n = const N, options(nostack)) };
+}

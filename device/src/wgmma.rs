@@ -138,6 +138,20 @@ wgmma_widths!(/// `d += A·Bᵀ`, A e4m3 and B e5m2, 32 deep.
 wgmma_widths!(/// `d += A·Bᵀ`, A e5m2 and B e4m3, 32 deep.
     [wgmma_m64n64k32_e5m2_e4m3, wgmma_m64n128k32_e5m2_e4m3, wgmma_m64n256k32_e5m2_e4m3], 32, "e5m2", "e4m3", "");
 
+// `d = Aᵀ·B` or `d += Aᵀ·B` for a warpgroup with both operands stored
+// M- and N-major in shared memory (both transpose flags 1): A `[16, 64]`
+// (rows along K, 64 elements of M each), B `[16, N]` (N elements each) a
+// column slice of a tile one swizzle row wide. The accumulator layout is
+// `wgmma_m64n64k16_bf16`'s: attention's dQ = dS·K from `dSᵀ` and K as stored.
+wgmma_m64!(/// `d += Aᵀ·B`, bf16, both operands transposed, N = 32.
+    wgmma_m64n32k16_bf16_tt, 32, 16, "bf16", "bf16", ", 1, 1", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+wgmma_m64!(/// `d += Aᵀ·B`, bf16, both operands transposed, N = 64.
+    wgmma_m64n64k16_bf16_tt, 64, 16, "bf16", "bf16", ", 1, 1", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31);
+wgmma_m64!(/// `d += Aᵀ·B`, f16, both operands transposed, N = 32.
+    wgmma_m64n32k16_f16_tt, 32, 16, "f16", "f16", ", 1, 1", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+wgmma_m64!(/// `d += Aᵀ·B`, f16, both operands transposed, N = 64.
+    wgmma_m64n64k16_f16_tt, 64, 16, "f16", "f16", ", 1, 1", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31);
+
 macro_rules! wgmma_m64_rs {
     ($(#[$doc:meta])* $name:ident, $n:literal, $k:literal, $ty:literal, $tail:literal, $d0:tt $($d:tt)*) => {
         $(#[$doc])*

@@ -223,6 +223,29 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
         }
     }
 
+    /// [`Shared::store_acc`] of an accumulator already packed to `T`: each
+    /// thread its own pairs, one 32-bit store each (attention's `dSᵀ`,
+    /// packed for one product and read from here by another).
+    #[inline(always)]
+    pub fn store_packed<const WG: bool>(&self, p: &Packed<T, R, C, TH>)
+    where
+        [(); acc_len(R, C, TH) / 2]:,
+    {
+        let () = Bits::<T>::SIXTEEN;
+        for (i, &pair) in p.v.iter().enumerate() {
+            let (r, c) = acc_pos::<R, C, TH, WG>(2 * i);
+            #[cfg(target_arch = "nvptx64")]
+            unsafe {
+                rustile_device::st_shared_b32(self.chunk_addr(r, c) + ((c % V) * 2) as u32, pair)
+            };
+            #[cfg(not(target_arch = "nvptx64"))]
+            unsafe {
+                let pair: [T; 2] = core::mem::transmute_copy(&pair);
+                (*self.base.add(r * C + c), *self.base.add(r * C + c + 1)) = (pair[0], pair[1]);
+            }
+        }
+    }
+
     /// The tile as an accumulator of this program ([`Shared::store_acc`]
     /// the other way: each thread reads its own pairs of neighbouring
     /// columns, one 32-bit load each), for an operand that is also summed
@@ -600,7 +623,7 @@ where
 
 /// Block row and column of this thread's accumulator element `e`.
 #[inline(always)]
-fn acc_pos<const M: usize, const N: usize, const TH: usize, const WG: bool>(e: usize) -> (usize, usize) {
+pub(crate) fn acc_pos<const M: usize, const N: usize, const TH: usize, const WG: bool>(e: usize) -> (usize, usize) {
     #[cfg(target_arch = "nvptx64")]
     {
         let ni_n = Warps::<M, N, TH, WG>::NI;

@@ -17,9 +17,14 @@
 //! tile with the swizzle `Shared` uses for rows of its width (32, 64 or
 //! 128 bytes: 16, 32 or 64 16-bit elements, twice that many 8-bit ones).
 //!
-//! On the CPU a barrier does nothing and `load_tma` is `copy_from` of the
-//! block pointer, which must describe the same tensor as the map.
-use crate::mma::Shared;
+//! The copy engine also adds a shared f32 tile into a global tensor
+//! ([`SharedSum`]): a sum of many programs' parts, added at L2 a box at a
+//! time instead of an atomic a value.
+//!
+//! On the CPU a barrier does nothing, `load_tma` is `copy_from` of the
+//! block pointer, which must describe the same tensor as the map, and a
+//! [`SharedSum`]'s addition is done at once through its block pointer.
+use crate::mma::{acc_len, acc_pos, Acc, Shared};
 use crate::{BlockPtr, Elem};
 
 /// One `mbarrier` (8 bytes) of the program's shared memory.
@@ -177,4 +182,113 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> Shared<T, R, C, T
             self.copy_window(src);
         }
     }
+}
+
+/// An `R×32` f32 tile in shared memory, each 128-byte row swizzled as the
+/// copy engine's 128-byte mode lays boxes out (16-byte chunk `c` of row
+/// `r` at chunk `c ^ (r % 8)`, so that an accumulator's stores meet no
+/// bank twice): an accumulator goes in ([`SharedSum::store_acc`]) and the
+/// copy engine adds it into a global f32 tensor
+/// ([`SharedSum::add_tma_by_this_thread`]). It must start on a multiple
+/// of 1024 bytes of the shared memory (the swizzle's period).
+#[derive(Clone, Copy)]
+pub struct SharedSum<const R: usize, const TH: usize> {
+    #[cfg(target_arch = "nvptx64")]
+    base: u32,
+    #[cfg(not(target_arch = "nvptx64"))]
+    base: *mut f32,
+}
+
+impl<const R: usize, const TH: usize> SharedSum<R, TH> {
+    /// The tile at `byte_offset` of the program's shared memory (past the
+    /// reduction scratch, as `Shared::at`; the config's `SMEM` must cover it).
+    #[inline(always)]
+    pub fn at(byte_offset: usize) -> Self {
+        #[cfg(target_arch = "nvptx64")]
+        return SharedSum { base: rustile_device::smem_addr(rustile_device::dyn_smem::<u8>()) + (TH * 4 + byte_offset) as u32 };
+        #[cfg(not(target_arch = "nvptx64"))]
+        return SharedSum { base: crate::backend::smem_at(TH * 4 + byte_offset, R * 128) as *mut f32 };
+    }
+
+    /// Writes an accumulator whose rows are the tile's (each thread its own
+    /// pairs of neighbouring columns, one 8-byte store each); then
+    /// `wgmma::fence_shared()` and a barrier of the writers before the copy
+    /// engine reads it.
+    #[inline(always)]
+    pub fn store_acc<const WG: bool>(&self, acc: &Acc<R, 32, TH, WG>)
+    where
+        [(); acc_len(R, 32, TH)]:,
+    {
+        for e in (0..acc.v.len()).step_by(2) {
+            let (r, c) = acc_pos::<R, 32, TH, WG>(e);
+            #[cfg(target_arch = "nvptx64")]
+            unsafe {
+                let at = self.base + (r * 128 + ((c / 4) ^ (r % 8)) * 16 + (c % 4) * 4) as u32;
+                rustile_device::st_shared_v2(at, [acc.v[e].to_bits(), acc.v[e + 1].to_bits()]);
+            }
+            #[cfg(not(target_arch = "nvptx64"))]
+            unsafe {
+                (*self.base.add(r * 32 + c), *self.base.add(r * 32 + c + 1)) = (acc.v[e], acc.v[e + 1]);
+            }
+        }
+    }
+
+    /// Starts adding rows `first .. first + B` of the tile into `dst`'s
+    /// window (matrix `z` of a batch) through tensor map `map` (f32, boxes
+    /// of `B×32`, the 128-byte swizzle), issued by the calling thread; the
+    /// window's parts outside the tensor are dropped. The addition joins
+    /// this thread's open group: [`commit_adds`] closes it, and
+    /// [`wait_adds_read`] says when the tile may be written again. `first`
+    /// is a multiple of 8 (the swizzle's period).
+    #[inline(always)]
+    pub fn add_tma_by_this_thread<const B: usize>(&self, first: usize, map: u64, dst: &BlockPtr<f32, B, 32, TH>, z: usize) {
+        debug_assert!(first % 8 == 0 && first + B <= R);
+        #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+        {
+            let at = [dst.offsets[1] as u32, dst.offsets[0] as u32, z as u32];
+            unsafe { rustile_device::tma_reduce_add_3d(self.base + (first * 128) as u32, map, at) };
+        }
+        #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_90a")))]
+        {
+            let _ = (first, map, dst, z);
+            panic!("TMA needs sm_90a: give the kernel `arch = sm_90a`");
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        {
+            let _ = (map, z);
+            let [r0, c0] = dst.offsets;
+            for r in 0..B {
+                for c in 0..32 {
+                    if r0 + r < dst.shape[0] && c0 + c < dst.shape[1] {
+                        let at = (r0 + r) * dst.strides[0] + (c0 + c) * dst.strides[1];
+                        dst.base.check("SharedSum::add_tma_by_this_thread", at, 1, 1, true);
+                        unsafe { *dst.base.at(at) += *self.base.add((first + r) * 32 + c) };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Closes this thread's group of [`SharedSum`] additions.
+#[inline(always)]
+pub fn commit_adds() {
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+    rustile_device::bulk_commit();
+}
+
+/// Waits until at most `N` of this thread's groups of additions still read
+/// their shared tiles: the tiles of the others may be written again.
+#[inline(always)]
+pub fn wait_adds_read<const N: u32>() {
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+    rustile_device::bulk_wait_read::<N>();
+}
+
+/// Waits until at most `N` of this thread's groups of additions are still
+/// running (0 before the program ends, so that no tile is read after it).
+#[inline(always)]
+pub fn wait_adds<const N: u32>() {
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+    rustile_device::bulk_wait::<N>();
 }

@@ -106,6 +106,17 @@ pub fn is_copy_warp<const TH: usize>() -> bool {
     return false;
 }
 
+/// Whether this thread is the first of its warpgroup (the one that issues
+/// the warpgroup's own copy-engine work: `tma::SharedSum` additions).
+/// Always in the interpreter, whose one thread a program does every role.
+#[inline(always)]
+pub fn is_warpgroup_leader() -> bool {
+    #[cfg(target_arch = "nvptx64")]
+    return rustile_device::thread_idx() % 128 == 0;
+    #[cfg(not(target_arch = "nvptx64"))]
+    return true;
+}
+
 /// Ends this thread of the copy warpgroup (on the GPU: `exit`, so that
 /// whatever the other threads run next is theirs alone; barriers of the
 /// whole program stop counting it).
@@ -548,6 +559,102 @@ pub fn dot_packed_async<T: Elem, const M: usize, const K: usize, const N: usize,
     }
 }
 
+// ---- both operands transposed, the warpgroups splitting the columns ----------------------
+
+/// Why `aᵀ·b` split by columns among the warpgroups (an `M×N` accumulator
+/// of `TH` threads, `a` `[K, 64]`, `b` `[K, NB]`, the warpgroups' blocks of
+/// N columns within b's) cannot be a `wgmma`, or `None`.
+pub const fn check_t_split(m: usize, n: usize, nb: usize, k: usize, th: usize) -> Option<&'static str> {
+    if let Some(why) = check_rows(m, th) {
+        return Some(why);
+    }
+    if !(n == 32 || n == 64) || n * (th / 128) > nb || nb != 64 {
+        return Some("wgmma: dot_t_split_new_async takes b one swizzle row wide (64 columns), N of them a warpgroup (32 or 64)");
+    }
+    if k % 16 != 0 {
+        return Some("wgmma: K (the tiles' rows) must be a multiple of 16");
+    }
+    None
+}
+
+/// Compile-time form of [`check_t_split`].
+pub struct WgSplitShape<const M: usize, const N: usize, const NB: usize, const K: usize, const TH: usize>;
+impl<const M: usize, const N: usize, const NB: usize, const K: usize, const TH: usize> WgSplitShape<M, N, NB, K, TH> {
+    pub const OK: () = match check_t_split(M, N, NB, K, TH) {
+        None => (),
+        Some(msg) => panic!("{}", msg),
+    };
+}
+
+/// Starts `acc = aᵀ·b` with both tiles as stored, `a` `[K, 64]` and `b`
+/// `[K, NB]` (rows along the product's depth; 16-bit, rows of 128 bytes),
+/// the warpgroups splitting `b`'s columns: warpgroup `w`'s 64 rows of
+/// `acc` are `aᵀ · b[.., w·N .. (w+1)·N]`, the same 64 output rows in
+/// another column block. Attention's `dQ = dS·K` from `dSᵀ` (keys × queries)
+/// and K (keys × head dim) as the dK/dV program holds them, every warpgroup
+/// over all keys, so that each adds its own column block of dQ. As
+/// [`dot_async`], `acc` must not be read until [`wait`].
+#[inline(always)]
+pub fn dot_t_split_new_async<T: Elem, const K: usize, const NB: usize, const M: usize, const N: usize, const TH: usize>(
+    a: &Shared<T, K, 64, TH>,
+    b: &Shared<T, K, NB, TH>,
+    acc: &mut Acc<M, N, TH, true>,
+) where
+    [(); acc_len(M, N, TH)]:,
+{
+    let () = WgSplitShape::<M, N, NB, K, TH>::OK;
+    let () = WgShape::<T, T, 64, 64, 16, 128>::OK;
+    on_period(a, 128);
+    on_period(b, 128);
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+    {
+        use rustile_device as d;
+        // Column block w starts w·N·2 bytes into b's swizzled rows, as a
+        // K-major slice starts 32 bytes along them; 16 rows further down is
+        // the next slice of both.
+        let cols = (warpgroup() * N * 2) as u32;
+        d::wgmma_fence();
+        for ks in 0..K / 16 {
+            let down = (ks * 16 * 128) as u32;
+            let (da, db) = (d::wgmma_desc(a.base + down, 128), d::wgmma_desc(b.base + down + cols, 128));
+            let acc_v = acc.v.as_mut_ptr();
+            macro_rules! issue {
+                ($n32:ident, $n64:ident) => {
+                    match (N, ks == 0) {
+                        (32, true) => d::$n32::<true>(&mut *(acc_v as *mut [f32; 16]), da, db),
+                        (32, false) => d::$n32::<false>(&mut *(acc_v as *mut [f32; 16]), da, db),
+                        (_, true) => d::$n64::<true>(&mut *(acc_v as *mut [f32; 32]), da, db),
+                        (_, false) => d::$n64::<false>(&mut *(acc_v as *mut [f32; 32]), da, db),
+                    }
+                };
+            }
+            unsafe {
+                match T::KIND {
+                    Kind::Bf16 => issue!(wgmma_m64n32k16_bf16_tt, wgmma_m64n64k16_bf16_tt),
+                    _ => issue!(wgmma_m64n32k16_f16_tt, wgmma_m64n64k16_f16_tt),
+                }
+            }
+        }
+        d::wgmma_commit();
+    }
+    #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_90a")))]
+    {
+        let _ = (a, b, acc);
+        panic!("wgmma needs sm_90a: give the kernel `arch = sm_90a`");
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    for m in 0..M {
+        let (w, row) = (m / 64, m % 64);
+        for n in 0..N {
+            let mut s = 0.0;
+            for k in 0..K {
+                s += a.get(k, row).to_f32() * b.get(k, w * N + n).to_f32();
+            }
+            acc.v[m * N + n] = s;
+        }
+    }
+}
+
 // ---- FP8 products with the left operand in registers -------------------------------------
 
 /// The accumulator column that position `p` of an FP8 `wgmma` A fragment
@@ -758,6 +865,41 @@ mod tests {
                     let want: f32 = 1.0 + (0..64).map(|k| (((r + 2 * k) % 5) as f32 - 2.0) * bv(n, k)).sum::<f32>();
                     assert_eq!(acc.v[r * 128 + n], want, "({r}, {n})");
                 }
+            }
+        });
+    }
+
+    /// Both warpgroups' `dSᵀ` stored packed, then `aᵀ·b` with the
+    /// warpgroups splitting b's columns: row block w of the accumulator is
+    /// `aᵀ` times b's column block w (small integers: exact), and the
+    /// copy engine's addition of a [`crate::tma::SharedSum`] adds each block
+    /// where its window says, leaving the rest of the tensor alone.
+    #[test]
+    fn a_transposed_product_split_by_columns_is_the_plain_product() {
+        use crate::tma::SharedSum;
+        run_grid([1, 1, 1], 256 * 4 + 3 * 128 * 64 * 2, || {
+            let (a, b) = (Shared::<bf16, 128, 64, 256>::at(0), Shared::<bf16, 128, 64, 256>::at(128 * 64 * 2));
+            let av = |k: usize, m: usize| ((k * 3 + m) % 7) as f32 - 3.0;
+            let bv = |k: usize, n: usize| ((k + 5 * n) % 5) as f32 - 2.0;
+            a.store_packed::<true>(&Acc::<128, 64, 256, true>::zeros().map(|k, m, _| av(k, m)).pack::<bf16>());
+            b.store(&crate::Tile::from_fn(|k, n| bf16::from_f32(bv(k, n))));
+            let mut acc = Acc::<128, 32, 256, true>::zeros().map(|_, _, _| 100.0);
+            super::dot_t_split_new_async(&a, &b, &mut acc);
+            for (w, m, n) in (0..2).flat_map(|w| (0..64).flat_map(move |m| (0..32).map(move |n| (w, m, n)))) {
+                let want: f32 = (0..128).map(|k| av(k, m) * bv(k, 32 * w + n)).sum();
+                assert_eq!(acc.v[(64 * w + m) * 32 + n], want, "block {w} ({m}, {n})");
+            }
+            // Into a [70, 64] tensor at rows 10.. (the last 4 rows past its end).
+            let sum = SharedSum::<128, 256>::at(2 * 128 * 64 * 2);
+            sum.store_acc(&acc);
+            let mut dst = vec![1.0f32; 70 * 64];
+            let out = crate::PtrMut::from_slice(&mut dst);
+            for w in 0..2 {
+                sum.add_tma_by_this_thread::<64>(64 * w, 0, &crate::BlockPtr::new(out, [70, 64], [64, 1], [10, 32 * w]), 0);
+            }
+            for (r, c) in (0..70).flat_map(|r| (0..64).map(move |c| (r, c))) {
+                let want = if r < 10 { 1.0 } else { 1.0 + acc.v[(64 * (c / 32) + r - 10) * 32 + c % 32] };
+                assert_eq!(dst[r * 64 + c], want, "({r}, {c})");
             }
         });
     }

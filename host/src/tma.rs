@@ -34,7 +34,7 @@ pub struct TileMap {
     /// Bytes between consecutive indices of dimensions 1 and 2.
     pub strides: [u64; 2],
     pub boxes: [u32; 3],
-    /// Bytes an element: 2 or 1.
+    /// Bytes an element: 2, 1 or 4 (f32, which the copy engine can also add into).
     pub elem_bytes: u32,
 }
 
@@ -47,8 +47,8 @@ impl TileMap {
         if let Some(s) = self.strides.iter().find(|s| **s % 16 != 0 || **s >= 1 << 40) {
             return Some(format!("a row stride of {s} bytes is not a multiple of 16 below 2^40"));
         }
-        if !(self.elem_bytes == 1 || self.elem_bytes == 2) {
-            return Some(format!("its elements are {} bytes, not 2 (bf16, f16) or 1 (FP8)", self.elem_bytes));
+        if !matches!(self.elem_bytes, 1 | 2 | 4) {
+            return Some(format!("its elements are {} bytes, not 2 (bf16, f16), 1 (FP8) or 4 (f32)", self.elem_bytes));
         }
         if self.swizzle().is_none() || self.boxes.iter().any(|b| *b == 0 || *b > 256) {
             return Some(format!(
@@ -163,10 +163,12 @@ impl Gpu {
         let r = unsafe {
             sys::cuTensorMapEncodeTiled(
                 &mut map,
-                if m.elem_bytes == 1 {
-                    sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8
-                } else {
-                    sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT16
+                // Copies move bits; f32 is named as such because the copy
+                // engine's additions (`SharedSum`) read the type.
+                match m.elem_bytes {
+                    1 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                    2 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT16,
+                    _ => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
                 },
                 3,
                 m.base as *mut std::ffi::c_void,
@@ -245,7 +247,10 @@ mod tests {
     fn maps_the_copy_engine_cannot_use_are_named() {
         let ok = TileMap { base: 0x1000, dims: [520, 777, 1], strides: [1040, 1040 * 777], boxes: [64, 128, 1], elem_bytes: 2 };
         let fp8 = TileMap { boxes: [128, 128, 1], elem_bytes: 1, ..ok };
+        // f32, 32 to a 128-byte row: what `SharedSum` adds into.
+        let sum = TileMap { boxes: [32, 64, 1], elem_bytes: 4, ..ok };
         assert_eq!(fp8.unsupported(), None);
+        assert_eq!(sum.unsupported(), None);
         assert_eq!(ok.unsupported(), None);
         // A head of 72 columns: a 64-column box and a 16-column one, heads 144 bytes apart.
         let tail = TileMap { dims: [72, 4096, 16], strides: [2304, 144], boxes: [16, 64, 1], ..ok };
@@ -256,7 +261,8 @@ mod tests {
             (TileMap { boxes: [24, 128, 1], ..ok }, "128 bytes wide"),
             (TileMap { boxes: [8, 128, 1], ..ok }, "(16, 32 or 64 elements)"),
             (TileMap { boxes: [48, 128, 1], ..fp8 }, "(32, 64 or 128 elements)"),
-            (TileMap { elem_bytes: 4, ..ok }, "not 2"),
+            (TileMap { elem_bytes: 4, ..ok }, "128 bytes wide"),
+            (TileMap { elem_bytes: 8, ..ok }, "not 2"),
             (TileMap { boxes: [64, 512, 1], ..ok }, "at most 256"),
             (TileMap { dims: [520, 0, 1], ..ok }, "dimensions"),
         ];

@@ -40,7 +40,7 @@
 use rustile::bf16;
 use rustile_host::{Error, Gpu, Graph, Result, Tensor};
 use rustile_ops::adamw::AdamW;
-use rustile_ops::attention::{attention, attention_backward_scratch, attention_backward_with, attention_fp8, attention_fwd_fp8_kernel, quantize_heads, Attention, Fp8Layout};
+use rustile_ops::attention::{attention, attention_backward_scratch, AttentionScratch, attention_backward_with, attention_fp8, attention_fwd_fp8_kernel, quantize_heads, Attention, Fp8Layout};
 use rustile_ops::gemm::{gemm, gemm_split_k, launch_plan, split_k_parts, Epilogue, Plan, Transpose};
 use rustile_ops::gmm_loss::{gmm_nll, gmm_nll_backward, gmm_nll_scratch};
 use rustile_ops::norm::{layer_norm, norm_backward, norm_backward_scratch, NormGrads, Saved};
@@ -198,7 +198,7 @@ pub struct TransformerNp {
     pub loss: Tensor<f32>,
     g: Grads,
     norm_scratch: Tensor<f32>,
-    attn_scratch: Tensor<f32>,
+    attn_scratch: AttentionScratch,
     head_norm_scratch: Tensor<f32>,
     nll_scratch: Tensor<f32>,
     /// Attention on e4m3 Q, K, V in the forward ([`TransformerNp::set_fp8_attention`]).
@@ -328,7 +328,7 @@ impl TransformerNp {
             loss: f32s(&[1])?,
             g,
             norm_scratch: norm_backward_scratch(gpu, t, d)?,
-            attn_scratch: attention_backward_scratch(gpu, [shape.batch, shape.seq(), heads])?,
+            attn_scratch: attention_backward_scratch(gpu, [shape.batch, shape.seq(), heads, cfg.head_dim()])?,
             head_norm_scratch: norm_backward_scratch(gpu, r, d)?,
             nll_scratch: gmm_nll_scratch(gpu, r)?,
             fp8_attention: false,

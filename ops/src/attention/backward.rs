@@ -12,6 +12,11 @@
 //! 3. [`attention_bwd_q_kernel`]: a program per query block and head walks
 //!    the key blocks: `dQ += scale·dS·K`.
 //!
+//! On Hopper the dK/dV program can make dQ too (`DQ = 1` of
+//! [`super::attention_bwd_kv_wgmma_kernel`]): each step adds its part of
+//! `dS·K` into an f32 sum through the copy engine, and
+//! [`attention_bwd_dq_kernel`] rounds the sum into `dq` in place of 3.
+//!
 //! `Pᵀ` and `dSᵀ` are left operands straight from registers (`dot_acc`); the
 //! right operands are the stored tiles read transposed (`ldmatrix.trans`).
 use super::{dot_head, store_head, Head, Seq, CAUSAL, VARLEN};
@@ -52,6 +57,19 @@ pub fn attention_bwd_rows_kernel<T: Elem>(o: Ptr<T>, d_o: Ptr<T>, delta: PtrMut<
         acc = acc + slice(o, j) * slice(d_o, j);
     }
     acc.row_sum().scatter(delta, r0, rows, |r| (r % heads) * tokens + r / heads);
+}
+
+/// `dq = scale · dq_sum` rounded to `T`, elementwise over `n` values: the
+/// dQ that the dK/dV programs added into `dq_sum` (f32, `dq`'s layout).
+#[kernel(
+    configs = [(BLOCK = 4096, WARPS = 8)],
+    grid = [cdiv(n, BLOCK)],
+    dtypes = [bf16, f16],
+)]
+pub fn attention_bwd_dq_kernel<T: Elem>(dq_sum: Ptr<f32>, dq: PtrMut<T>, n: usize, scale: f32) {
+    let at = [0, program_id(0) * BLOCK];
+    let sum = load(&BlockPtr::<f32, 1, BLOCK>::rows(dq_sum, 1, n, at));
+    store(&BlockPtr::rows(dq, 1, n, at), &sum.map(|x| x * scale).cast::<T>());
 }
 
 // ---- shared by 2 and 3 ---------------------------------------------------------------------

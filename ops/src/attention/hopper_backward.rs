@@ -59,18 +59,39 @@
 //! two stages take 129 KB), 19-25 % faster than the one without a copy
 //! warpgroup (`COPIER = 0`, kept for comparison), whose 255 registers
 //! spill 168 bytes.
+//!
+//! `DQ = 1` (D = 64, warp-specialized) makes dQ in the dK/dV program, as
+//! FlashAttention-3 does, so that no second program makes `S` and `dP`
+//! again (five products a step instead of seven). Each step the two
+//! multiplying warpgroups store their `dSᵀ` (keys × queries) in shared
+//! memory and meet at a named barrier; each then multiplies all 128 keys
+//! into its half of dQ's columns (`wgmma::dot_t_split_new_async`: `dSᵀ`
+//! and K read as stored, both transposed), stores that in a swizzled f32
+//! tile, and its first thread has the copy engine add the tile into an f32
+//! sum of dQ (`tma::SharedSum`), which [`super::attention_bwd_dq_kernel`]
+//! rounds into `dq`. Two tiles of each kind alternate, so a step writes
+//! while the previous step's are still read. Correct, but 0.4-4 % slower
+//! than the two programs on two streams, so not the default: it adds to
+//! the dK/dV program as much time as the whole dQ program takes (Nsight
+//! Compute: 5.38 ms against 3.42 + 1.98), spent in the chain each step
+//! waits through (`dSᵀ` stored, fence, barrier, dQ's product, the sum
+//! stored, fence, barrier) with no product in flight. Handing the sum to
+//! the copy engine a step later, behind the score products, spilled 268
+//! bytes and was 19 % slower (bench/RESULTS.md, 2026-11-28, “dQ inside the
+//! dK/dV program…”).
 use rustile::prelude::*;
 
 /// [`super::attention_bwd_kv_kernel`] on `wgmma` (the same arguments): one
 /// block of `BN` keys of one key/value head, walking `BM` queries a step.
 #[kernel(
     configs = [
-        (D = 64, BM = 64, BN = 128, WARPS = 12, OCC = 1, LATE = 0, COPIER = 1, QD = 4, SMEM = 100488),
-        (D = 64, BM = 64, BN = 128, WARPS = 12, OCC = 1, LATE = 0, COPIER = 1, QD = 2, SMEM = 66632),
-        (D = 64, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 0, COPIER = 0, QD = 2, SMEM = 66560),
-        (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 2, LATE = 0, COPIER = 0, QD = 2, SMEM = 62976),
-        (D = 128, BM = 64, BN = 128, WARPS = 12, OCC = 1, LATE = 0, COPIER = 1, QD = 2, SMEM = 132168),
-        (D = 128, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 1, COPIER = 0, QD = 2, SMEM = 131072),
+        (D = 64, BM = 64, BN = 128, WARPS = 12, OCC = 1, LATE = 0, COPIER = 1, QD = 4, DQ = 0, SMEM = 100488),
+        (D = 64, BM = 64, BN = 128, WARPS = 12, OCC = 1, LATE = 0, COPIER = 1, QD = 2, DQ = 0, SMEM = 66632),
+        (D = 64, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 0, COPIER = 0, QD = 2, DQ = 0, SMEM = 66560),
+        (D = 64, BM = 64, BN = 128, WARPS = 12, OCC = 1, LATE = 0, COPIER = 1, QD = 4, DQ = 1, SMEM = 166912),
+        (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 2, LATE = 0, COPIER = 0, QD = 2, DQ = 0, SMEM = 62976),
+        (D = 128, BM = 64, BN = 128, WARPS = 12, OCC = 1, LATE = 0, COPIER = 1, QD = 2, DQ = 0, SMEM = 132168),
+        (D = 128, BM = 64, BN = 128, WARPS = 8, OCC = 1, LATE = 1, COPIER = 0, QD = 2, DQ = 0, SMEM = 131072),
     ],
     grid = [cdiv(crate::attention::key_rows(sk, kv_bs, flags), BN), kv_heads, batch],
     dtypes = [bf16, f16],
@@ -78,10 +99,11 @@ use rustile::prelude::*;
 )]
 pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
     q: Ptr<T>, k: Ptr<T>, v: Ptr<T>, d_o: Ptr<T>, lse: Ptr<f32>, delta: Ptr<f32>, dk: PtrMut<T>, dv: PtrMut<T>,
+    dq_sum: PtrMut<f32>,
     cu_q: Ptr<u32>, cu_k: Ptr<u32>,
     batch: usize, sq: usize, sk: usize, heads: usize, kv_heads: usize, d: usize,
     q_bs: usize, kv_bs: usize, lse_h: usize, scale: f32, flags: u32,
-    map_q: u64, map_q1: u64, map_do: u64, map_do1: u64, map_k: u64, map_k1: u64, map_v: u64, map_v1: u64,
+    map_q: u64, map_q1: u64, map_do: u64, map_do1: u64, map_k: u64, map_k1: u64, map_v: u64, map_v1: u64, map_dq: u64,
 ) {
     // Here, not at the top: on other arches the macro leaves the body out.
     use crate::attention::{query_tokens, store_head, Head, Seq, Walk, CAUSAL, VARLEN};
@@ -144,6 +166,14 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
         let walk = Walk::of(&s, c0, BM, hk, heads / kv_heads, causal);
         let bar = |i: usize| tma::Barrier::at::<TH>(at + 2 * (BN + STAGES * BM) * D * 2 + 2 * STAGES * BM * 4 + 8 * i);
         let qd_landed = |t: usize, which: usize| bar(1 + 2 * (t % STAGES) + which);
+        // `DQ = 1`: two steps' dSᵀ (all 128 keys), then two steps' dQ sums
+        // (each warpgroup's 64 rows, its half of the columns), past the
+        // barriers on the next 1024 bytes.
+        let dq_at = at + (2 * (BN + STAGES * BM) * D * 2 + 2 * STAGES * BM * 4 + 8 * (1 + 4 * STAGES)).next_multiple_of(1024);
+        let ds_tile = |i: usize| rustile::Shared::<T, BN, 64, TH>::at(dq_at + i * BN * 64 * 2);
+        let sum_tile = |i: usize| tma::SharedSum::<BN, TH>::at(dq_at + 2 * BN * 64 * 2 + i * BN * 128);
+        // Each multiplying warpgroup's first thread issues its additions.
+        let adder = cfg!(not(target_arch = "nvptx64")) || wgmma::is_warpgroup_leader();
         let qd_read = |t: usize, which: usize| bar(1 + 2 * STAGES + 2 * (t % STAGES) + which);
         bar(0).init(1);
         for i in 1..1 + 2 * STAGES {
@@ -241,8 +271,46 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
             if TAIL {
                 wgmma::dot_acc_async(&dspk, &sq_.rest, &mut dk1);
             }
+            if DQ == 0 {
+                wgmma::wait::<0, BN, 64, TH>(&mut dk0);
+                qd_read(t, 0).arrive();
+                continue;
+            }
+            // dQ = dS·K here, not in a program of its own that makes S and
+            // dP again: both warpgroups' dSᵀ into shared memory, then each
+            // multiplies all 128 keys into its half of dQ's columns, and its
+            // first thread has the copy engine add that into `dq_sum`.
+            let ds = ds_tile(t % 2);
+            ds.store_packed::<true>(&dspk);
+            wgmma::fence_shared();
+            sync_named(9, TH);
+            let mut dq = AccW::<32>::zeros();
+            wgmma::dot_t_split_new_async(&ds, &sk_.main, &mut dq);
             wgmma::wait::<0, BN, 64, TH>(&mut dk0);
+            wgmma::wait::<0, BN, 32, TH>(&mut dq);
             qd_read(t, 0).arrive();
+            // The sum tile of two steps ago is free once the copy engine read it.
+            let wg = wgmma::warpgroup();
+            if adder {
+                tma::wait_adds_read::<1>();
+            }
+            sync_named(10 + wg as u32, 128);
+            let sum = sum_tile(t % 2);
+            sum.store_acc(&dq);
+            wgmma::fence_shared();
+            sync_named(10 + wg as u32, 128);
+            if adder {
+                let (h, r0) = walk.at(t);
+                // The interpreter's one thread adds both warpgroups' halves.
+                for w in if on_cpu { 0..TH / 128 } else { wg..wg + 1 } {
+                    let dst = rustile::BlockPtr::<f32, 64, 32, TH>::new(dq_sum.offset(h * d), [s.q0 + s.lq, d], [s.ldq, 1], [s.q0 + r0, 32 * w]);
+                    sum.add_tma_by_this_thread::<64>(64 * w, map_dq, &dst, h);
+                }
+                tma::commit_adds();
+            }
+        }
+        if DQ == 1 && adder {
+            tma::wait_adds::<0>();
         }
         wgmma::wait::<0, BN, 64, TH>(&mut dv0);
         wgmma::wait::<0, BN, D1, TH>(&mut dv1);

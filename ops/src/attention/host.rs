@@ -79,6 +79,11 @@ fn config_in(configs: &[rustile::KernelConfig], d: usize) -> usize {
         .unwrap_or(first)
 }
 
+/// Whether Hopper's dK/dV config `kv` makes dQ too (`DQ = 1`).
+fn makes_dq(kv: usize) -> bool {
+    attention_bwd_kv_wgmma_kernel::CONFIGS[kv].get("DQ") == Some(1)
+}
+
 /// `RUSTILE_ATTENTION_CONFIG`, read once.
 fn forced_config() -> Option<&'static str> {
     static FORCED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
@@ -261,11 +266,15 @@ impl Program {
         if configs[tuned].get("D") == Some(dp) { tuned } else { first }
     }
 
-    /// The backward's configs for head dim `d`: `(dK/dV kernel, dQ kernel)`.
-    fn backward_configs(self, d: usize) -> (usize, usize) {
+    /// The backward's configs for head dim `d`: `(dK/dV kernel, dQ kernel,
+    /// whether the dK/dV program makes dQ)` (then the dQ kernel does not run).
+    fn backward_configs(self, d: usize) -> (usize, usize, bool) {
         match self {
-            Program::Mma => (config_in(attention_bwd_kv_kernel::CONFIGS, d), config_in(attention_bwd_q_kernel::CONFIGS, d)),
-            Program::Wgmma => (config_in(attention_bwd_kv_wgmma_kernel::CONFIGS, d), config_in(attention_bwd_q_wgmma_kernel::CONFIGS, d)),
+            Program::Mma => (config_in(attention_bwd_kv_kernel::CONFIGS, d), config_in(attention_bwd_q_kernel::CONFIGS, d), false),
+            Program::Wgmma => {
+                let kv = config_in(attention_bwd_kv_wgmma_kernel::CONFIGS, d);
+                (kv, config_in(attention_bwd_q_wgmma_kernel::CONFIGS, d), makes_dq(kv))
+            }
         }
     }
 }
@@ -597,10 +606,21 @@ pub fn attention_backward<T: Elem>(
     attention_backward_with(gpu, [q, k, v, o, d_o], lse, [dq, dk, dv], opt, None)
 }
 
+/// The scratch [`attention_backward_with`] takes (from
+/// [`attention_backward_scratch`]): each query's `rowsum(dO ⊙ O)`, and
+/// where the dK/dV programs make dQ too, the f32 sum they add it into.
+pub struct AttentionScratch {
+    delta: Tensor<f32>,
+    dq_sum: Tensor<f32>,
+}
+
 /// The scratch [`attention_backward_with`] takes for `q` of `[batch, sq,
-/// heads, d]`: each query's `rowsum(dO ⊙ O)`, `[heads, batch·sq]` f32.
-pub fn attention_backward_scratch(gpu: &Gpu, [batch, sq, heads]: [usize; 3]) -> Result<Tensor<f32>> {
-    gpu.alloc(&[heads, (batch * sq).max(1)])
+/// heads, d]` on this GPU: `delta` `[heads, batch·sq]` f32, and `dq_sum`
+/// (q's shape, f32) where the backward's dK/dV program makes dQ.
+pub fn attention_backward_scratch(gpu: &Gpu, [batch, sq, heads, d]: [usize; 4]) -> Result<AttentionScratch> {
+    let tokens = (batch * sq).max(1);
+    let fused = Program::backward_on(gpu, d).backward_configs(d).2;
+    Ok(AttentionScratch { delta: gpu.alloc(&[heads, tokens])?, dq_sum: gpu.alloc(&[if fused { tokens * heads * d } else { 1 }])? })
 }
 
 /// [`attention_backward`] with its scratch given (from
@@ -612,7 +632,7 @@ pub fn attention_backward_with<T: Elem>(
     lse: &Tensor<f32>,
     [dq, dk, dv]: [&mut Tensor<T>; 3],
     opt: Attention,
-    scratch: Option<&mut Tensor<f32>>,
+    scratch: Option<&mut AttentionScratch>,
 ) -> Result<()> {
     check_dtype::<T>("attention_backward")?;
     let dims = dims_of(q, k, v)?;
@@ -649,25 +669,35 @@ fn backward_on_gpu<T: Elem>(
     sizes: [usize; 9],
     scale: f32,
     flags: u32,
-    scratch: Option<&mut Tensor<f32>>,
+    scratch: Option<&mut AttentionScratch>,
 ) -> Result<()> {
     let [batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h] = sizes;
     let tokens = query_tokens(batch, q_bs, lse_h, flags & VARLEN != 0);
     let program = Program::backward_on(gpu, d);
-    let (kv_cfg, q_cfg) = program.backward_configs(d);
+    let (kv_cfg, q_cfg, fused) = program.backward_configs(d);
     // The kernel's key grid spans dk's rows: those past the keys used get zeros.
     if batch * key_rows(sk, kv_bs, flags) * kv_heads > 0 {
         let mut made;
-        let delta = match scratch {
-            Some(t) if t.numel() >= heads * tokens.max(1) => t,
-            Some(t) => return Err(Error::Shape(format!("attention_backward: the scratch holds {} values; {heads}×{tokens} needed", t.numel()))),
+        let AttentionScratch { delta, dq_sum } = match scratch {
+            Some(t) if t.delta.numel() >= heads * tokens.max(1) && (!fused || t.dq_sum.numel() >= tokens * heads * d) => t,
+            Some(t) => {
+                return Err(Error::Shape(format!(
+                    "attention_backward: the scratch holds {} and {} values; {heads}×{tokens} and {} needed (attention_backward_scratch makes it)",
+                    t.delta.numel(),
+                    t.dq_sum.numel(),
+                    if fused { tokens * heads * d } else { 1 }
+                )))
+            }
             None => {
-                made = gpu.alloc::<f32>(&[heads, tokens.max(1)])?;
+                made = AttentionScratch { delta: gpu.alloc(&[heads, tokens.max(1)])?, dq_sum: gpu.alloc(&[if fused { tokens * heads * d } else { 1 }.max(1)])? };
                 &mut made
             }
         };
         if tokens * heads > 0 {
             attention_bwd_rows_kernel::launch(gpu, rows_config(d), o, d_o, delta, tokens, heads, d)?;
+        }
+        if fused {
+            gpu.fill_bytes(dq_sum, 0)?;
         }
         // dK/dV and dQ read the same inputs and write apart, so they run
         // concurrently: each launch's last wave leaves SMs to the other.
@@ -675,7 +705,7 @@ fn backward_on_gpu<T: Elem>(
         // 360 the other way round and 364 one after the other
         // (bench/RESULTS.md, 2026-11-23,
         // “Head dim 72: dK/dV and dQ on two streams…”).
-        let kv = || match program {
+        let mut kv = || match program {
             Program::Mma => attention_bwd_kv_kernel::launch(
                 gpu, kv_cfg, q, k, v, d_o, lse, &delta, dk, dv, cu_q, cu_k,
                 batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
@@ -687,13 +717,18 @@ fn backward_on_gpu<T: Elem>(
                 let maps = |t: &Tensor<T>, heads: usize, rows: usize| if copier == 1 { head_maps(gpu, t, heads, d, rows, dp) } else { Ok([0, 0]) };
                 let ([mq, mq1], [mdo, mdo1]) = (maps(q, heads, bm)?, maps(d_o, heads, bm)?);
                 let ([mk, mk1], [mv, mv1]) = (maps(k, kv_heads, bn)?, maps(v, kv_heads, bn)?);
+                let mdq = if fused { sum_map(gpu, dq_sum, tokens, heads, d)? } else { 0 };
                 attention_bwd_kv_wgmma_kernel::launch(
-                    gpu, kv_cfg, q, k, v, d_o, lse, &delta, dk, dv, cu_q, cu_k,
+                    gpu, kv_cfg, q, k, v, d_o, lse, &delta, dk, dv, dq_sum, cu_q, cu_k,
                     batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
-                    mq, mq1, mdo, mdo1, mk, mk1, mv, mv1,
+                    mq, mq1, mdo, mdo1, mk, mk1, mv, mv1, mdq,
                 )
             }
         };
+        if fused {
+            kv()?;
+            return if tokens * heads > 0 { attention_bwd_dq_kernel::launch(gpu, 0, dq_sum, dq, tokens * heads * d, scale) } else { Ok(()) };
+        }
         let dq_ = || match program {
             _ if batch * sq * heads == 0 => Ok(()),
             Program::Mma => attention_bwd_q_kernel::launch(
@@ -719,6 +754,19 @@ fn backward_on_gpu<T: Elem>(
         gpu.fill_bytes(dq, 0)?;
     }
     Ok(())
+}
+
+/// The copy engine's map of `dq_sum` (f32, `[tokens, heads, d]`) that the
+/// dK/dV programs add dQ into: boxes of 64 rows and 32 columns, each
+/// multiplying warpgroup's half of a head.
+fn sum_map(gpu: &Gpu, dq_sum: &Tensor<f32>, tokens: usize, heads: usize, d: usize) -> Result<u64> {
+    gpu.tensor_map(&TileMap {
+        base: dq_sum.device_ptr(),
+        dims: [d as u64, tokens.max(1) as u64, heads as u64],
+        strides: [(4 * heads * d) as u64, (4 * d) as u64],
+        boxes: [32, 64, 1],
+        elem_bytes: 4,
+    })
 }
 
 /// The delta kernel's config for head dim `d`: the narrowest whose `BN` holds it.
@@ -782,14 +830,16 @@ fn backward_on_cpu<T: Elem>(
 ) -> (Vec<T>, Vec<T>, Vec<T>) {
     let [batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h] = sizes;
     let tokens = query_tokens(batch, q_bs, lse_h, flags & VARLEN != 0);
-    let (kv_default, q_cfg) = program.backward_configs(d);
+    let (kv_default, q_cfg, _) = program.backward_configs(d);
     let kv_cfg = kv_config.unwrap_or(kv_default);
+    let fused = program == Program::Wgmma && makes_dq(kv_cfg);
     let nan = |n: usize| vec![T::from_f32(f32::NAN); n];
     let (mut dq, mut dk, mut dv) = (nan(q.len()), nan(k.len()), nan(v.len()));
     let mut delta = vec![0.0f32; tokens * heads];
     if tokens * heads > 0 {
         attention_bwd_rows_kernel::cpu(rows_config(d), o, d_o, &mut delta, tokens, heads, d);
     }
+    let mut dq_sum = vec![0.0f32; if fused { q.len() } else { 0 }];
     if batch * key_rows(sk, kv_bs, flags) * kv_heads > 0 {
         match program {
             Program::Mma => attention_bwd_kv_kernel::cpu(
@@ -797,11 +847,15 @@ fn backward_on_cpu<T: Elem>(
                 batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
             ),
             Program::Wgmma => attention_bwd_kv_wgmma_kernel::cpu(
-                kv_cfg, q, k, v, d_o, lse, &delta, &mut dk, &mut dv, cu_q, cu_k,
+                kv_cfg, q, k, v, d_o, lse, &delta, &mut dk, &mut dv, &mut dq_sum, cu_q, cu_k,
                 batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
                 // The interpreter copies the window a map would describe.
-                0, 0, 0, 0, 0, 0, 0, 0,
+                0, 0, 0, 0, 0, 0, 0, 0, 0,
             ),
+        }
+        if fused {
+            attention_bwd_dq_kernel::cpu(0, &dq_sum, &mut dq, q.len(), scale);
+            return (dq, dk, dv);
         }
     }
     if batch * sq * heads > 0 {
