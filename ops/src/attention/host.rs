@@ -618,9 +618,20 @@ pub struct AttentionScratch {
 /// heads, d]` on this GPU: `delta` `[heads, batch·sq]` f32, and `dq_sum`
 /// (q's shape, f32) where the backward's dK/dV program makes dQ.
 pub fn attention_backward_scratch(gpu: &Gpu, [batch, sq, heads, d]: [usize; 4]) -> Result<AttentionScratch> {
-    let tokens = (batch * sq).max(1);
     let fused = Program::backward_on(gpu, d).backward_configs(d).2;
-    Ok(AttentionScratch { delta: gpu.alloc(&[heads, tokens])?, dq_sum: gpu.alloc(&[if fused { tokens * heads * d } else { 1 }])? })
+    AttentionScratch::new(gpu, batch * sq, heads, d, fused)
+}
+
+impl AttentionScratch {
+    /// For `tokens` queries of `heads` heads of `d`; `fused`: the dK/dV
+    /// program makes dQ (else `dq_sum` is one value, never read).
+    fn new(gpu: &Gpu, tokens: usize, heads: usize, d: usize, fused: bool) -> Result<Self> {
+        Ok(AttentionScratch { delta: gpu.alloc(&[heads, tokens.max(1)])?, dq_sum: gpu.alloc(&[Self::sum_len(tokens, heads, d, fused)])? })
+    }
+
+    fn sum_len(tokens: usize, heads: usize, d: usize, fused: bool) -> usize {
+        if fused { (tokens * heads * d).max(1) } else { 1 }
+    }
 }
 
 /// [`attention_backward`] with its scratch given (from
@@ -679,17 +690,17 @@ fn backward_on_gpu<T: Elem>(
     if batch * key_rows(sk, kv_bs, flags) * kv_heads > 0 {
         let mut made;
         let AttentionScratch { delta, dq_sum } = match scratch {
-            Some(t) if t.delta.numel() >= heads * tokens.max(1) && (!fused || t.dq_sum.numel() >= tokens * heads * d) => t,
+            Some(t) if t.delta.numel() >= heads * tokens.max(1) && t.dq_sum.numel() >= AttentionScratch::sum_len(tokens, heads, d, fused) => t,
             Some(t) => {
                 return Err(Error::Shape(format!(
                     "attention_backward: the scratch holds {} and {} values; {heads}×{tokens} and {} needed (attention_backward_scratch makes it)",
                     t.delta.numel(),
                     t.dq_sum.numel(),
-                    if fused { tokens * heads * d } else { 1 }
+                    AttentionScratch::sum_len(tokens, heads, d, fused)
                 )))
             }
             None => {
-                made = AttentionScratch { delta: gpu.alloc(&[heads, tokens.max(1)])?, dq_sum: gpu.alloc(&[if fused { tokens * heads * d } else { 1 }.max(1)])? };
+                made = AttentionScratch::new(gpu, tokens, heads, d, fused)?;
                 &mut made
             }
         };
