@@ -26,7 +26,8 @@ from ._arrays import desc, desc_or_none, empty, stream_of
 
 __all__ = ["softmax", "rms_norm", "layer_norm", "norm_backward", "gemm", "gemm_fp8", "grouped_gemm", "attention", "attention_backward",
            "attention_varlen", "attention_varlen_backward", "cu_seqlens", "dual_gemm", "delta_rule",
-           "delta_rule_backward", "conv_silu", "conv_silu_backward", "gated_rms_norm", "gated_rms_norm_backward", "gpu_name"]
+           "delta_rule_backward", "conv_silu", "conv_silu_backward", "proj_conv_silu", "gated_out_proj", "gated_rms_norm",
+           "gated_rms_norm_backward", "gpu_name"]
 
 
 def gpu_name():
@@ -292,6 +293,31 @@ def conv_silu_backward(x, w, dy):
     dx, dw = empty(x, xd[1]), empty(x, wd[1], "f32")
     _rustile.conv_silu_backward(xd, wd, desc(dy), desc(dx), desc(dw), stream_of(x))
     return dx, dw
+
+
+def proj_conv_silu(x, wp, w, return_pre=False):
+    """QuasarAttention's projection and short convolution in one launch:
+    :func:`conv_silu` of ``x·wpᵀ`` with ``x`` ``[batch, tokens, hidden]``,
+    ``wp`` ``[channels, hidden]`` and ``w`` ``[4, channels]`` (bfloat16).
+    With ``return_pre``, also ``x·wpᵀ``, what :func:`conv_silu_backward` needs."""
+    xd, wpd = desc(x), desc(wp)
+    y = empty(x, (*xd[1][:-1], wpd[1][0]))
+    pre = empty(x, (*xd[1][:-1], wpd[1][0])) if return_pre else None
+    _rustile.proj_conv_silu(xd, wpd, desc(w), desc_or_none(pre), desc(y), stream_of(x))
+    return (y, pre) if return_pre else y
+
+
+def gated_out_proj(o, g1, wg2, bias, w, wo, eps=1e-5):
+    """QuasarAttention's gate, output norm and output projection in one
+    launch where the GPU has ``wgmma`` (the three steps elsewhere):
+    ``(RMSNorm(o)·w ⊙ sigmoid(g1·wg2ᵀ + bias))·woᵀ`` per 64-wide head, with
+    ``o`` ``[..., heads·64]``, ``g1`` ``[..., rank]``, ``wg2`` ``[heads·64,
+    rank]``, ``bias`` ``[heads·64]``, ``w`` ``[64]``, ``wo`` ``[n_out,
+    heads·64]`` (bfloat16)."""
+    od, wod = desc(o), desc(wo)
+    out = empty(o, (*od[1][:-1], wod[1][0]))
+    _rustile.gated_out_proj(od, desc(g1), desc(wg2), desc(bias), desc(w), wod, float(eps), desc(out), stream_of(o))
+    return out
 
 
 def gated_rms_norm(o, g, w, eps=1e-5, return_rstd=False):

@@ -31,7 +31,10 @@ use rustile_ops::delta_rule::{delta_rule as delta_rule_op, delta_rule_backward a
 use rustile_ops::gemm::{gemm_cast, Act, Cast, Epilogue, Mat, Transpose};
 use rustile_ops::gemm_fp8::{gemm_fp8 as gemm_fp8_op, Scale};
 use rustile_ops::grouped_gemm::{gemm_groups, Groups};
-use rustile_ops::quasar::{conv_silu as conv_silu_op, conv_silu_backward as conv_silu_backward_op, gated_rms_norm as gated_rms_norm_op, gated_rms_norm_backward as gated_rms_norm_backward_op, ConvScratch, NormScratch};
+use rustile_ops::quasar::{
+    conv_silu as conv_silu_op, conv_silu_backward as conv_silu_backward_op, gated_out_proj as gated_out_proj_op, gated_rms_norm as gated_rms_norm_op,
+    gated_rms_norm_backward as gated_rms_norm_backward_op, proj_conv_silu as proj_conv_silu_op, ConvScratch, NormScratch,
+};
 use rustile_ops::norm::{layer_norm as layer_norm_op, norm_backward as norm_backward_op, norm_backward_scratch, rms_norm as rms_norm_op, NormGrads, Saved};
 use rustile_ops::softmax::softmax as softmax_op;
 use rustile_ops::trimul::{Params as TriMulParams, TriMul as TriMulOp, Workspace as TriMulWorkspace};
@@ -520,6 +523,34 @@ fn conv_silu_backward(py: Python<'_>, x: Arr, w: Arr, dy: Arr, dx: Arr, dw: Arr,
     })
 }
 
+/// QuasarAttention's projection and short convolution in one launch: `y =
+/// silu(conv(x·wpᵀ))` with `x` `[batch, tokens, hidden]`, `wp` `[channels,
+/// hidden]`, `w` `[4, channels]` (bf16); `pre` (optional, like `y`) gets
+/// `x·wpᵀ`, what the backward needs.
+#[pyfunction]
+#[pyo3(signature = (x, wp, w, pre, y, stream))]
+fn proj_conv_silu(py: Python<'_>, x: Arr, wp: Arr, w: Arr, pre: Option<Arr>, y: Arr, stream: u64) -> PyResult<()> {
+    let mut all = vec![&x, &wp, &w, &y];
+    all.extend(pre.as_ref());
+    run(py, &all, stream, |gpu| {
+        let mut kept = optional::<bf16>(&pre, gpu)?;
+        proj_conv_silu_op(gpu, &x.tensor::<bf16>(gpu)?, &wp.tensor(gpu)?, &w.tensor(gpu)?, kept.as_mut(), &mut y.tensor(gpu)?)
+    })
+}
+
+/// QuasarAttention's gate, output norm and output projection in one launch
+/// on Hopper: `out = (RMSNorm(o)·w ⊙ sigmoid(g1·wg2ᵀ + bias))·woᵀ` per 64-wide
+/// head of `o` `[.., heads·64]`, with `g1` `[.., rank]`, `wg2` `[heads·64,
+/// rank]`, `bias` `[heads·64]`, `w` `[64]`, `wo` `[n_out, heads·64]` (bf16).
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn gated_out_proj(py: Python<'_>, o: Arr, g1: Arr, wg2: Arr, bias: Arr, w: Arr, wo: Arr, eps: f32, out: Arr, stream: u64) -> PyResult<()> {
+    run(py, &[&o, &g1, &wg2, &bias, &w, &wo, &out], stream, |gpu| {
+        let ot = o.tensor::<bf16>(gpu)?;
+        gated_out_proj_op(gpu, &ot, &g1.tensor(gpu)?, &wg2.tensor(gpu)?, &bias.tensor(gpu)?, &w.tensor(gpu)?, &wo.tensor(gpu)?, eps, &mut out.tensor(gpu)?)
+    })
+}
+
 /// QuasarAttention's output norm: `y = RMSNorm(o)·w ⊙ sigmoid(g)` over each
 /// 64-wide head of `o`, `g` `[.., heads·64]` (bf16), `w` `[64]`; `rstd`
 /// `[heads, tokens]` f32 for the backward.
@@ -655,6 +686,8 @@ fn _rustile(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(delta_rule_backward, m)?,
         wrap_pyfunction!(conv_silu, m)?,
         wrap_pyfunction!(conv_silu_backward, m)?,
+        wrap_pyfunction!(proj_conv_silu, m)?,
+        wrap_pyfunction!(gated_out_proj, m)?,
         wrap_pyfunction!(gated_rms_norm, m)?,
         wrap_pyfunction!(gated_rms_norm_backward, m)?,
         wrap_pyfunction!(gpu_name, m)?,

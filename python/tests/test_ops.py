@@ -475,6 +475,34 @@ def test_conv_silu_and_its_backward(rng):
     assert rel_err(dx, want_dx) < 2e-2 and rel_err(dw, want_dw) < 2e-2
 
 
+def test_proj_conv_silu_is_the_projection_then_the_convolution(rng):
+    bf16 = ml_dtypes.bfloat16
+    batch, tokens, hidden, channels = 2, 37, 48, 72
+    x = normal(rng, (batch, tokens, hidden), bf16)
+    wp = normal(rng, (channels, hidden), bf16, hidden**-0.5)
+    w = normal(rng, (4, channels), bf16, 0.5)
+    xa, wpa, wa = arrays(x, wp, w)
+    pre = wide(x) @ wide(wp).T
+    want, _ = _conv_silu_ref(pre, w)
+    y, got_pre = rustile.proj_conv_silu(xa, wpa, wa, return_pre=True)
+    assert rel_err(got_pre, pre) < 2 * DTYPES["bf16"][1]
+    assert rel_err(y, want) < 2e-2
+    assert rel_err(rustile.proj_conv_silu(xa, wpa, wa), y) < 1e-3
+
+
+def test_gated_out_proj_is_the_gate_the_norm_then_the_projection(rng):
+    bf16 = ml_dtypes.bfloat16
+    rows, heads, rank, n_out = 37, 2, 16, 40
+    o, g1 = normal(rng, (rows, heads * 64), bf16, 2.0), normal(rng, (rows, rank), bf16)
+    wg2, bias = normal(rng, (heads * 64, rank), bf16, rank**-0.5), normal(rng, (heads * 64,), bf16, 0.5)
+    w = (1 + normal(rng, (64,), np.float32, 0.3)).astype(bf16)
+    wo = normal(rng, (n_out, heads * 64), bf16, (heads * 64)**-0.5)
+    g = wide(g1) @ wide(wg2).T + wide(bias)
+    want = _gated_rms_norm_ref(o, g, w) @ wide(wo).T
+    got = rustile.gated_out_proj(*arrays(o, g1, wg2, bias, w, wo))
+    assert got.shape == (rows, n_out) and rel_err(got, want) < 2e-2
+
+
 def _gated_rms_norm_ref(o, g, w, eps=1e-5):
     o, g, w = wide(o), wide(g), wide(w)
     heads = o.reshape(o.shape[0], -1, 64)
