@@ -173,7 +173,7 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
         let ds_tile = |i: usize| rustile::Shared::<T, BN, 64, TH>::at(dq_at + i * BN * 64 * 2);
         let sum_tile = |i: usize| tma::SharedSum::<BN, TH>::at(dq_at + 2 * BN * 64 * 2 + i * BN * 128);
         // Each multiplying warpgroup's first thread issues its additions.
-        let adder = cfg!(not(target_arch = "nvptx64")) || wgmma::is_warpgroup_leader();
+        let adder = wgmma::is_warpgroup_leader();
         let qd_read = |t: usize, which: usize| bar(1 + 2 * STAGES + 2 * (t % STAGES) + which);
         bar(0).init(1);
         for i in 1..1 + 2 * STAGES {
