@@ -239,16 +239,19 @@ fn bench<T: Elem>(
                 let res: Vec<T> = normal(&mut rng, m * n, 0.0, 1.0);
                 let (dbias, dres) = (gpu.upload(&bias, &[n])?, gpu.upload(&res, &[m, n])?);
                 let epi = gemm::Epilogue::new().bias_per_column(&dbias).act(gemm::Act::Silu).residual(&dres);
-                gemm::gemm_nt_fused(gpu, &da, &db, &mut c, &epi)?;
-                let fused = gpu.download(&c)?;
                 let e = epi.epi();
-                for r in sample_rows(m, 8) {
-                    let ab = product_rows(&a, &b, r.clone(), n, k);
-                    let want: Vec<f64> = (0..ab.len())
-                        .map(|i| reference::epilogue(&e, ab[i], bias[i % n].to_f32() as f64, res[r.start * n + i].to_f32() as f64, 0.0))
-                        .collect();
-                    say(close("fused bias+silu+residual, sampled rows vs float64", &fused[r.start * n..r.end * n], &want)?);
-                }
+                let check_fused = |what: &str, fused: &[T]| -> Result<()> {
+                    for r in sample_rows(m, 8) {
+                        let ab = product_rows(&a, &b, r.clone(), n, k);
+                        let want: Vec<f64> = (0..ab.len())
+                            .map(|i| reference::epilogue(&e, ab[i], bias[i % n].to_f32() as f64, res[r.start * n + i].to_f32() as f64, 0.0))
+                            .collect();
+                        say(close(&format!("{what}, sampled rows vs float64"), &fused[r.start * n..r.end * n], &want)?);
+                    }
+                    Ok(())
+                };
+                gemm::gemm_nt_fused(gpu, &da, &db, &mut c, &epi)?;
+                check_fused("fused bias+silu+residual", &gpu.download(&c)?)?;
                 if check_only {
                     continue;
                 }
@@ -260,6 +263,10 @@ fn bench<T: Elem>(
                     // The sm_80 path on this GPU too, for comparison.
                     let stats = measure(gpu, mcfg, || gemm::gemm_nt_with_config(gpu, mma, &da, &db, &mut c, &gemm::Epilogue::new()))?;
                     rows.push(row(&format!("{RUSTILE} mma.sync"), stats, flops, bytes));
+                    gemm::gemm_nt_with_config(gpu, mma, &da, &db, &mut c, &epi)?;
+                    check_fused("mma.sync fused bias+silu+residual", &gpu.download(&c)?)?;
+                    let stats = measure(gpu, mcfg, || gemm::gemm_nt_with_config(gpu, mma, &da, &db, &mut c, &epi))?;
+                    rows.push(row(&format!("{RUSTILE} mma.sync +bias+silu+residual"), stats, flops, bytes + (n + m * n) as f64 * size));
                     if let (Some(lt), rustile::Kind::Bf16) = (lt, T::KIND) {
                         let (line, best) = listed_lt_best(gpu, mcfg, lt, [m, n, k], (&da, &db), &got, &mut base)?;
                         say(line);

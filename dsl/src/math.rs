@@ -4,9 +4,7 @@
 //! uses `std`. [`recip`] is the one-instruction reciprocal. The activations
 //! divide exactly; their `_fast` twins ([`silu_fast`], [`gelu_tanh_fast`],
 //! [`tanh_fast`]) use `recip`, for epilogues that store 16-bit values (the
-//! staged GEMM epilogue, the TMA dual GEMM). The `mma.sync` GEMMs' unrolled
-//! per-element epilogues keep the exact ones: with `recip` they spilled at
-//! their widest blocks (bench/RESULTS.md).
+//! staged GEMM epilogue, the TMA dual GEMM).
 
 #[cfg(target_arch = "nvptx64")]
 use rustile_device as dev;

@@ -81,7 +81,7 @@ pub fn matmul_nt(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Vec<f64>
     c
 }
 
-/// `gemm::Epi::apply` in float64: `act(α·x + bias) + residual + β·old`.
+/// `gemm::Epi::apply_chunk` in float64: `act(α·x + bias) + residual + β·old`.
 pub fn epilogue(e: &crate::gemm::Epi, x: f64, bias: f64, residual: f64, old: f64) -> f64 {
     use crate::gemm::Act;
     let y = e.alpha as f64 * x + bias;

@@ -473,28 +473,8 @@ fn check_out<T: Elem, C: Elem>() -> Result<()> {
     Ok(())
 }
 
-/// The `mma.sync` kernels write their own 16-bit type through the direct
-/// epilogue, which has no [`Out`] and no [`Act::SiluGrad`]: those are refused there.
-fn check_cast_kernel<T: Elem, C: Elem>(cfg: Config, out_flags: u32, act: Act) -> Result<()> {
-    if matches!(cfg, Config::Mma(_)) && C::KIND == T::KIND && act == Act::SiluGrad {
-        return Err(Error::Invalid(format!(
-            "gemm: the mma.sync kernels' per-element epilogue (their {} output) has no SiLU backward; run a Hopper kernel (A·Bᵀ on sm_90a), or write f32",
-            C::NAME
-        )));
-    }
-    if matches!(cfg, Config::Mma(_)) && C::KIND == T::KIND && out_flags != 0 {
-        return Err(Error::Shape(format!(
-            "gemm: the mma.sync kernels scale or record the amax of f32 and e4m3 outputs only, not of {} (their per-element epilogue has no room); \
-             write f32, or run a Hopper kernel",
-            C::NAME
-        )));
-    }
-    Ok(())
-}
-
 /// [`launch_plan`] with an output of its own type (the operands', f32, or
-/// e4m3 from bf16) and a [`Cast`]; every kernel and layout writes them
-/// (the `mma.sync` kernels scale and record the amax of f32 and e4m3 only).
+/// e4m3 from bf16) and a [`Cast`]; every kernel and layout writes them.
 #[allow(clippy::too_many_arguments)]
 pub fn launch_plan_cast<T: Elem, C: Elem>(
     gpu: &Gpu,
@@ -526,7 +506,6 @@ pub fn launch_plan_cast<T: Elem, C: Elem>(
     cast.check()?;
     p.check(e, [a.numel(), b.numel(), c.numel(), bias.numel(), residual.numel()])?;
     let cfg = cfg.unwrap_or_else(|| choose(gpu, p));
-    check_cast_kernel::<T, C>(cfg, cast.flags(), e.act)?;
     let (m, n, k, batch) = (p.m, p.n, p.k, p.batch);
     let ([lda, ldb, ldc], [sa, sb, sc, sbias]) = (p.ld, p.stride);
     let flags = e.flags() | cast.flags();
@@ -604,7 +583,7 @@ pub fn gemm_split_k<'a, T: Elem>(gpu: &Gpu, a: impl Into<Mat<'a, T>>, b: impl In
     // The parts were counted in 128×128 blocks; the tables and the default
     // look at one part's rows and gave 64×64 to 62 of a step's 100 launches
     // (bench/RESULTS.md, 2026-11-26, "The TransformerNP trains…").
-    let blocks_128 = if parts > 1 && (p.ta || !p.tb) { Some(Config::Mma(2)) } else { None };
+    let blocks_128 = if parts > 1 && (p.ta || !p.tb) { Some(Config::Mma(crate::gemm::MMA_128)) } else { None };
     launch_plan_cast(gpu, blocks_128, &parts_plan, a.tensor, b.tensor, &mut parts_out, &Epilogue::new(), Cast::default())?;
     let rest = k - parts * kc;
     if rest > 0 {
@@ -646,9 +625,6 @@ pub fn launch_plan_cast_cpu<T: Elem, C: Elem>(
     }
     let out_flags = Out::flags(!scale.is_empty(), !amax.is_empty());
     let cfg = cfg.into();
-    if let Err(e) = check_cast_kernel::<T, C>(cfg, out_flags, epi.act) {
-        panic!("{e}");
-    }
     let flags = epi.flags() | out_flags;
     let (m, n, k, batch) = (p.m, p.n, p.k, p.batch);
     let ([lda, ldb, ldc], [sa, sb, sc, sbias]) = (p.ld, p.stride);

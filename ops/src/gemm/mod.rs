@@ -8,10 +8,10 @@
 //! The K loop is [`mainloop`]: a GEMM variant is a `#[kernel]` that calls it
 //! and stores the accumulator through its own epilogue (`store_acc_with`
 //! takes any closure of `(row, col, value)`; `store_acc_staged` one of a row
-//! chunk, through shared memory). [`gemm_nt_kernel`] is the one with the
-//! standard fused epilogues ([`Epi`], [`store_epilogue_direct`]; the Hopper
-//! kernels' [`store_epilogue`]): `α·acc + bias`, an
-//! activation, a residual and `β·C`; `softcap` shows a custom one.
+//! chunk, through shared memory). [`gemm_nt_kernel`] and the Hopper kernels
+//! are the ones with the standard fused epilogues ([`Epi`], [`store_epilogue`]):
+//! `α·acc + bias`, an activation, a residual and `β·C`; `softcap` shows a
+//! custom one.
 use rustile::mma::acc_len;
 use rustile::prelude::*;
 use rustile::Fetched;
@@ -308,18 +308,8 @@ impl Epi {
         Epi { alpha, beta, bias, act, residual: flags & 32 != 0 }
     }
 
-    /// The output value from the accumulator `x` and the fused operands'
-    /// values at its position (zero where unused).
-    #[inline(always)]
-    /// `Act::SiluGrad` is not one of them: it is the staged epilogue's
-    /// ([`Epi::apply_chunk`]); this per-element one, the `mma.sync`
-    /// kernels' for 16-bit outputs, stops unrolling with one more case, and
-    /// the host refuses it there.
-    pub fn apply(&self, x: f32, bias: f32, residual: f32, old: f32) -> f32 {
-        self.act.apply(self.alpha * x + bias) + residual + self.beta * old
-    }
-
-    /// [`Epi::apply`] to a chunk of 8 values: the activation is chosen once
+    /// `act(α·x + bias) + residual + β·old` for a chunk of 8 values (the fused
+    /// operands' values at their positions, zero where unused): the activation is chosen once
     /// for all 8, so they run as straight-line code (a `match` per value is
     /// an indirect branch per value on the GPU, which serializes them), and
     /// its division is `rcp.approx` ([`Act::apply_fast`]).
@@ -372,8 +362,7 @@ impl Act {
     }
 
     /// [`Act::apply`] with `rcp.approx` for the division of SiLU and GELU
-    /// (a few ulp of f32): the staged epilogue's. The direct one keeps IEEE
-    /// division: with `rcp.approx` three `mma.sync` kernels spilled.
+    /// (a few ulp of f32): the staged epilogue's.
     #[inline(always)]
     pub fn apply_fast(self, y: f32) -> f32 {
         match self {
@@ -389,14 +378,18 @@ impl Act {
 /// The GEMM config space, wrapped around a `#[kernel]` that calls
 /// [`mainloop`] with `BM`, `BN`, `BK` and `STAGES` (`SMEM` must equal
 /// `STAGES·(BM + BN)·BK·2`; the interpreter checks it). `dtypes` defaults
-/// to `[bf16, f16]`.
+/// to `[bf16, f16]`. Host code names configs by [`MMA_64`] and [`MMA_128`].
+///
+/// Three configs: each costs ptxas about 50 s per 16-bit layout and arch
+/// (the per-element epilogue), and 128×128 with `BK = 32` over four stages,
+/// once listed, was never the fastest in any bucket of the H100's table
+/// (3-11 % behind `BK = 64`; bench/RESULTS.md, 2026-11-28, "CI time…").
 #[macro_export]
 macro_rules! gemm_kernel {
     (grid = $grid:tt, dtypes = $dtypes:tt, $($item:tt)*) => {
         #[::rustile::kernel(
             configs = [
                 (BM = 64, BN = 64, BK = 32, WARPS = 4, STAGES = 3, SMEM = 24576),
-                (BM = 128, BN = 128, BK = 32, WARPS = 4, STAGES = 4, SMEM = 65536),
                 (BM = 128, BN = 128, BK = 64, WARPS = 4, STAGES = 3, SMEM = 98304),
                 (BM = 128, BN = 256, BK = 64, WARPS = 8, STAGES = 3, SMEM = 147456),
             ],
@@ -435,14 +428,12 @@ pub fn gemm_program<T: Elem, C: Elem, const BM: usize, const BN: usize, const BK
     let (a, b) = (Operand { ptr: a.ptr.offset(z * sa), ..a }, Operand { ptr: b.ptr.offset(z * sb), ..b });
     let at = block::<BM, BN>(m, n);
     let acc = mainloop::<T, BM, BN, BK, STAGES, TH, TA, TB>(a, b, m, n, k, at);
-    if let Some(c) = c.as_elem::<T>() {
-        // The operands' type: no `Out` (the host refuses one here).
-        let _ = out;
-        store_epilogue_direct(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi);
-    } else {
-        // f32 or e4m3 through the finished stages (`SMEM ≥ 4·BM·BN` in every config).
-        store_epilogue(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi, Dequant::NONE, out, 0);
-    }
+    // Every output through the finished stages (`SMEM ≥ 4·BM·BN` in every
+    // config). A per-element epilogue from the registers, unrolled over the
+    // accumulator, cost ptxas 47 s a kernel against 4; kept for plain products
+    // alone, its registers beside the staged loop's spilled 16 bytes in the
+    // main loop of a 128×128 `Aᵀ·Bᵀ` (bench/RESULTS.md, 2026-11-28, "CI time…").
+    store_epilogue(&acc, c, ldc, bias, residual, [m, n], [z, sc, sbias], at, epi, Dequant::NONE, out, 0);
 }
 
 /// Batch `z`'s windows of a fused epilogue at block `at`.
@@ -477,45 +468,6 @@ fn epilogue_windows<T: Elem, C: Elem, const BM: usize, const BN: usize, const TH
         per_col: BlockPtr::rows(bias, 1, n, [0, at[1]]),
         per_row: BlockPtr::rows(bias, m, 1, [at[0], 0]),
     }
-}
-
-/// [`store_epilogue`] straight from the registers, element by element: the
-/// `mma.sync` kernels' epilogue for outputs of the operands' type (staged,
-/// their widest blocks in the transposed layouts spilled at the 255-register
-/// cap). It has no [`Out`]: a longer per-element body is not unrolled, and
-/// the accumulator, indexed at run time, goes to local memory.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-pub fn store_epilogue_direct<T: Elem, const BM: usize, const BN: usize, const TH: usize>(
-    acc: &rustile::Acc<BM, BN, TH>,
-    c: PtrMut<T>,
-    ldc: usize,
-    bias: Ptr<T>,
-    residual: Ptr<T>,
-    mn: [usize; 2],
-    batch: [usize; 3],
-    at: [usize; 2],
-    epi: Epi,
-) where
-    [(); acc_len(BM, BN, TH)]:,
-{
-    let Windows { out, residual: res, per_col, per_row } = epilogue_windows::<T, T, BM, BN, TH>(c, ldc, bias, residual, mn, batch, at, epi);
-    // The per-element epilogue below is long code; a plain product (one
-    // uniform test) skips it.
-    if epi == Epi::NONE {
-        store_acc(&out, acc);
-        return;
-    }
-    store_acc_with(&out, acc, |r, col, x| {
-        let bias = match epi.bias {
-            Bias::None => 0.0,
-            Bias::PerColumn => per_col.get(0, col, 0.0),
-            Bias::PerRow => per_row.get(r, 0, 0.0),
-        };
-        let residual = if epi.residual { res.get(r, col, 0.0) } else { 0.0 };
-        let old = if epi.beta != 0.0 { out.get(r, col, 0.0) } else { 0.0 };
-        epi.apply(x, bias, residual, old)
-    });
 }
 
 /// Factors that dequantize an FP8 product before its epilogue: `acc[r, c]`
@@ -609,9 +561,8 @@ pub fn store_epilogue<T: Elem, C: Elem, const BM: usize, const BN: usize, const 
     // An activation and nothing to read (an MLP's first GEMM): the same short
     // loop. Through the general one below, a SiLU made the GEMM of 16384×1368×512
     // take 178 µs against 85 plain (bench/RESULTS.md, 2026-11-26, "The MLP as one
-    // kernel, weighed"). Hopper's kernels only (`WG`): the `mma.sync` ones come
-    // here for f32 outputs alone, and the loop's code in their 80 kernels would
-    // cost ptxas minutes in every build.
+    // kernel, weighed"). Hopper's kernels only (`WG`): the loop's code in the 60
+    // `mma.sync` kernels would cost ptxas minutes in every build.
     let act_only = Epi { alpha: 1.0, act: Act::None, ..epi } == Epi::NONE && epi.act != Act::SiluGrad;
     if WG && act_only && dq.rows.is_none() && dq.cols.is_none() && out.amax.is_none() {
         let s = scale.unwrap_or(1.0);
@@ -728,8 +679,14 @@ pub use wgmma::*;
 /// twice, else 64×64.
 #[cfg(not(target_arch = "nvptx64"))]
 pub fn default_config(m: usize, n: usize) -> usize {
-    if cdiv(m, 128) * cdiv(n, 128) >= 264 { 2 } else { 0 }
+    if cdiv(m, 128) * cdiv(n, 128) >= 264 { MMA_128 } else { MMA_64 }
 }
+
+/// The 64×64 config of every [`gemm_kernel!`] kernel (`gemm_nt_kernel` and
+/// the other layouts, softcap, grouped): an index into their `CONFIGS`.
+pub const MMA_64: usize = 0;
+/// Their 128×128 config (`BK = 64`).
+pub const MMA_128: usize = 1;
 
 /// The config of `gemm_wgmma_kernel` where the tuned table has none:
 /// 128×256 blocks when they fill the H100's 132 SMs, else 128×128 when

@@ -93,11 +93,7 @@ fn every_fused_epilogue_matches_float64() {
                     reference::epilogue(&e, ab[at], bv, rv, old[at].to_f32() as f64)
                 })
                 .collect();
-            // mma.sync's per-element epilogue, and the Hopper kernels' staged one.
-            for cfg in [Config::Mma(0), Config::Mma(2), Config::Wgmma(3), Config::Tma(0)] {
-                if act == Act::SiluGrad && matches!(cfg, Config::Mma(_)) {
-                    continue; // staged epilogues only (`silu_grad_is_refused_by_the_direct_epilogue`)
-                }
+            for cfg in [Config::Mma(MMA_64), Config::Mma(MMA_128), Config::Wgmma(3), Config::Tma(0)] {
                 let mut c = old.clone();
                 launch_plan_cpu(cfg, &Plan::nt(m, n, k), &a, &b, &mut c, bias_data, &residual, e);
                 assert_close(&c, &want, &format!("gemm {e:?} {cfg:?} (seed {seed})"));
@@ -166,7 +162,7 @@ fn every_layout_and_batch_matches_float64() {
             let p = plan_shapes((&a_shape, ta), (b_shape, tb), &[batch, m, n]).unwrap();
             assert_eq!((p.ta, p.tb, p.batch, p.m, p.n, p.k), (ta, tb, batch, m, n, k));
             let hopper = if !ta && tb { vec![Config::Wgmma(0), Config::Tma(1)] } else { vec![] };
-            for cfg in [Config::Mma(0), Config::Mma(2)].into_iter().chain(hopper) {
+            for cfg in [Config::Mma(MMA_64), Config::Mma(MMA_128)].into_iter().chain(hopper) {
                 let mut c = poisoned::<bf16>(batch * m * n);
                 launch_plan_cpu(cfg, &p, &sa, &sb, &mut c, &bias, &[], e);
                 assert_close(&c, &want, &format!("gemm ta={ta} tb={tb} shared b={shared} {cfg:?} (seed {seed})"));
@@ -297,20 +293,19 @@ fn an_empty_k_is_the_epilogue_of_zero() {
     }
 }
 
-/// The `mma.sync` kernels' per-element epilogue has no SiLU backward: a
-/// 16-bit output there is refused, f32 (the staged epilogue) takes it.
+/// The SiLU backward through `mma.sync` into the operands' type and into f32.
 #[test]
-fn silu_grad_is_refused_by_the_direct_epilogue() {
+fn silu_grad_through_mma_sync_matches_float64() {
     let (m, n, k) = (20, 24, 16);
     let (a, b, ab, seed) = operands::<bf16>(m, n, k);
     let pre: Vec<bf16> = normal(&mut rng().0, m * n, 0.0, 2.0);
     let e = Epi { act: Act::SiluGrad, residual: true, ..Epi::NONE };
-    let refused = std::panic::catch_unwind(|| launch_plan_cpu(Config::Mma(0), &Plan::nt(m, n, k), &a, &b, &mut vec![bf16::from_f32(0.0); m * n], &[], &pre, e));
-    let msg = refused.unwrap_err().downcast::<String>().unwrap();
-    assert!(msg.contains("no SiLU backward"), "{msg}");
-    let mut c = vec![0.0f32; m * n];
-    launch_plan_cast_cpu(Config::Mma(0), &Plan::nt(m, n, k), [&a, &b, &[], &pre], &mut c, e, &[], &mut []);
     let want: Vec<f64> = (0..m * n).map(|i| reference::epilogue(&e, ab[i], 0.0, pre[i].to_f32() as f64, 0.0)).collect();
+    let mut c = vec![bf16::from_f32(0.0); m * n];
+    launch_plan_cpu(Config::Mma(MMA_64), &Plan::nt(m, n, k), &a, &b, &mut c, &[], &pre, e);
+    assert_close(&c, &want, &format!("silu_grad into bf16 through mma.sync (seed {seed})"));
+    let mut c = vec![0.0f32; m * n];
+    launch_plan_cast_cpu(Config::Mma(MMA_64), &Plan::nt(m, n, k), [&a, &b, &[], &pre], &mut c, e, &[], &mut []);
     assert_close(&c, &want, &format!("silu_grad into f32 through mma.sync (seed {seed})"));
 }
 
@@ -341,5 +336,14 @@ fn split_k_parts_divide_k_where_they_can() {
     for k in [1 << 16, 36096, 5000] {
         let parts = split_k_parts(&gpu, 40, 72, k);
         assert!(parts > 1 && k % parts == 0, "k = {k}: {parts} parts leave {} rows over", k % parts);
+    }
+}
+
+#[test]
+fn named_mma_configs_have_their_block_shapes() {
+    let shape = |configs: &[rustile::KernelConfig], i: usize| [configs[i].get("BM").unwrap(), configs[i].get("BN").unwrap(), configs[i].get("BK").unwrap()];
+    for configs in [gemm_nt_kernel::CONFIGS, gemm_tn_kernel::CONFIGS, gemm_softcap_kernel::CONFIGS, crate::grouped_gemm::grouped_gemm_kernel::CONFIGS] {
+        assert_eq!(shape(configs, MMA_64), [64, 64, 32]);
+        assert_eq!(shape(configs, MMA_128), [128, 128, 64]);
     }
 }
