@@ -43,6 +43,10 @@ pub fn bench_quasar(gpu: &Gpu, cfg: &MeasureCfg, tokens: &[usize]) -> Result<Vec
         // The forward as the seed times it (inference: nothing kept), and the
         // training forward, which keeps what the backward reads.
         let fwd = measure(gpu, cfg, || layer.infer(gpu))?;
+        // The gate, gated norm and output projection in three steps instead of one kernel.
+        layer.fused_out = false;
+        let three_steps = measure(gpu, cfg, || layer.infer(gpu))?;
+        layer.fused_out = true;
         let kept = measure(gpu, cfg, || layer.forward(gpu))?;
         let both = measure(gpu, cfg, || {
             layer.forward(gpu)?;
@@ -57,8 +61,10 @@ pub fn bench_quasar(gpu: &Gpu, cfg: &MeasureCfg, tokens: &[usize]) -> Result<Vec
             t as f64 / both.median_ms / 1e3,
             layer.buffer_bytes() as f64 / 1e9,
         );
+        eprintln!("quasar T = {t}: forward with the gate, gated norm and output projection in three steps (Quasar::fused_out off) {:.3} ms", three_steps.median_ms);
         // Where the time goes: one forward and one backward, each launch timed apart.
-        for (what, backward) in [("inference forward", false), ("backward", true)] {
+        for (what, backward, fused) in [("inference forward", false, true), ("inference forward in three steps", false, false), ("backward", true, true)] {
+            layer.fused_out = fused;
             gpu.profile(true)?;
             if backward { layer.backward(gpu)? } else { layer.infer(gpu)? }
             let parts: Vec<String> = gpu
@@ -69,6 +75,7 @@ pub fn bench_quasar(gpu: &Gpu, cfg: &MeasureCfg, tokens: &[usize]) -> Result<Vec
             gpu.profile(false)?;
             eprintln!("  the {what} by kernel (ms): {}", parts.join(", "));
         }
+        layer.fused_out = true;
         rows.push(Row::new("quasar", &shape, bf16::NAME, RUSTILE, fwd));
         rows.push(Row::new("quasar_fwd_bwd", &shape, bf16::NAME, RUSTILE, both));
     }

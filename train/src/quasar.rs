@@ -19,7 +19,7 @@ use rustile_host::{Error, Gpu, Result, Tensor};
 use rustile_ops::adamw::AdamW;
 use rustile_ops::delta_rule::{delta_rule_backward_in, delta_rule_in, DeltaRule, DeltaRuleGrads, Workspace, D};
 use rustile_ops::gemm::{gemm, gemm_split_k, split_k_scratch, Epilogue, Transpose};
-use rustile_ops::quasar::{conv_silu_backward, gated_rms_norm, gated_rms_norm_backward, proj_conv_silu, softplus, softplus_backward, ConvScratch, NormScratch, WIDTH};
+use rustile_ops::quasar::{conv_silu_backward, gated_out_proj, gated_rms_norm, gated_rms_norm_backward, proj_conv_silu, softplus, softplus_backward, ConvScratch, NormScratch, WIDTH};
 use rustile_ops::transpose::transpose;
 
 use crate::params::{Declared, Params};
@@ -94,6 +94,12 @@ pub struct Quasar {
     y: Tensor<bf16>,
     /// The output, `[batch, tokens, hidden]`.
     pub out: Tensor<bf16>,
+    /// Whether [`Quasar::infer`] makes the gate, the gated norm and the output
+    /// projection in one kernel (`ops::quasar::gated_out_proj`) instead of
+    /// three steps. On by default, the faster (bench/RESULTS.md, 2026-11-28,
+    /// "The gated norm in the output projection's prologue, 37 % faster…");
+    /// the bench prints both.
+    pub fused_out: bool,
     /// The backward's: the gradient of `out` (set by the caller), of `x` (written).
     pub d_out: Tensor<bf16>,
     pub dx: Tensor<bf16>,
@@ -180,6 +186,7 @@ impl Quasar {
             conv: ConvScratch::new(gpu, &[batch, tokens, hidden])?,
             norm: NormScratch::new(gpu, rows, heads)?,
             split: split_k_scratch(gpu, hidden, hidden, rows.max(1))?,
+            fused_out: true,
         })
     }
 
@@ -211,7 +218,14 @@ impl Quasar {
     /// `pre`). [`Quasar::backward`] needs a `forward` first.
     pub fn infer(&mut self, gpu: &Gpu) -> Result<()> {
         self.qkv_and_delta(gpu, false)?;
-        self.gate_norm_out(gpu)
+        if !self.fused_out {
+            return self.gate_norm_out(gpu);
+        }
+        let p = &self.params;
+        let w = |i: usize| &p.get(i).w;
+        let view = self.views();
+        gemm(gpu, &view.flat(&self.x)?, w(WG1).t(), &mut self.g1, &Epilogue::new())?;
+        gated_out_proj(gpu, &self.o, &self.g1, w(WG2), w(B_G), w(NORM_W), w(WO), EPS, &mut view.flat(&self.out)?)
     }
 
     /// q, k, v (and their projections `pre` where `keep`), β, and `o`.
@@ -230,10 +244,9 @@ impl Quasar {
     }
 
     /// The gate, through its bottleneck, the gated norm and the output
-    /// projection, keeping `g`, `y` and `rstd`. (`ops::quasar::gated_out_proj`
-    /// is these in one kernel on Hopper, without `g` or `y`; it is slower
-    /// than the three steps: bench/RESULTS.md, 2026-11-28, “The gated norm
-    /// in the output projection's prologue…”.)
+    /// projection, keeping `g`, `y` and `rstd` for the backward. (`infer`
+    /// runs `ops::quasar::gated_out_proj` instead, these in one kernel on
+    /// Hopper, without `g` or `y`.)
     fn gate_norm_out(&mut self, gpu: &Gpu) -> Result<()> {
         let p = &self.params;
         let w = |i: usize| &p.get(i).w;

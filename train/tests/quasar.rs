@@ -113,14 +113,20 @@ fn check(gpu: &Gpu, cfg: Config, batch: usize, tokens: usize, backward_too: bool
     eprintln!("{ctx}: out cos {cos:.6}, rel L2 {rel:.2e}, max abs {max:.2e}");
     assert!(out.iter().all(|v| v.is_finite()), "{ctx}: out has a NaN or infinity");
     assert!(cos >= 0.999 && rel <= 1e-2 && max <= 0.1, "{ctx}: out cos {cos}, rel L2 {rel:.2e}, max abs {max:.2e}");
-    // The inference forward (no `pre`), over a poisoned `out`.
-    gpu.write(&mut layer.out, &vec![bf16::from_f32(f32::NAN); n]).unwrap();
-    layer.infer(gpu).unwrap();
-    let inferred = wide(&gpu.download(&layer.out).unwrap());
-    let [cos, rel, max] = compare(&inferred, &want.out);
-    eprintln!("{ctx}: infer's out cos {cos:.6}, rel L2 {rel:.2e}, max abs {max:.2e}");
-    assert!(inferred.iter().all(|v| v.is_finite()), "{ctx}: infer's out has a NaN or infinity");
-    assert!(cos >= 0.999 && rel <= 1e-2 && max <= 0.1, "{ctx}: infer's out cos {cos}, rel L2 {rel:.2e}, max abs {max:.2e}");
+    // The inference forward (no `pre`), over a poisoned `out`, in three steps
+    // and with the gate, norm and output projection fused.
+    for fused_out in [false, true] {
+        layer.fused_out = fused_out;
+        gpu.write(&mut layer.out, &vec![bf16::from_f32(f32::NAN); n]).unwrap();
+        layer.infer(gpu).unwrap();
+        let inferred = wide(&gpu.download(&layer.out).unwrap());
+        let [cos, rel, max] = compare(&inferred, &want.out);
+        let what = if fused_out { "infer's" } else { "infer's (three steps)" };
+        eprintln!("{ctx}: {what} out cos {cos:.6}, rel L2 {rel:.2e}, max abs {max:.2e}");
+        assert!(inferred.iter().all(|v| v.is_finite()), "{ctx}: {what} out has a NaN or infinity");
+        assert!(cos >= 0.999 && rel <= 1e-2 && max <= 0.1, "{ctx}: {what} out cos {cos}, rel L2 {rel:.2e}, max abs {max:.2e}");
+    }
+    layer.fused_out = true;
     // The backward reads what `forward` kept, which `infer` left alone.
     if !backward_too {
         return;

@@ -251,14 +251,15 @@ pub fn gated_rms_norm_kernel<T: Elem>(o: Ptr<T>, g: Ptr<T>, w: Ptr<T>, y: PtrMut
 // One ring of cp.async stages holds `oₕ`, `Wg2ₕ` and `Woₕ`; a stage is
 // refilled two steps after its products were issued (`SMEM = pad(32·WARPS)
 // + BM·64·2 + STAGES·(BM·64 + 64·64 + BN·64)·2`).
-// Measured slower than the three steps it replaces (4.1 against 3.55 ms at
-// a million tokens): one program an SM waits on each step's copies, issued
-// only a step ahead (bench/RESULTS.md, 2026-11-28, “The gated norm in the
-// output projection's prologue…”). 128×128 blocks with four stages, and
-// 64-row blocks, were slower still.
+// The gate's product starts from the head's biases, which a stage copies
+// beside its tiles (`SMEM` adds `STAGES·64·2`), and the output leaves
+// through the finished stages: 2.10 ms at a million tokens against 3.33 for
+// the three steps it replaces (bench/RESULTS.md, 2026-11-28, "The gated
+// norm in the output projection's prologue, 37 % faster…"). 128×128 blocks
+// with four stages, and 64-row blocks, were slower.
 
 #[kernel(
-    configs = [(BM = 128, BN = 256, WARPS = 8, STAGES = 3, SMEM = 188416)],
+    configs = [(BM = 128, BN = 256, WARPS = 8, STAGES = 3, SMEM = 188800)],
     grid = [cdiv(n_out, BN), cdiv(rows, BM)],
     dtypes = [bf16],
     arch = sm_90a,
@@ -279,11 +280,18 @@ pub fn gated_out_proj_kernel<T: Elem>(
     const TILE: usize = HEAD * HEAD * 2;
     let at = |bytes: usize| wgmma::pad(THREADS) + bytes;
     let g1s = Shared::<T, BM, HEAD>::at(at(0));
+    const STAGE: usize = BM * HEAD * 2 + TILE + BN * HEAD * 2;
     let stage = #[inline(always)]
     |s: usize| {
-        let base = at(BM * HEAD * 2 + s * (BM * HEAD * 2 + TILE + BN * HEAD * 2));
+        let base = at(BM * HEAD * 2 + s * STAGE);
         (Shared::<T, BM, HEAD>::at(base), Shared::<T, HEAD, HEAD>::at(base + BM * HEAD * 2), Shared::<T, BN, HEAD>::at(base + BM * HEAD * 2 + TILE))
     };
+    // The head's 64 gate biases, behind the stages (which keep their 1024-byte
+    // alignment): read from global memory the step they were used, their waits
+    // were 11 % of the stall samples (bench/RESULTS.md, 2026-11-28, "The gated
+    // norm in the output projection's prologue…").
+    let bias_tile = #[inline(always)]
+    |s: usize| Shared::<T, 1, HEAD>::at(at(BM * HEAD * 2 + STAGES * STAGE + s * HEAD * 2));
     // One group a step (empty past the last), so `wait_copies` counts the same.
     let fill = #[inline(always)]
     |h: usize| {
@@ -292,6 +300,7 @@ pub fn gated_out_proj_kernel<T: Elem>(
             os.copy_from(&BlockPtr::new(o, [rows, channels], [channels, 1], [r0, h * HEAD]));
             wg2s.copy_from(&BlockPtr::new(wg2, [channels, HEAD], [HEAD, 1], [h * HEAD, 0]));
             wos.copy_from(&BlockPtr::new(wo, [n_out, channels], [channels, 1], [c0, h * HEAD]));
+            bias_tile(h % STAGES).copy_from(&BlockPtr::new(bias, [1, channels], [channels, 1], [0, h * HEAD]));
         }
         commit_copies();
     };
@@ -302,14 +311,25 @@ pub fn gated_out_proj_kernel<T: Elem>(
         sync();
     };
     let wr = AccCols::<HEAD>::from_fn(|c| w.read(c).to_f32());
+    // The gate's product of head h starts from its biases (added after it,
+    // they held 16 registers more beside the head's `o`: 108 bytes of spill).
+    let biased = #[inline(always)]
+    |h: usize| {
+        let bt = bias_tile(h % STAGES);
+        let b = AccCols::<HEAD>::from_fn(|c| {
+            // Value c of the row: the low or high half of a word (T is 16-bit, as `Shared` requires).
+            let half = (bt.words::<1>(0, c / 2 * 4)[0] >> (16 * (c % 2))) as u16;
+            unsafe { core::mem::transmute_copy::<u16, T>(&half) }.to_f32()
+        });
+        rustile::Acc::<BM, HEAD, THREADS, true>::zeros().map_cols(&b, |_, b| b)
+    };
     // y of head h from its gate's product: as the layer's unfused path
     // rounds it, g to T after the bias, y to T when packed. (Packed only
     // after the output product in flight is waited for: a register of the
     // next product's operand written while one runs serializes them, C7513.)
     let y = #[inline(always)]
     |h: usize, g: rustile::Acc<BM, HEAD, THREADS, true>| {
-        let b = AccCols::<HEAD>::from_fn(|c| if h * HEAD + c < channels { bias.read(h * HEAD + c).to_f32() } else { 0.0 });
-        let gate = g.map_cols(&b, |x, b| x + b).rounded::<T>();
+        let gate = g.rounded::<T>();
         let ot: rustile::Acc<BM, HEAD, THREADS, true> = stage(h % STAGES).0.load_acc();
         let rstd = ot.map(|_, _, x| x * x).row_sum().map(|s| math::rsqrt(s * (1.0 / HEAD as f32) + eps));
         ot.map_rows(&rstd, |x, r| x * r).map_cols(&wr, |x, w| x * w).zip(gate, |x, g| x * math::recip(1.0 + math::exp(-g)))
@@ -322,10 +342,10 @@ pub fn gated_out_proj_kernel<T: Elem>(
         fill(h);
     }
     let mut acc = rustile::Acc::<BM, BN, THREADS, true>::zeros();
-    let mut g = rustile::Acc::<BM, HEAD, THREADS, true>::zeros();
     // Step 0: its gate alone.
     ready();
-    wgmma::dot_new_async(&g1s, &stage(0).1, &mut g);
+    let mut g = biased(0);
+    wgmma::dot_async(&g1s, &stage(0).1, &mut g);
     fill(STAGES - 2);
     wgmma::wait::<0, BM, HEAD, THREADS>(&mut g);
     let mut yh = y(0, g).pack::<T>();
@@ -333,7 +353,8 @@ pub fn gated_out_proj_kernel<T: Elem>(
     // stage is refilled at step h + 1, after every warpgroup waited for it).
     for h in 1..steps {
         ready();
-        wgmma::dot_new_async(&g1s, &stage(h % STAGES).1, &mut g);
+        g = biased(h);
+        wgmma::dot_async(&g1s, &stage(h % STAGES).1, &mut g);
         wgmma::dot_packed_async(&yh, &stage((h - 1) % STAGES).2, &mut acc);
         fill(h + STAGES - 2);
         wgmma::wait::<1, BM, HEAD, THREADS>(&mut g);
@@ -344,7 +365,10 @@ pub fn gated_out_proj_kernel<T: Elem>(
     ready();
     wgmma::dot_packed_async(&yh, &stage((steps - 1) % STAGES).2, &mut acc);
     wgmma::wait::<0, BM, BN, THREADS>(&mut acc);
-    store_acc(&BlockPtr::new(out, [rows, n_out], [n_out, 1], [r0, c0]), &acc);
+    // Through the finished stages: a warp's stores cover whole rows. Straight
+    // from the registers, a kernel argument was read again from the constant
+    // bank before each store at the register cap (9 % of the stall samples).
+    store_acc_staged(&BlockPtr::new(out, [rows, n_out], [n_out, 1], [r0, c0]), &acc, at(0), |_, _, x: [f32; 8]| x);
 }
 
 // One block a program (RB = 1): sixteen in a loop took 8.6 ms at a million
