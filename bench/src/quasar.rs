@@ -75,7 +75,6 @@ pub fn bench_quasar(gpu: &Gpu, cfg: &MeasureCfg, tokens: &[usize]) -> Result<Vec
             gpu.profile(false)?;
             eprintln!("  the {what} by kernel (ms): {}", parts.join(", "));
         }
-        layer.fused_out = true;
         rows.push(Row::new("quasar", &shape, bf16::NAME, RUSTILE, fwd));
         rows.push(Row::new("quasar_fwd_bwd", &shape, bf16::NAME, RUSTILE, both));
     }

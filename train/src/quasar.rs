@@ -19,7 +19,7 @@ use rustile_host::{Error, Gpu, Result, Tensor};
 use rustile_ops::adamw::AdamW;
 use rustile_ops::delta_rule::{delta_rule_backward_in, delta_rule_in, DeltaRule, DeltaRuleGrads, Workspace, D};
 use rustile_ops::gemm::{gemm, gemm_split_k, split_k_scratch, Epilogue, Transpose};
-use rustile_ops::quasar::{conv_silu_backward, gated_out_proj, gated_rms_norm, gated_rms_norm_backward, proj_conv_silu, softplus, softplus_backward, ConvScratch, NormScratch, WIDTH};
+use rustile_ops::quasar::{conv_silu_backward, gated_out_proj, gated_out_proj_fuses, gated_rms_norm, gated_rms_norm_backward, proj_conv_silu, softplus, softplus_backward, ConvScratch, NormScratch, WIDTH};
 use rustile_ops::transpose::transpose;
 
 use crate::params::{Declared, Params};
@@ -210,7 +210,7 @@ impl Quasar {
     /// `out` from `x`, keeping what the backward reads.
     pub fn forward(&mut self, gpu: &Gpu) -> Result<()> {
         self.qkv_and_delta(gpu, true)?;
-        self.gate_norm_out(gpu)
+        self.gate_norm_out(gpu, false)
     }
 
     /// `out` from `x` for inference (what the seed times): the same
@@ -218,14 +218,7 @@ impl Quasar {
     /// `pre`). [`Quasar::backward`] needs a `forward` first.
     pub fn infer(&mut self, gpu: &Gpu) -> Result<()> {
         self.qkv_and_delta(gpu, false)?;
-        if !self.fused_out {
-            return self.gate_norm_out(gpu);
-        }
-        let p = &self.params;
-        let w = |i: usize| &p.get(i).w;
-        let view = self.views();
-        gemm(gpu, &view.flat(&self.x)?, w(WG1).t(), &mut self.g1, &Epilogue::new())?;
-        gated_out_proj(gpu, &self.o, &self.g1, w(WG2), w(B_G), w(NORM_W), w(WO), EPS, &mut view.flat(&self.out)?)
+        self.gate_norm_out(gpu, self.fused_out)
     }
 
     /// q, k, v (and their projections `pre` where `keep`), β, and `o`.
@@ -244,14 +237,17 @@ impl Quasar {
     }
 
     /// The gate, through its bottleneck, the gated norm and the output
-    /// projection, keeping `g`, `y` and `rstd` for the backward. (`infer`
-    /// runs `ops::quasar::gated_out_proj` instead, these in one kernel on
-    /// Hopper, without `g` or `y`.)
-    fn gate_norm_out(&mut self, gpu: &Gpu) -> Result<()> {
+    /// projection: with `fused` (inference) the last three in one kernel
+    /// where `ops::quasar::gated_out_proj` has it, else three steps that keep
+    /// `g`, `y` and `rstd` for the backward.
+    fn gate_norm_out(&mut self, gpu: &Gpu, fused: bool) -> Result<()> {
         let p = &self.params;
         let w = |i: usize| &p.get(i).w;
         let view = self.views();
         gemm(gpu, &view.flat(&self.x)?, w(WG1).t(), &mut self.g1, &Epilogue::new())?;
+        if fused && gated_out_proj_fuses(gpu, self.cfg.gate_rank) {
+            return gated_out_proj(gpu, &self.o, &self.g1, w(WG2), w(B_G), w(NORM_W), w(WO), EPS, &mut view.flat(&self.out)?);
+        }
         gemm(gpu, &self.g1, w(WG2).t(), &mut view.flat(&self.g)?, &Epilogue::new().bias_per_column(w(B_G)))?;
         gated_rms_norm(gpu, &self.o, &self.g, w(NORM_W), EPS, &mut self.y, &mut self.rstd)?;
         gemm(gpu, &view.flat(&self.y)?, w(WO).t(), &mut view.flat(&self.out)?, &Epilogue::new())

@@ -249,6 +249,13 @@ pub fn gated_out_proj<T: Elem>(
     gated_out_proj_with_config(gpu, None, o, g1, wg2, bias, w, wo, eps, out)
 }
 
+/// Whether [`gated_out_proj`] runs its one kernel for a gate of rank `rank`
+/// on `gpu` (else it makes the three steps through buffers of its own, and
+/// a caller that holds such buffers had better run the steps itself).
+pub fn gated_out_proj_fuses(gpu: &Gpu, rank: usize) -> bool {
+    !unfused() && rank == HEAD && gated_out_proj_kernel::supported(gpu)
+}
+
 /// [`gated_out_proj`] with config `cfg` of `gated_out_proj_kernel::CONFIGS`
 /// where that kernel runs (`None`: the first, unless `RUSTILE_QUASAR_CONFIG`
 /// names another; for tests and sweeps).
@@ -278,7 +285,7 @@ pub fn gated_out_proj_with_config<T: Elem>(
     if rows * n_out == 0 {
         return Ok(());
     }
-    if unfused() || rank != HEAD || !gated_out_proj_kernel::supported(gpu) {
+    if !gated_out_proj_fuses(gpu, rank) {
         use crate::gemm::{gemm, Epilogue};
         let (mut g, mut y) = (gpu.alloc::<T>(&[rows, channels])?, gpu.alloc::<T>(&[rows, channels])?);
         gemm(gpu, &g1.view(0, &[rows, rank])?, wg2.t(), &mut g, &Epilogue::new().bias_per_column(bias))?;
