@@ -84,7 +84,7 @@ pub fn segments_for(gpu: &Gpu, programs: usize, chunks: usize) -> usize {
 /// that a timed or captured call allocates nothing.
 pub struct Workspace<T: Elem> {
     tri: Tensor<T>,
-    /// Each segment's map `[M | B]` (`[64, 128]` f32) and start state (`[64, 64]`).
+    /// Each segment's map `[B | M]` (`[64, 128]` f32) and start state (`[64, 64]`).
     maps: Tensor<f32>,
     starts: Tensor<f32>,
     cu: Tensor<u32>,

@@ -24,7 +24,7 @@
 //!   ```
 //!   [`delta_rule_chunk_kernel`] makes every chunk's `Tα` at once (a
 //!   triangular solve, the only part that is not a matrix product: f32,
-//!   [`rustile::tri::invert_unit_lower`]); [`delta_rule_scan_kernel`] then
+//!   [`rustile::tri::invert_unit_lower_in_place`]); [`delta_rule_scan_kernel`] then
 //!   walks each sequence's chunks, carrying `S` in registers (f32,
 //!   transposed so that every product takes it, or `U'`, straight from
 //!   registers as the left operand; `Shared::store_acc` where a product
@@ -117,6 +117,12 @@ impl Rows {
         BlockPtr::new(p, [self.first + self.len, self.stride], [self.stride, 1], [self.first + t0, self.col])
     }
 
+    /// [`Rows::chunk`] then 64 columns of zeros (`[V | 0]`).
+    #[inline(always)]
+    fn chunk_then_zeros<T: Elem, const TH: usize>(&self, p: impl AsRaw<T>, t0: usize) -> BlockPtr<T, CHUNK, 128, TH> {
+        BlockPtr::new(p, [self.first + self.len, self.col + D], [self.stride, 1], [self.first + t0, self.col])
+    }
+
     /// The tokens of segment `g` of `seg_chunks` chunks (empty past the sequence).
     #[inline(always)]
     fn segment(&self, g: usize, seg_chunks: usize) -> core::ops::Range<usize> {
@@ -191,11 +197,12 @@ pub fn delta_rule_recurrent_kernel<T: Elem>(
 
 // ---- the chunked form: Tα per chunk ---------------------------------------------------------
 
-// Two warps: the solve gives each of the 64 threads one column of T. SMEM:
-// the chunk's keys (bf16, 8 KB), then K·Kᵀ (turned into L in place) and T,
-// f32 (16 KB each).
+// Two warps: the solve gives each of the 64 threads one column of T, and
+// waits on its chains of multiply-adds, so eight programs share an SM (OCC:
+// 128 registers, which the solve fits without spilling). SMEM: the chunk's
+// keys (bf16, 8 KB), then K·Kᵀ (f32, 16 KB), turned into Lᵀ and then T in place.
 #[kernel(
-    configs = [(WARPS = 2, SMEM = 40960)],
+    configs = [(WARPS = 2, OCC = 8, SMEM = 24576)],
     grid = [cdiv(longest, CHUNK), seqs * heads],
     dtypes = [bf16],
 )]
@@ -212,9 +219,8 @@ pub fn delta_rule_chunk_kernel<T: Elem>(
     if t0 >= rows.len {
         return;
     }
-    const KEYS: usize = CHUNK * D * 2;
     let ks = Shared::<T, CHUNK, D>::at(0);
-    let (gs, ts) = (SharedF32::<CHUNK, CHUNK>::at(KEYS), SharedF32::<CHUNK, CHUNK>::at(KEYS + CHUNK * CHUNK * 4));
+    let gs = SharedF32::<CHUNK, CHUNK>::at(CHUNK * D * 2);
     // Rows past the sequence are zeros: their α is 0, so they change nothing.
     ks.copy_from(&rows.chunk(k, t0));
     commit_copies();
@@ -233,16 +239,17 @@ pub fn delta_rule_chunk_kernel<T: Elem>(
     sync();
     gs.store(&(g * alpha_cols));
     sync();
-    rustile::tri::invert_unit_lower(&gs, &ts);
+    rustile::tri::invert_unit_lower_in_place(&gs);
     sync();
-    store(&rows.chunk(tri, t0), &(ts.load() * alpha_cols).cast::<T>());
+    store(&rows.chunk(tri, t0), &(gs.load() * alpha_cols).cast::<T>());
 }
 
 // ---- the chunked form: the scan over chunks --------------------------------------------
 
-// SMEM: six 64×64 bf16 tiles (K, Q, V, Tα, Sᵀ, U'ᵀ: 48 KB).
+// SMEM: two stages of K, Q, V and Tα (32 KB each: the next chunk's copies
+// fly while this one's products run), then Sᵀ and U'ᵀ (16 KB).
 #[kernel(
-    configs = [(WARPS = 4, SMEM = 49152)],
+    configs = [(WARPS = 4, SMEM = 81920)],
     grid = [segments, seqs * heads],
     dtypes = [bf16],
 )]
@@ -262,8 +269,18 @@ pub fn delta_rule_scan_kernel<T: Elem>(
     // Every operand is one 64×64 bf16 tile.
     type Block = rustile::Acc<64, 64, THREADS, true>;
     const TILE: usize = CHUNK * D * 2;
-    let (ks, qs, vs) = (Shared::<T, CHUNK, D>::at(0), Shared::<T, CHUNK, D>::at(TILE), Shared::<T, CHUNK, D>::at(2 * TILE));
-    let (ts, sts, uts) = (Shared::<T, CHUNK, CHUNK>::at(3 * TILE), Shared::<T, D, D>::at(4 * TILE), Shared::<T, D, CHUNK>::at(5 * TILE));
+    let tile = |i: usize| Shared::<T, CHUNK, D>::at(i * TILE);
+    // Stage s: K, Q, V, Tα.
+    let stage = |s: usize| (tile(4 * s), tile(4 * s + 1), tile(4 * s + 2), tile(4 * s + 3));
+    let fetch = |t0: usize, s: usize| {
+        let (ks, qs, vs, ts) = stage(s);
+        ks.copy_from(&rows.chunk(k, t0));
+        qs.copy_from(&rows.chunk(q, t0));
+        vs.copy_from(&rows.chunk(v, t0));
+        ts.copy_from(&rows.chunk(tri, t0));
+        commit_copies();
+    };
+    let (sts, uts) = (tile(8), tile(9));
 
     // Sᵀ (rows: value columns, columns: key rows).
     let mut st = Block::zeros();
@@ -271,20 +288,28 @@ pub fn delta_rule_scan_kernel<T: Elem>(
         let start = transposed::<THREADS>(s0, (sh * segments + g) * D * D, D);
         st = st.map(|r, c, _| start.get(r, c, 0.0));
     }
-    for t0 in rows.segment(g, seg_chunks).step_by(CHUNK) {
-        // The previous chunk's readers of every tile are done.
+    let seg = rows.segment(g, seg_chunks);
+    if !seg.is_empty() {
+        fetch(seg.start, 0);
+    }
+    for (i, t0) in seg.clone().step_by(CHUNK).enumerate() {
+        // The previous chunk's readers of every tile refilled here are done.
         sync();
-        ks.copy_from(&rows.chunk(k, t0));
-        qs.copy_from(&rows.chunk(q, t0));
-        vs.copy_from(&rows.chunk(v, t0));
-        ts.copy_from(&rows.chunk(tri, t0));
-        commit_copies();
+        let more = t0 + CHUNK < seg.end;
+        if more {
+            fetch(t0 + CHUNK, (i + 1) % 2);
+        }
         sts.store_acc(&st);
         if flags & STATES != 0 {
             store_acc(&state_block(states, sh * segments * seg_chunks + t0 / CHUNK), &st);
         }
-        wait_copies::<0>();
+        if more {
+            wait_copies::<1>();
+        } else {
+            wait_copies::<0>();
+        }
         sync();
+        let (ks, qs, vs, ts) = stage(i % 2);
 
         // U'ᵀ = (V − K·S)ᵀ·Tαᵀ = Vᵀ·Tαᵀ − (Sᵀ·Kᵀ)·Tαᵀ.
         let sk = dot_packed(&st.pack::<T>(), &ks, Block::zeros());
@@ -309,48 +334,66 @@ pub fn delta_rule_scan_kernel<T: Elem>(
 
 // ---- sequence parallelism: each segment's state map, then their scan ----------------------
 
-// SMEM: K, V and Tα of a chunk (24 KB). `M` and `B` are two programs
-// (`program_id(2)`): one accumulator each, as the scan holds (both in one
-// program spilled).
+// Both maps in one program, stacked as one accumulator `Xᵀ = [Bᵀ; Mᵀ]`
+// (`[128, 64]`, 16 rows a warp): each chunk's K and Tα are read once for
+// both (two programs read them twice). The values come as `[V | 0]`, so the
+// same products give `M` no values. SMEM: two stages of K, `[V | 0]` and Tα
+// (32 KB each): the next chunk's copies fly while this one's products run.
 #[kernel(
-    configs = [(WARPS = 4, SMEM = 24576)],
-    grid = [segments, seqs * heads, 2],
+    configs = [(WARPS = 8, SMEM = 65536)],
+    grid = [segments, seqs * heads],
     dtypes = [bf16],
 )]
 /// The affine map `S ↦ M·S + B` that segment `program_id(0)` (chunks
 /// `seg_chunks·g ..` of its sequence) applies to the state of sequence and
-/// head `program_id(1)`: the chunk recurrence run from `M = I` on values 0
-/// (`program_id(2) = 0`), and from `B = 0` on the values (`= 1`). Written
-/// as `maps[sh, g]` = `[M | B]`, `[64, 128]` f32.
+/// head `program_id(1)`: the chunk recurrence run from `M = I` on values 0,
+/// and from `B = 0` on the values. Written as `maps[sh, g]` = `[B | M]`,
+/// `[64, 128]` f32.
 pub fn delta_rule_map_kernel<T: Elem>(
     k: Ptr<T>, v: Ptr<T>, tri: Ptr<T>, cu: Ptr<u32>, maps: PtrMut<f32>,
     tokens: usize, segments: usize, seg_chunks: usize, seqs: usize, heads: usize, flags: u32,
 ) {
     let _ = seqs; // the grid
-    let (g, sh, values) = (program_id(0), program_id(1), program_id(2) == 1);
+    let (g, sh) = (program_id(0), program_id(1));
     let rows = Rows::of(cu, sh, heads, tokens, flags);
-    type Block = rustile::Acc<64, 64, THREADS, true>;
+    type Stack = rustile::Acc<128, 64, THREADS, true>;
     const TILE: usize = CHUNK * D * 2;
-    let (ks, vs, ts) = (Shared::<T, CHUNK, D>::at(0), Shared::<T, CHUNK, D>::at(TILE), Shared::<T, CHUNK, CHUNK>::at(2 * TILE));
-    // Mᵀ or Bᵀ, as the scan keeps Sᵀ.
-    let mut xt = if values { Block::zeros() } else { Block::zeros().map(|r, c, _| if r == c { 1.0 } else { 0.0 }) };
-    for t0 in rows.segment(g, seg_chunks).step_by(CHUNK) {
-        sync();
+    let stage = |s: usize| {
+        let at = s * 4 * TILE;
+        (Shared::<T, CHUNK, D>::at(at), Shared::<T, CHUNK, 128>::at(at + TILE), Shared::<T, CHUNK, CHUNK>::at(at + 3 * TILE))
+    };
+    let fetch = |t0: usize, s: usize| {
+        let (ks, vs, ts) = stage(s);
         ks.copy_from(&rows.chunk(k, t0));
-        if values {
-            vs.copy_from(&rows.chunk(v, t0));
-        }
+        vs.copy_from(&rows.chunk_then_zeros(v, t0));
         ts.copy_from(&rows.chunk(tri, t0));
         commit_copies();
-        wait_copies::<0>();
+    };
+    // Bᵀ from zeros, Mᵀ from the identity.
+    let mut xt = Stack::zeros().map(|r, c, _| if r == c + D { 1.0 } else { 0.0 });
+    let seg = rows.segment(g, seg_chunks);
+    if !seg.is_empty() {
+        fetch(seg.start, 0);
+    }
+    for (i, t0) in seg.clone().step_by(CHUNK).enumerate() {
+        // The previous chunk's readers of the stage refilled next are done.
         sync();
-        // As the scan: U'ᵀ = (V − K·X)ᵀ·Tαᵀ, V = 0 for M.
-        let vt = if values { dot_ta(&vs, &ts, Block::zeros()) } else { Block::zeros() };
-        let ut = dot_packed(&dot_packed(&xt.pack::<T>(), &ks, Block::zeros()).map(|_, _, x| -x).pack::<T>(), &ts, vt);
+        if t0 + CHUNK < seg.end {
+            fetch(t0 + CHUNK, (i + 1) % 2);
+            wait_copies::<1>();
+        } else {
+            wait_copies::<0>();
+        }
+        sync();
+        let (ks, vs, ts) = stage(i % 2);
+        // As the scan: U'ᵀ = (V − K·X)ᵀ·Tαᵀ.
+        let xk = dot_packed(&xt.pack::<T>(), &ks, Stack::zeros()).map(|_, _, x| -x);
+        let ut = dot_packed(&xk.pack::<T>(), &ts, dot_ta(&vs, &ts, Stack::zeros()));
         xt = dot_acc(&ut.pack::<T>(), &ks, xt);
     }
-    // [M | B] row-major.
-    store_acc(&transposed(maps, (sh * segments + g) * D * 2 * D + if values { D } else { 0 }, 2 * D), &xt);
+    // [B | M] row-major: Xᵀ stored transposed.
+    let at = (sh * segments + g) * D * 2 * D;
+    store_acc(&BlockPtr::<f32, 128, D>::new(maps, [at + 2 * D, D], [1, 2 * D], [at, 0]), &xt);
 }
 
 // SMEM: M in bf16 (8 KB).
@@ -378,10 +421,10 @@ pub fn delta_rule_combine_kernel<T: Elem>(
         store_acc(&transposed(starts, (sh * segments + g) * D * D, D), &st);
         let at = (sh * segments + g) * D * 2 * D;
         sync();
-        m.store(&load(&BlockPtr::<f32, D, D>::new(maps.offset(at), [D, 2 * D], [2 * D, 1], [0, 0])).cast::<T>());
+        m.store(&load(&BlockPtr::<f32, D, D>::new(maps.offset(at + D), [D, 2 * D], [2 * D, 1], [0, 0])).cast::<T>());
         sync();
         // Sᵀ ← Sᵀ·Mᵀ + Bᵀ.
-        let b = transposed::<THREADS>(maps, at + D, 2 * D);
+        let b = transposed::<THREADS>(maps, at, 2 * D);
         st = dot_packed(&st.pack::<T>(), &m, Block::zeros().map(|r, c, _| b.get(r, c, 0.0)));
     }
     if flags & HAS_S_OUT != 0 {
@@ -609,7 +652,7 @@ pub fn delta_rule_back_combine_kernel<T: Elem>(
         store_acc(&transposed(ends, (sh * segments + g) * D * D, D), &dst);
         let at = (sh * segments + g) * D * 2 * D;
         sync();
-        m.store(&load(&BlockPtr::<f32, D, D>::new(maps.offset(at), [D, 2 * D], [2 * D, 1], [0, 0])).cast::<T>());
+        m.store(&load(&BlockPtr::<f32, D, D>::new(maps.offset(at + D), [D, 2 * D], [2 * D, 1], [0, 0])).cast::<T>());
         sync();
         // dSᵀ ← dSᵀ·M + B'ᵀ.
         let b = transposed::<THREADS>(back_maps, (sh * segments + g) * D * D, D);
