@@ -199,7 +199,8 @@ pub fn delta_rule_recurrent_kernel<T: Elem>(
 
 // Two warps: the solve gives each of the 64 threads one column of T, and
 // waits on its chains of multiply-adds, so eight programs share an SM (OCC:
-// 128 registers, which the solve fits without spilling). SMEM: the chunk's
+// 128 registers; ptxas keeps 8 bytes in memory once a program, before the
+// solve, none in its loops). SMEM: the chunk's
 // keys (bf16, 8 KB), then K·Kᵀ (f32, 16 KB), turned into Lᵀ and then T in place.
 #[kernel(
     configs = [(WARPS = 2, OCC = 8, SMEM = 24576)],
