@@ -491,6 +491,40 @@ fn proj_conv_silu_matches_float64() {
     }
 }
 
+/// QuasarAttention's short convolution and its one-pass backward against
+/// float64, every config of the backward, at odd lengths (blocks of 32 to
+/// 128 rows: a sequence shorter than one, ragged last blocks), channels not
+/// a multiple of a program's and not of 8.
+#[test]
+#[cfg_attr(rustile_no_gpu, ignore = "no GPU where this was built; on a GPU machine run with --include-ignored")]
+fn conv_silu_and_its_backward_match_float64() {
+    use rustile_ops::quasar::{conv_silu, conv_silu_backward_with_config, conv_silu_bwd_kernel, ConvScratch, WIDTH};
+    let Some(gpu) = gpu_or_skip("conv_silu_and_its_backward_match_float64") else { return };
+    for (batch, tokens, channels) in [(1, 1, 8), (3, 129, 136), (2, 1000, 512), (1, 4097, 264), (2, 33, 20)] {
+        let (mut rng, seed) = rng();
+        let shape = [batch, tokens, channels];
+        let n = batch * tokens * channels;
+        let (x, dy): (Vec<bf16>, Vec<bf16>) = (normal(&mut rng, n, 0.0, 1.0), normal(&mut rng, n, 0.0, 1.0));
+        let w: Vec<bf16> = normal(&mut rng, WIDTH * channels, 0.0, 0.5);
+        let (xt, dyt, wt) = (up(&gpu, &x, &shape), up(&gpu, &dy, &shape), up(&gpu, &w, &[WIDTH, channels]));
+        let mut y = poisoned::<bf16>(&gpu, &shape);
+        conv_silu(&gpu, &xt, &wt, &mut y).unwrap();
+        let ey = rel_err(&gpu.download(&y).unwrap(), &reference::conv_silu(&wide(&x), &wide(&w), tokens, channels));
+        assert!(ey < tolerance::<bf16>(), "conv_silu [{batch}, {tokens}, {channels}] (seed {seed}): y off by {ey:.2e}");
+        let (want_dx, want_dw) = reference::conv_silu_backward(&wide(&x), &wide(&w), &wide(&dy), tokens, channels);
+        let mut scratch = ConvScratch::new(&gpu, &shape).unwrap();
+        for cfg in 0..conv_silu_bwd_kernel::CONFIGS.len() {
+            let ctx = format!("conv_silu_backward [{batch}, {tokens}, {channels}], config {cfg} (seed {seed})");
+            let mut dx = poisoned::<bf16>(&gpu, &shape);
+            let mut dw = poisoned::<f32>(&gpu, &[WIDTH, channels]);
+            conv_silu_backward_with_config(&gpu, Some(cfg), &xt, &wt, &dyt, &mut dx, &mut dw, &mut scratch).unwrap();
+            let (edx, edw) = (rel_err(&gpu.download(&dx).unwrap(), &want_dx), rel_err(&gpu.download(&dw).unwrap(), &want_dw));
+            // dx is rounded to bf16 once (about 1.7e-3); dw is f32 sums of f32 products (rcp.approx in silu').
+            assert!(edx < 3e-3 && edw < 1e-4, "{ctx}: dx off by {edx:.2e}, dw by {edw:.2e}");
+        }
+    }
+}
+
 /// QuasarAttention's gated norm in the output projection's prologue
 /// against float64 (one kernel on Hopper, the three steps elsewhere),
 /// every config, at odd row counts, output widths past a block and not a

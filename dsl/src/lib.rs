@@ -51,7 +51,7 @@ pub mod wgmma;
 
 pub use backend::{num_programs, program_id};
 pub use elem::{bf16, e2m1_from_f32, e2m1_to_f32, f16, Elem, Kind, E2M1_MAX, F4E2M1x2, F8E4M3, F8E5M2};
-pub use ptr::{AsRaw, BlockPtr, Fetched, Ptr, PtrMut};
+pub use ptr::{for_each_strip, AsRaw, BlockPtr, Fetched, Ptr, PtrMut};
 pub use rustile_macros::kernel;
 pub use mma::{commit_copies, dot, dot_acc, dot_packed, dot_ta, dot_tab, dot_tb, store_acc, store_acc_staged, store_acc_staged_with, store_acc_stencil, store_acc_with, sync, sync_named, wait_copies, Acc, AccCols, AccRows, FragA, FragB, Packed, Shared, SharedF32, SharedVec};
 pub use softmax::{AccSoftmax, OnlineSoftmax};
@@ -101,9 +101,9 @@ pub const fn grouped(pid: usize, rows: usize, cols: usize, group: usize) -> [usi
 
 /// What a kernel module needs, in one import.
 pub mod prelude {
-    pub use crate::{bf16, cdiv, dot, dot_acc, dot_packed, dot_ta, dot_tab, dot_tb, f16, grouped, kernel, load, load_or, math, num_programs, program_id, store, store_acc, store_acc_staged, store_acc_staged_with, store_acc_stencil, store_acc_with, sync, sync_named, commit_copies, wait_copies};
+    pub use crate::{bf16, cdiv, dot, dot_acc, dot_packed, dot_ta, dot_tab, dot_tb, f16, for_each_strip, grouped, kernel, load, load_or, math, num_programs, program_id, store, store_acc, store_acc_staged, store_acc_staged_with, store_acc_stencil, store_acc_with, sync, sync_named, commit_copies, wait_copies};
     pub use crate::mma::mma;
-    pub use crate::{Acc, AccCols, AccRows, AccSoftmax, BlockPtr, Col, Elem, FragA, FragB, Kind, OnlineSoftmax, Ptr, PtrMut, Row, Shared, SharedF32, SharedVec, Tile, F4E2M1x2, F8E4M3, F8E5M2};
+    pub use crate::{Acc, AccCols, AccRows, AccSoftmax, BlockPtr, Col, Elem, FragA, FragB, Fetched, Kind, OnlineSoftmax, Ptr, PtrMut, Row, Shared, SharedF32, SharedVec, Tile, F4E2M1x2, F8E4M3, F8E5M2};
 }
 
 /// Items the `#[kernel]` macro's expansion refers to; not for direct use.

@@ -305,6 +305,69 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> BlockPtr<T, R, C,
         unsafe { be::write_chunk(self.base.at(at), self.strides[1], valid, out) }
     }
 
+    /// Whether every 8-column chunk of the tensor is whole and aligned:
+    /// columns contiguous and a multiple of 8, the base, the rows and the
+    /// window's first column on 16-byte chunks. Then a chunk is all inside
+    /// the tensor or all outside, and [`BlockPtr::fetch_whole_chunk`] and
+    /// [`BlockPtr::put_whole_chunk`] may stand in for the general forms.
+    /// Test it once, outside a loop, and run the loop in two versions.
+    #[inline(always)]
+    pub fn whole_chunks(&self) -> bool {
+        let [rs, cs] = self.strides;
+        let bytes = core::mem::size_of::<T>();
+        cs == 1
+            && self.shape[1] % V == 0
+            && self.offsets[1] % V == 0
+            && (rs * bytes) % T::CHUNK_ALIGN == 0
+            && (self.base.at(0) as usize) % T::CHUNK_ALIGN == 0
+    }
+
+    /// [`BlockPtr::fetch_chunk`] where [`BlockPtr::whole_chunks`] holds (`c`
+    /// a multiple of 8): one predicated vector load, zeros outside the
+    /// tensor, with no per-element path (no branch in the caller's loop).
+    #[inline(always)]
+    pub fn fetch_whole_chunk(&self, r: usize, c: usize) -> Fetched<T> {
+        let (at, valid) = self.whole_chunk_at(r, c, "BlockPtr::fetch_whole_chunk");
+        self.base.check("BlockPtr::fetch_whole_chunk", at, 1, valid, false);
+        let p = self.base.at(at) as *const T;
+        #[cfg(target_arch = "nvptx64")]
+        let words = unsafe { be::fetch_whole_chunk(p, valid > 0) };
+        #[cfg(not(target_arch = "nvptx64"))]
+        let words = unsafe { be::read_chunk(p, 1, valid, T::default()) };
+        Fetched { words, _t: PhantomData }
+    }
+
+    /// [`BlockPtr::put_chunk`] where [`BlockPtr::whole_chunks`] holds: one
+    /// predicated vector store, nothing outside the tensor.
+    #[inline(always)]
+    pub fn put_whole_chunk(&self, r: usize, c: usize, x: [f32; V]) {
+        let (at, valid) = self.whole_chunk_at(r, c, "BlockPtr::put_whole_chunk");
+        self.base.check("BlockPtr::put_whole_chunk", at, 1, valid, true);
+        let mut out = [T::default(); V];
+        for i in 0..V / 2 {
+            [out[2 * i], out[2 * i + 1]] = T::from_f32_pair(x[2 * i], x[2 * i + 1]);
+        }
+        #[cfg(target_arch = "nvptx64")]
+        unsafe {
+            be::write_whole_chunk(self.base.at(at), valid > 0, out)
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        unsafe {
+            be::write_chunk(self.base.at(at), 1, valid, out)
+        }
+    }
+
+    /// [`BlockPtr::chunk_at`] for the whole-chunk forms; the interpreter
+    /// refuses a tensor or chunk for which [`BlockPtr::whole_chunks`] fails
+    /// (on the GPU that would be a misaligned access).
+    #[inline(always)]
+    fn whole_chunk_at(&self, r: usize, c: usize, what: &str) -> (usize, usize) {
+        #[cfg(not(target_arch = "nvptx64"))]
+        assert!(self.whole_chunks() && c % V == 0, "rustile interpreter: {what} on a tensor whose 8-column chunks are not whole and aligned (test BlockPtr::whole_chunks first)");
+        let _ = what;
+        self.chunk_at(r, c)
+    }
+
     /// Whether the whole window lies inside the tensor, with rows contiguous
     /// and every 8-element chunk 16-byte aligned (so it can be copied in
     /// whole chunks with no mask).
@@ -326,6 +389,32 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> BlockPtr<T, R, C,
     pub(crate) fn valid_cols(&self, col: usize) -> usize {
         if col >= self.shape[1] { 0 } else { self.shape[1] - col }
     }
+}
+
+/// Runs `f(c)` for each 8-column strip (`c = 0, 8, .., C − 8`) of a
+/// `C`-column window that this thread owns: on the GPU thread `t` takes
+/// strips `t, t + TH, ..`; the interpreter's one thread takes them all, in
+/// order. For a kernel that walks each strip down its rows in one thread,
+/// keeping what it needs of the rows above in registers (a stencil along
+/// the rows, a running sum) and [`BlockPtr::fetch_chunk`]ing rows ahead of
+/// use: no barrier, no shared memory, and each row loaded once.
+#[inline(always)]
+pub fn for_each_strip<const C: usize, const TH: usize>(mut f: impl FnMut(usize)) {
+    let () = Strips::<C>::OK;
+    #[cfg(target_arch = "nvptx64")]
+    let (mut s, step) = (rustile_device::thread_idx() as usize, TH);
+    #[cfg(not(target_arch = "nvptx64"))]
+    let (mut s, step) = (0, 1);
+    while s < C / V {
+        f(s * V);
+        s += step;
+    }
+}
+
+/// Compile-time check: whole strips.
+struct Strips<const C: usize>;
+impl<const C: usize> Strips<C> {
+    const OK: () = assert!(C % V == 0, "for_each_strip: the window's columns must be whole 8-column strips");
 }
 
 /// A chunk of 8 elements whose load was issued by [`BlockPtr::fetch_chunk`]
@@ -361,5 +450,55 @@ impl<T: Elem> Fetched<T> {
             out[i] = x[i].to_f32();
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bf16;
+
+    /// A bf16 tensor of `rows×cols` holding `1 + index`, 16-byte aligned.
+    fn tensor(rows: usize, cols: usize) -> (Vec<u128>, Ptr<bf16>) {
+        let mut store = vec![0u128; (rows * cols * 2).div_ceil(16)];
+        let p = store.as_mut_ptr() as *mut bf16;
+        for i in 0..rows * cols {
+            unsafe { *p.add(i) = bf16::from_f32(1.0 + i as f32) };
+        }
+        let ptr = unsafe { Ptr::from_raw(p, rows * cols) };
+        (store, ptr)
+    }
+
+    #[test]
+    fn whole_chunks_read_like_the_general_form() {
+        let (_keep, x) = tensor(3, 24);
+        let at = BlockPtr::<bf16, 4, 16, 32>::rows(x, 3, 24, [0, 8]);
+        assert!(at.whole_chunks());
+        // Rows 0..4 (the last past the tensor), chunks at 8 and 16 of the window (the second past its columns).
+        for r in 0..4 {
+            for c in [0, 8, 16] {
+                assert_eq!(at.fetch_whole_chunk(r, c).get(), at.fetch_chunk(r, c).get(), "[{r}, {c}]");
+            }
+        }
+        assert_eq!(at.fetch_whole_chunk(1, 0).get()[0], 1.0 + 24.0 + 8.0);
+        assert_eq!(at.fetch_whole_chunk(3, 0).get(), [0.0; V]);
+        // Columns not a multiple of 8, or a window starting inside a chunk: not whole.
+        let (_keep, y) = tensor(3, 20);
+        assert!(!BlockPtr::<bf16, 4, 16, 32>::rows(y, 3, 20, [0, 0]).whole_chunks());
+        assert!(!BlockPtr::<bf16, 4, 16, 32>::rows(x, 3, 24, [0, 4]).whole_chunks());
+    }
+
+    #[test]
+    #[should_panic(expected = "not whole and aligned")]
+    fn the_interpreter_refuses_a_whole_chunk_read_of_ragged_rows() {
+        let (_keep, y) = tensor(3, 20);
+        let _ = BlockPtr::<bf16, 4, 16, 32>::rows(y, 3, 20, [0, 0]).fetch_whole_chunk(0, 0);
+    }
+
+    #[test]
+    fn the_interpreter_walks_every_strip_in_order() {
+        let mut seen = Vec::new();
+        for_each_strip::<40, 2>(|c| seen.push(c));
+        assert_eq!(seen, [0, 8, 16, 24, 32]);
     }
 }

@@ -113,7 +113,7 @@ pub struct Quasar {
     /// Transposed weights `[Wq, Wk, Wv, Wg1, Wg2, Wo]ᵀ` for the backward's products.
     wt: [Tensor<bf16>; 6],
     delta: Workspace<bf16>,
-    conv: ConvScratch<bf16>,
+    conv: ConvScratch,
     norm: NormScratch,
     split: Tensor<f32>,
 }

@@ -253,19 +253,7 @@ pub fn unpack<T: Elem>(c: Chunk) -> [T; V] {
 /// `read_chunk` with the chunk as `N` 32-bit words (`N = 8·size_of::<T>() / 4`).
 #[inline(always)]
 unsafe fn read_words<T: Elem, const N: usize>(p: *const T, stride: usize, valid: usize, fill: T, full: bool) -> [u32; N] {
-    let mut words = [0u32; N];
-    let q = p as *const u32;
-    unsafe {
-        match N {
-            8 => {
-                let (a, b) = (dev::ld_v4_if(q, full, 0), dev::ld_v4_if(q.wrapping_add(4), full, 0));
-                words[..4].copy_from_slice(&a);
-                words[4..].copy_from_slice(&b);
-            }
-            4 => words.copy_from_slice(&dev::ld_v4_if(q, full, 0)),
-            _ => words.copy_from_slice(&dev::ld_v2_if(q, full, 0)),
-        }
-    }
+    let mut words = unsafe { vector_words::<N>(p as *const u32, full) };
     if !full {
         let mut vals = [fill; V];
         for (v, x) in vals.iter_mut().enumerate() {
@@ -278,26 +266,67 @@ unsafe fn read_words<T: Elem, const N: usize>(p: *const T, stride: usize, valid:
     words
 }
 
+/// The `N` words at `q` (16-byte aligned) if `on`, else zeros: one or two
+/// predicated vector loads.
+#[inline(always)]
+unsafe fn vector_words<const N: usize>(q: *const u32, on: bool) -> [u32; N] {
+    let mut words = [0u32; N];
+    unsafe {
+        match N {
+            8 => {
+                let (a, b) = (dev::ld_v4_if(q, on, 0), dev::ld_v4_if(q.wrapping_add(4), on, 0));
+                words[..4].copy_from_slice(&a);
+                words[4..].copy_from_slice(&b);
+            }
+            4 => words.copy_from_slice(&dev::ld_v4_if(q, on, 0)),
+            _ => words.copy_from_slice(&dev::ld_v2_if(q, on, 0)),
+        }
+    }
+    words
+}
+
+/// A whole, aligned chunk at `p` if `on`, else zeros (see `fetch_chunk`):
+/// no per-element path.
+#[inline(always)]
+pub unsafe fn fetch_whole_chunk<T: Elem>(p: *const T, on: bool) -> Chunk {
+    let mut out = [0u32; 8];
+    let q = p as *const u32;
+    match core::mem::size_of::<T>() {
+        4 => out = unsafe { vector_words::<8>(q, on) },
+        2 => out[..4].copy_from_slice(&unsafe { vector_words::<4>(q, on) }),
+        _ => out[..2].copy_from_slice(&unsafe { vector_words::<2>(q, on) }),
+    }
+    out
+}
+
 /// Stores the first `valid` elements of a chunk (see `read_chunk`).
 #[inline(always)]
 pub unsafe fn write_chunk<T: Elem>(p: *mut T, stride: usize, valid: usize, x: [T; V]) {
     let full = valid >= V && stride == 1 && (p as usize) % T::CHUNK_ALIGN == 0;
     unsafe {
-        match core::mem::size_of::<T>() {
-            4 => {
-                let w: [[u32; 4]; 2] = core::mem::transmute_copy(&x);
-                dev::st_v4_if(p as *mut u32, full, w[0]);
-                dev::st_v4_if((p as *mut u32).wrapping_add(4), full, w[1]);
-            }
-            2 => dev::st_v4_if(p as *mut u32, full, core::mem::transmute_copy(&x)),
-            _ => dev::st_v2_if(p as *mut u32, full, core::mem::transmute_copy(&x)),
-        }
+        write_whole_chunk(p, full, x);
         if !full {
             for (v, x) in x.iter().enumerate() {
                 if v < valid {
                     *p.wrapping_add(v * stride) = *x;
                 }
             }
+        }
+    }
+}
+
+/// A whole chunk to `p` (aligned) if `on`: one or two predicated vector stores.
+#[inline(always)]
+pub unsafe fn write_whole_chunk<T: Elem>(p: *mut T, on: bool, x: [T; V]) {
+    unsafe {
+        match core::mem::size_of::<T>() {
+            4 => {
+                let w: [[u32; 4]; 2] = core::mem::transmute_copy(&x);
+                dev::st_v4_if(p as *mut u32, on, w[0]);
+                dev::st_v4_if((p as *mut u32).wrapping_add(4), on, w[1]);
+            }
+            2 => dev::st_v4_if(p as *mut u32, on, core::mem::transmute_copy(&x)),
+            _ => dev::st_v2_if(p as *mut u32, on, core::mem::transmute_copy(&x)),
         }
     }
 }

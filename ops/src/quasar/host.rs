@@ -13,14 +13,14 @@ fn sequences<T: Elem>(what: &str, x: &Tensor<T>) -> Result<[usize; 3]> {
     }
 }
 
-/// Rows each backward program of the convolution and of the gated norm
-/// takes (their `BT`, `BT·RB`), so one share of a weight's gradient each.
-const CONV_SHARE_ROWS: usize = 32;
+/// Rows each backward program of the gated norm takes (`BT·RB`), so one
+/// share of its weight's gradient each.
 const NORM_SHARE_ROWS: usize = 32;
 
-/// The convolution's weight-gradient shares for `batch` sequences of `tokens`.
-fn shares(batch: usize, tokens: usize) -> usize {
-    batch * tokens.div_ceil(CONV_SHARE_ROWS)
+/// The convolution's weight-gradient shares for `batch` sequences of
+/// `tokens` under config `cfg` of its backward (a share per `BT` rows).
+fn shares(cfg: usize, batch: usize, tokens: usize) -> usize {
+    batch * tokens.div_ceil(conv_silu_bwd_kernel::CONFIGS[cfg].get("BT").expect("conv_silu_bwd_kernel's configs name BT"))
 }
 
 /// The convolution's config: the first, or the first whose name holds
@@ -41,6 +41,22 @@ fn forced_config(configs: &[rustile::KernelConfig]) -> Option<usize> {
 fn unfused() -> bool {
     static UNFUSED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *UNFUSED.get_or_init(|| std::env::var_os("RUSTILE_QUASAR_UNFUSED").is_some())
+}
+
+/// `conv_silu_bwd_kernel`'s config (unless `RUSTILE_QUASAR_CONFIG` names
+/// one): the longest blocks (128, 64, 32 rows) whose threads, one an
+/// 8-channel strip of a block, give every SM 4 warps; else 16 rows. Longer
+/// blocks recompute fewer halo rows; shorter ones make more threads for few
+/// tokens (measured at 4096, 65,536 and a million tokens: bench/RESULTS.md,
+/// 2026-11-28, "The convolution's backward in one pass…").
+fn conv_bwd_config(gpu: &Gpu, batch: usize, tokens: usize, channels: usize) -> usize {
+    if let Some(cfg) = forced_config(conv_silu_bwd_kernel::CONFIGS) {
+        return cfg;
+    }
+    let warps = |bt: usize| batch * tokens.div_ceil(bt) * channels.div_ceil(8) / 32;
+    let by_rows = |bt: usize| conv_silu_bwd_kernel::CONFIGS.iter().position(|c| c.get("BT") == Some(bt)).expect("conv_silu_bwd_kernel lists blocks of 128, 64, 32 and 16 rows");
+    let rows = [128, 64, 32].into_iter().find(|&bt| warps(bt) >= 4 * gpu.sm_count() as usize).unwrap_or(16);
+    by_rows(rows)
 }
 
 /// `proj_conv_silu_kernel`'s config (unless `RUSTILE_QUASAR_CONFIG` names
@@ -75,29 +91,41 @@ fn bf16_only<T: Elem>(what: &str) -> Result<()> {
     Ok(())
 }
 
-/// What the backward of the convolution keeps between its launches: `da`
-/// (like `x`), the per-block shares of `dw` and their partial sums. Reused
-/// across calls of one shape.
-pub struct ConvScratch<T: Elem> {
-    da: Tensor<T>,
+/// What the backward of the convolution keeps between its launches: the
+/// per-block shares of `dw` and their partial sums, for the config a shape
+/// takes (grown when a call takes one with more shares). Reused across
+/// calls of one shape.
+pub struct ConvScratch {
     part: Tensor<f32>,
     sums: Tensor<f32>,
 }
 
-impl<T: Elem> ConvScratch<T> {
+impl ConvScratch {
     /// Bytes it holds.
     pub fn bytes(&self) -> usize {
-        self.da.numel() * core::mem::size_of::<T>() + (self.part.numel() + self.sums.numel()) * 4
+        (self.part.numel() + self.sums.numel()) * 4
     }
 
-    /// Scratch for `x` of `[batch, tokens, channels]`.
+    /// Scratch for `x` of `[batch, tokens, channels]` on `gpu`.
     pub fn new(gpu: &Gpu, shape: &[usize]) -> Result<Self> {
         let &[batch, tokens, channels] = shape else {
             return Err(Error::Shape(format!("ConvScratch: x must be [batch, tokens, channels], not {shape:?}")));
         };
-        let blocks = shares(batch, tokens).max(1);
+        Self::alloc(gpu, shares(conv_bwd_config(gpu, batch, tokens, channels), batch, tokens), channels)
+    }
+
+    fn alloc(gpu: &Gpu, blocks: usize, channels: usize) -> Result<Self> {
+        let blocks = blocks.max(1);
         let sums = gpu.alloc::<f32>(&[col_sum_split_len([blocks, WIDTH * channels]).max(1)])?;
-        Ok(ConvScratch { da: gpu.alloc::<T>(shape)?, part: gpu.alloc::<f32>(&[blocks * WIDTH, channels])?, sums })
+        Ok(ConvScratch { part: gpu.alloc::<f32>(&[blocks * WIDTH, channels])?, sums })
+    }
+
+    /// Room for `blocks` shares of `channels`.
+    fn fit(&mut self, gpu: &Gpu, blocks: usize, channels: usize) -> Result<()> {
+        if self.part.shape()[0] < blocks * WIDTH || self.part.shape()[1] != channels {
+            *self = Self::alloc(gpu, blocks, channels)?;
+        }
+        Ok(())
     }
 }
 
@@ -179,24 +207,34 @@ pub fn proj_conv_silu_with_config<T: Elem>(
 
 /// The gradients of [`conv_silu`]: `dx` (like `x`) and `dw` (`[4, channels]` f32, overwritten) from `dy`.
 pub fn conv_silu_backward<T: Elem>(
-    gpu: &Gpu, x: &Tensor<T>, w: &Tensor<T>, dy: &Tensor<T>, dx: &mut Tensor<T>, dw: &mut Tensor<f32>, scratch: &mut ConvScratch<T>,
+    gpu: &Gpu, x: &Tensor<T>, w: &Tensor<T>, dy: &Tensor<T>, dx: &mut Tensor<T>, dw: &mut Tensor<f32>, scratch: &mut ConvScratch,
+) -> Result<()> {
+    conv_silu_backward_with_config(gpu, None, x, w, dy, dx, dw, scratch)
+}
+
+/// [`conv_silu_backward`] with config `cfg` of `conv_silu_bwd_kernel::CONFIGS`
+/// (`None`: by the shape, unless `RUSTILE_QUASAR_CONFIG` names one).
+#[allow(clippy::too_many_arguments)]
+pub fn conv_silu_backward_with_config<T: Elem>(
+    gpu: &Gpu, cfg: Option<usize>, x: &Tensor<T>, w: &Tensor<T>, dy: &Tensor<T>, dx: &mut Tensor<T>, dw: &mut Tensor<f32>, scratch: &mut ConvScratch,
 ) -> Result<()> {
     bf16_only::<T>("conv_silu_backward")?;
     let [batch, tokens, channels] = sequences("conv_silu_backward", x)?;
     expect_shape("w", w, &[WIDTH, channels])?;
-    for (what, t) in [("dy", dy), ("dx", &*dx), ("the scratch", &scratch.da)] {
+    for (what, t) in [("dy", dy), ("dx", &*dx)] {
         expect_shape(what, t, x.shape())?;
     }
     expect_shape("dw", dw, &[WIDTH, channels])?;
-    let blocks = shares(batch, tokens);
-    if scratch.part.shape()[0] < blocks * WIDTH || scratch.part.shape()[1] != channels {
-        return Err(Error::Shape(format!("conv_silu_backward: the scratch is for {:?} shares × channels, not [{}, {channels}]", scratch.part.shape(), blocks * WIDTH)));
+    let cfg = cfg.unwrap_or_else(|| conv_bwd_config(gpu, batch, tokens, channels));
+    if cfg >= conv_silu_bwd_kernel::CONFIGS.len() {
+        return Err(Error::Invalid(format!("conv_silu_backward: no config {cfg} (conv_silu_bwd_kernel has {})", conv_silu_bwd_kernel::CONFIGS.len())));
     }
+    let blocks = shares(cfg, batch, tokens);
+    scratch.fit(gpu, blocks, channels)?;
     if blocks == 0 {
         return gpu.fill_bytes(dw, 0);
     }
-    conv_silu_bwd_kernel::launch(gpu, conv_config(conv_silu_bwd_kernel::CONFIGS), x, w, dy, &mut scratch.da, &mut scratch.part, tokens, channels, batch)?;
-    conv_dx_kernel::launch(gpu, conv_config(conv_dx_kernel::CONFIGS), &scratch.da, w, dx, tokens, channels, batch)?;
+    conv_silu_bwd_kernel::launch(gpu, cfg, x, w, dy, dx, &mut scratch.part, tokens, channels, batch)?;
     let mut flat = dw.view(0, &[WIDTH * channels])?;
     col_sum_split(gpu, &scratch.part, [blocks, WIDTH * channels], [WIDTH * channels, 0], &mut scratch.sums, &mut flat)
 }

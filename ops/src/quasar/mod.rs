@@ -8,9 +8,10 @@
 //! * **Short convolution**, per channel and causal, width 4, weights
 //!   `[4, channels]`: `y[t, c] = silu(a[t, c])`,
 //!   `a[t, c] = Σ_j w[j, c]·x[t − 3 + j, c]` (rows before a sequence's start
-//!   are zeros). The backward makes `da = dy·silu'(a)` (recomputing `a`) and
-//!   each program's share of `dw[j, c] = Σ_t da[t, c]·x[t − 3 + j, c]`, then
-//!   `dx[t, c] = Σ_j w[j, c]·da[t + 3 − j, c]`.
+//!   are zeros). The backward, in one pass down each channel's rows,
+//!   makes `da = dy·silu'(a)` (recomputing `a`), each program's share of
+//!   `dw[j, c] = Σ_t da[t, c]·x[t − 3 + j, c]`, and
+//!   `dx[t, c] = Σ_j w[j, c]·da[t + 3 − j, c]` (`da` stays in registers).
 //! * **The projection and the convolution in one kernel** (Hopper): `y =
 //!   silu(conv(x·Wᵀ))` without the projection read back. Each block of
 //!   rows also computes the 3 rows before it (the convolution's halo),
@@ -24,7 +25,9 @@
 //!   `do = rstd·(dn − n·mean(dn·n))`, and each program's share of
 //!   `dw = Σ dy·s·n`.
 //!
-//! Everything is elementwise or a 64-wide row: tiles of rows, loaded once.
+//! Everything is elementwise, a 64-wide row or a stencil down the rows:
+//! tiles of rows, or (the convolution's backward) one thread's strip of
+//! channels walked down them, loaded once.
 //! Weight gradients are summed in a fixed order by `reduce::col_sum_split`.
 use rustile::prelude::*;
 
@@ -93,54 +96,112 @@ pub fn conv_silu_kernel<T: Elem>(x: Ptr<T>, w: Ptr<T>, y: PtrMut<T>, tokens: usi
     store(&BlockPtr::<T, BT, BC>::rows(y.offset(at), tokens, channels, [t0, c0]), &a.map(math::silu).cast::<T>());
 }
 
-// A program per block of rows, each writing a share of `dw`: programs
-// taking 16 blocks (a share per 512 rows) were 4× slower at 4096 tokens (too
-// few programs) and no faster at a million; the shares' two-pass
-// `col_sum_split` keeps their reduction short. The first config is one warp
-// a program, so its column sums need no barrier: 5 % faster than four
-// warps from 65,536 tokens up (RESULTS, "The convolution's backward in
-// one-warp programs"); its time is the four shifted loads of each row.
-#[kernel(
-    configs = [(BT = 32, BC = 32, WARPS = 1), (BT = 32, BC = 128, WARPS = 4), (BT = 32, BC = 128, WARPS = 8), (BT = 32, BC = 64, WARPS = 4)],
-    grid = [cdiv(tokens, BT), cdiv(channels, BC), batch],
-    dtypes = [bf16],
-)]
-/// The backward's first half for rows `BT·program_id(0) ..` (a block of
-/// [`conv_silu_kernel`]'s): `da = dy·silu'(a)` and the block's share of `dw`
-/// (`part[(s·blocks + i)·4 + j, c]` for sequence `s`, block `i` of
-/// `blocks = cdiv(tokens, BT)`, tap `j`).
-pub fn conv_silu_bwd_kernel<T: Elem>(
-    x: Ptr<T>, w: Ptr<T>, dy: Ptr<T>, da: PtrMut<T>, part: PtrMut<f32>, tokens: usize, channels: usize, batch: usize,
-) {
-    let _ = batch; // the grid
-    let (t0, c0, s) = (program_id(0) * BT, program_id(1) * BC, program_id(2));
-    let at = s * tokens * channels;
-    // Loaded once: the convolution and the shares both read the taps.
-    let xs = taps!(x.offset(at), tokens, channels, t0, c0);
-    let a = conv!(xs, w, channels, c0);
-    let g = load(&BlockPtr::<T, BT, BC>::rows(dy.offset(at), tokens, channels, [t0, c0])).cast::<f32>() * a.map(math::silu_grad);
-    store(&BlockPtr::<T, BT, BC>::rows(da.offset(at), tokens, channels, [t0, c0]), &g.cast::<T>());
-    let block = s * tokens.div_ceil(BT) + program_id(0);
-    for (j, xj) in xs.iter().enumerate() {
-        (g * *xj).col_sum().store(part, (block * WIDTH + j) * channels + c0, (block * WIDTH + j + 1) * channels);
-    }
-}
+// The backward in one pass: each thread walks an 8-channel strip down its
+// block's rows and the 3 after them, keeping the last four rows of `x` and
+// of `da` in registers, so `da` is never stored and each row of `x` and
+// `dy` is loaded once (the 3-row halos twice). Its share of `dw` is the
+// thread's own running sum: no reduction across threads, no barrier.
+// Each thread has the rows of `x` and `dy` of its next `AHEAD` steps in
+// flight (four: no faster, 15 more registers). One-warp programs (196
+// registers a thread); the host takes the longest blocks that still give
+// each SM 4 warps: 128 rows from about 65,536 tokens, down to 16 for a few
+// thousand (RESULTS, 2026-11-28, "The convolution's backward in one pass…").
 
 #[kernel(
-    configs = [(BT = 32, BC = 128, WARPS = 4), (BT = 32, BC = 128, WARPS = 8), (BT = 32, BC = 64, WARPS = 4)],
+    configs = [
+        (BT = 128, BC = 256, WARPS = 1, AHEAD = 2),
+        (BT = 64, BC = 256, WARPS = 1, AHEAD = 2),
+        (BT = 32, BC = 256, WARPS = 1, AHEAD = 2),
+        (BT = 16, BC = 256, WARPS = 1, AHEAD = 2),
+    ],
     grid = [cdiv(tokens, BT), cdiv(channels, BC), batch],
     dtypes = [bf16],
 )]
-/// The backward's second half: `dx[t] = Σ_j w[j]·da[t + 3 − j]` for the block.
-pub fn conv_dx_kernel<T: Elem>(da: Ptr<T>, w: Ptr<T>, dx: PtrMut<T>, tokens: usize, channels: usize, batch: usize) {
-    let _ = batch; // the grid
-    let (t0, c0, at) = (program_id(0) * BT, program_id(1) * BC, program_id(2) * tokens * channels);
-    let mut acc = Tile::<f32, BT, BC>::zeros();
-    for j in 0..WIDTH {
-        let wj = Row::<T, BT, BC>::load(w, j * channels + c0, (j + 1) * channels).cast::<f32>();
-        acc = acc + load(&BlockPtr::<T, BT, BC>::rows(da.offset(at), tokens, channels, [t0 + WIDTH - 1 - j, c0])).cast::<f32>() * wj;
+/// The gradients of [`conv_silu_kernel`] for rows `BT·program_id(0) ..`
+/// and channels `BC·program_id(1) ..` of sequence `program_id(2)`: `dx[t] =
+/// Σ_j w[j]·da[t + 3 − j]` with `da = dy·silu'(a)` (`a` recomputed from
+/// `x`), and the block's share of `dw`, `part[(s·blocks + i)·4 + j, c] =
+/// Σ_t da[t, c]·x[t − 3 + j, c]` over its rows (block `i` of `blocks =
+/// cdiv(tokens, BT)`, tap `j`).
+pub fn conv_silu_bwd_kernel<T: Elem>(
+    x: Ptr<T>, w: Ptr<T>, dy: Ptr<T>, dx: PtrMut<T>, part: PtrMut<f32>, tokens: usize, channels: usize, batch: usize,
+) {
+    let (t0, c0, s) = (program_id(0) * BT, program_id(1) * BC, program_id(2));
+    let at = s * tokens * channels;
+    // Row t of these is token t of the sequence (zeros past its end).
+    let xs = BlockPtr::<T, BT, BC>::rows(x.offset(at), tokens, channels, [0, c0]);
+    let dys = BlockPtr::<T, BT, BC>::rows(dy.offset(at), tokens, channels, [0, c0]);
+    let dxs = BlockPtr::<T, BT, BC>::rows(dx.offset(at), tokens, channels, [0, c0]);
+    let share = BlockPtr::<f32, WIDTH, BC>::rows(part, batch * tokens.div_ceil(BT) * WIDTH, channels, [(s * tokens.div_ceil(BT) + program_id(0)) * WIDTH, c0]);
+    let wp = BlockPtr::<T, WIDTH, BC>::rows(w, WIDTH, channels, [0, c0]);
+    // Strip `c`, its chunks read and written whole (one vector access each) or in general.
+    let walk = #[inline(always)]
+    |c: usize, whole: bool| {
+        let fetch = |p: &BlockPtr<T, BT, BC>, r: usize| if whole { p.fetch_whole_chunk(r, c) } else { p.fetch_chunk(r, c) };
+        // Row m of x: token t0 − 3 + m (zeros before the sequence's start).
+        let fetch_x = |m: usize| if t0 + m >= WIDTH - 1 { fetch(&xs, t0 + m - (WIDTH - 1)) } else { Fetched::zeros() };
+        let taps: [[f32; 8]; WIDTH] = core::array::from_fn(|j| wp.fetch_chunk(j, c).get());
+        // Step i works on token u = t0 + i: xw[j] is x[u − 3 + j], daw[j] is da[u − 3 + j].
+        let (mut xw, mut daw) = ([[0.0f32; 8]; WIDTH], [[0.0f32; 8]; WIDTH]);
+        for j in 1..WIDTH {
+            xw[j] = fetch_x(j - 1).get();
+        }
+        // The rows of steps i .. i + AHEAD, in flight: x (3 rows behind the token) and dy.
+        let mut ahead = [(Fetched::<T>::zeros(), Fetched::<T>::zeros()); AHEAD];
+        for (k, a) in ahead.iter_mut().enumerate() {
+            *a = (fetch_x(k + WIDTH - 1), fetch(&dys, t0 + k));
+        }
+        let mut sums = [[0.0f32; 8]; WIDTH];
+        // Steps past the sequence's end change nothing (dy is zero there).
+        for i in 0..(BT + WIDTH - 1).min(tokens + WIDTH - 1 - t0) {
+            let (fx, fdy) = ahead[0];
+            for k in 1..AHEAD {
+                ahead[k - 1] = ahead[k];
+            }
+            ahead[AHEAD - 1] = (fetch_x(i + AHEAD + WIDTH - 1), fetch(&dys, t0 + i + AHEAD));
+            for j in 1..WIDTH {
+                xw[j - 1] = xw[j];
+                daw[j - 1] = daw[j];
+            }
+            xw[WIDTH - 1] = fx.get();
+            let dyu = fdy.get();
+            let mut da = [0.0f32; 8];
+            for v in 0..8 {
+                let mut a = 0.0;
+                for j in 0..WIDTH {
+                    a += taps[j][v] * xw[j][v];
+                }
+                da[v] = dyu[v] * math::silu_grad_fast(a);
+            }
+            daw[WIDTH - 1] = da;
+            if i < BT {
+                for j in 0..WIDTH {
+                    for v in 0..8 {
+                        sums[j][v] += da[v] * xw[j][v];
+                    }
+                }
+            }
+            // dx of token u − 3 = Σ_j w[j]·da[u − j]: every da it needs is made.
+            if i >= WIDTH - 1 {
+                let mut g = [0.0f32; 8];
+                for j in 0..WIDTH {
+                    for v in 0..8 {
+                        g[v] += taps[j][v] * daw[WIDTH - 1 - j][v];
+                    }
+                }
+                let r = t0 + i - (WIDTH - 1);
+                if whole { dxs.put_whole_chunk(r, c, g) } else { dxs.put_chunk(r, c, g) }
+            }
+        }
+        for (j, sj) in sums.iter().enumerate() {
+            share.put_chunk(j, c, *sj);
+        }
+    };
+    if xs.whole_chunks() && dys.whole_chunks() && dxs.whole_chunks() {
+        for_each_strip::<BC, THREADS>(|c| walk(c, true));
+    } else {
+        for_each_strip::<BC, THREADS>(|c| walk(c, false));
     }
-    store(&BlockPtr::<T, BT, BC>::rows(dx.offset(at), tokens, channels, [t0, c0]), &acc.cast::<T>());
 }
 
 // ---- the projection and its convolution in one kernel (Hopper) -----------------------------

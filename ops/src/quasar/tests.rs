@@ -7,7 +7,7 @@ use rustile_host::Gpu;
 #[test]
 fn conv_silu_and_its_backward_match_float64() {
     let gpu = Gpu::interpreter();
-    for (batch, tokens, channels) in [(1, 1, 8), (2, 3, 136), (2, 70, 200), (1, 33, 512), (2, 1100, 8)] {
+    for (batch, tokens, channels) in [(1, 1, 8), (2, 3, 136), (2, 70, 200), (1, 33, 512), (2, 1100, 8), (2, 9, 20)] {
         let (mut rng, seed) = rng();
         let shape = [batch, tokens, channels];
         let n = batch * tokens * channels;
@@ -27,8 +27,8 @@ fn conv_silu_and_its_backward_match_float64() {
         conv_silu_backward(&gpu, &xt, &wt, &dyt, &mut dx, &mut dw, &mut scratch).unwrap();
         let (want_dx, want_dw) = crate::reference::conv_silu_backward(&xw, &ww, &wide(&dy), tokens, channels);
         let (edx, edw) = (rel_err(&gpu.download(&dx).unwrap(), &want_dx), rel_err(&gpu.download(&dw).unwrap(), &want_dw));
-        // da is rounded to bf16 before both sums.
-        assert!(edx < 2e-2 && edw < 2e-2, "{ctx}: dx off by {edx:.2e}, dw by {edw:.2e}");
+        // da stays f32: dx is off by its own rounding to bf16 (about 1.7e-3), dw by f32 sums' (about 1e-7).
+        assert!(edx < 3e-3 && edw < 1e-5, "{ctx}: dx off by {edx:.2e}, dw by {edw:.2e}");
     }
 }
 
@@ -164,34 +164,34 @@ fn softplus_and_its_backward() {
 #[test]
 fn every_conv_config_agrees_with_the_first() {
     let gpu = Gpu::interpreter();
-    let (batch, tokens, channels) = (2, 75, 200);
+    // Blocks of 32 to 128 rows: a sequence shorter than one, and one past several.
+    let (batch, tokens, channels) = (2, 275, 200);
     let (mut rng, seed) = rng();
     let shape = [batch, tokens, channels];
     let n = batch * tokens * channels;
     let up = |v: &[rustile::bf16], s: &[usize]| gpu.upload(v, s).unwrap();
     let (x, dy) = (up(&normal(&mut rng, n, 0.0, 1.0), &shape), up(&normal(&mut rng, n, 0.0, 1.0), &shape));
     let w = up(&normal(&mut rng, WIDTH * channels, 0.0, 0.5), &[WIDTH, channels]);
-    let parts = batch * tokens.div_ceil(32) * WIDTH * channels;
-    // y, da, the shares of dw and dx of config `cfg` of each kernel (its last where it has fewer).
-    let run = |cfg: usize| {
-        let [fwd, bwd, dx_cfg] = [conv_silu_kernel::CONFIGS, conv_silu_bwd_kernel::CONFIGS, conv_dx_kernel::CONFIGS].map(|c| cfg.min(c.len() - 1));
+    let mut scratch = ConvScratch::new(&gpu, &shape).unwrap();
+    // y, dx and dw of config `cfg` of each kernel (its last where it has fewer).
+    let mut run = |cfg: usize| {
         let mut y = up(&poisoned(n), &shape);
-        let (mut da, mut dx) = (up(&poisoned(n), &shape), up(&poisoned(n), &shape));
-        let mut part = gpu.upload(&poisoned::<f32>(parts), &[parts]).unwrap();
-        conv_silu_kernel::launch(&gpu, fwd, &x, &w, &mut y, tokens, channels, batch).unwrap();
-        conv_silu_bwd_kernel::launch(&gpu, bwd, &x, &w, &dy, &mut da, &mut part, tokens, channels, batch).unwrap();
-        conv_dx_kernel::launch(&gpu, dx_cfg, &da, &w, &mut dx, tokens, channels, batch).unwrap();
+        let mut dx = up(&poisoned(n), &shape);
+        let mut dw = gpu.upload(&poisoned::<f32>(WIDTH * channels), &[WIDTH, channels]).unwrap();
+        conv_silu_kernel::launch(&gpu, cfg.min(conv_silu_kernel::CONFIGS.len() - 1), &x, &w, &mut y, tokens, channels, batch).unwrap();
+        conv_silu_backward_with_config(&gpu, Some(cfg.min(conv_silu_bwd_kernel::CONFIGS.len() - 1)), &x, &w, &dy, &mut dx, &mut dw, &mut scratch).unwrap();
         let f = |t: &rustile_host::Tensor<rustile::bf16>| wide(&gpu.download(t).unwrap());
-        (f(&y), f(&da), gpu.download(&part).unwrap(), f(&dx))
+        (f(&y), f(&dx), gpu.download(&dw).unwrap())
     };
     let first = run(0);
-    let most = [conv_silu_kernel::CONFIGS.len(), conv_silu_bwd_kernel::CONFIGS.len(), conv_dx_kernel::CONFIGS.len()].into_iter().max().unwrap_or(1);
+    let most = conv_silu_kernel::CONFIGS.len().max(conv_silu_bwd_kernel::CONFIGS.len());
     for cfg in 1..most {
         let got = run(cfg);
         let ctx = format!("config {cfg} of each kernel (seed {seed})");
-        // Each value is the same sum in the same order; only the shares' sums over a block's rows may be ordered otherwise.
-        assert!(got.0 == first.0 && got.1 == first.1 && got.3 == first.3, "{ctx}: y, da or dx differ from the first config's");
+        // Each value of y and dx is the same sum in the same order; dw's shares cover other rows.
+        assert!(got.0 == first.0 && got.1 == first.1, "{ctx}: y or dx differ from the first config's");
         let err = rel_err(&got.2, &first.2.iter().map(|&v| v as f64).collect::<Vec<_>>());
-        assert!(err < 1e-6, "{ctx}: the shares of dw differ by {err:.2e}");
+        assert!(err < 1e-5, "{ctx}: dw differs by {err:.2e}");
     }
+    assert!(conv_silu_backward_with_config(&gpu, Some(most), &x, &w, &dy, &mut up(&poisoned(n), &shape), &mut gpu.alloc::<f32>(&[WIDTH, channels]).unwrap(), &mut scratch).is_err());
 }
