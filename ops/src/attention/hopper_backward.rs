@@ -58,7 +58,9 @@
 //! registers…”). The same program is D = 128's default (`QD = 2`: K, V and
 //! two stages take 129 KB), 19-25 % faster than the one without a copy
 //! warpgroup (`COPIER = 0`, kept for comparison), whose 255 registers
-//! spill 168 bytes.
+//! spill 168 bytes. The dQ program at D = 64 and 128 is warp-specialized
+//! too ([`attention_bwd_q_wgmma_kernel`]'s `COPIER = 1`: 0.4-10 % off the
+//! backward).
 //!
 //! `DQ = 1` (D = 64, warp-specialized) makes dQ in the dK/dV program, as
 //! FlashAttention-3 does, so that no second program makes `S` and `dP`
@@ -410,20 +412,41 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
 
 /// [`super::attention_bwd_q_kernel`] on `wgmma` (the same arguments, then
 /// `map_k`, `map_k1`, `map_v`, `map_v1`: K's and V's tensor maps, boxes of
-/// `BN` rows, as `host::head_maps` builds them): one block of `BM` queries
-/// of one head, walking `BN` keys a step. At D = 128 64-key blocks: with
-/// 128, S and dP alone would take 128 registers.
+/// `BN` rows, and `map_q`, `map_q1`, `map_do`, `map_do1`: Q's and dO's,
+/// boxes of `BM` rows, as `host::head_maps` builds them): one block of `BM`
+/// queries of one head, walking `BN` keys a step. At D = 128 64-key blocks:
+/// with 128, S and dP alone would take 128 registers.
 ///
 /// `TMA = 1` copies K and V by TMA, two blocks ahead from the start (D = 64
 /// and 128: the backward 9 % and 5 % faster than with `cp.async`);
 /// `TMA = 0` by every thread's `cp.async` (D = 80, where TMA made the dQ
 /// kernel 117 → 128 µs at the vision shape; bench/RESULTS.md, 2026-11-23,
 /// “Head dim 72: four K/V stages…”).
+///
+/// `COPIER = 1` (D = 64 and 128, the default) is the program
+/// warp-specialized as the forward's: a copy warpgroup whose first thread
+/// issues Q and dO, then each key block's K and V into `STAGES` stages as soon as both
+/// multiplying warpgroups have released the stage, and two multiplying
+/// warpgroups of 64 queries each that meet at a barrier only to zero the
+/// last block's rows past the keys. Each step issues block j's `S` and `dP`
+/// and then block j−1's `dQ += dS·K`, so that block j's exponentials run
+/// beside two products, and the warpgroups take turns at issuing
+/// (`wgmma::Turns`). K stays in its stage until its block's dQ product is
+/// done, a step longer than V, so the ring is three stages deep (four at
+/// D = 128, 1-2 % faster there): with two the backward was 4-9 % slower
+/// than with the program without a copy warpgroup (`COPIER = 0`, kept for
+/// comparison), with three or four 0.4-10 % faster, and without the turns
+/// 3-4 % slower (bench/RESULTS.md, 2026-11-28, “The dQ program
+/// warp-specialized…”).
+/// Computing block j's dS while block j−1's dQ product runs made ptxas
+/// serialize the products (C7513: both packed dS live at once).
 #[kernel(
     configs = [
-        (D = 64, BM = 128, BN = 128, WARPS = 8, OCC = 1, LATE = 0, TMA = 1, SMEM = 98336),
-        (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 3, LATE = 0, TMA = 0, SMEM = 61984),
-        (D = 128, BM = 128, BN = 64, WARPS = 8, OCC = 1, LATE = 1, TMA = 1, SMEM = 131104),
+        (D = 64, BM = 128, BN = 128, WARPS = 12, OCC = 1, LATE = 0, TMA = 1, COPIER = 1, STAGES = 3, SMEM = 131176),
+        (D = 64, BM = 128, BN = 128, WARPS = 8, OCC = 1, LATE = 0, TMA = 1, COPIER = 0, STAGES = 2, SMEM = 98336),
+        (D = 80, BM = 64, BN = 64, WARPS = 4, OCC = 3, LATE = 0, TMA = 0, COPIER = 0, STAGES = 2, SMEM = 61984),
+        (D = 128, BM = 128, BN = 64, WARPS = 12, OCC = 1, LATE = 0, TMA = 1, COPIER = 1, STAGES = 4, SMEM = 196744),
+        (D = 128, BM = 128, BN = 64, WARPS = 8, OCC = 1, LATE = 1, TMA = 1, COPIER = 0, STAGES = 2, SMEM = 131104),
     ],
     grid = [cdiv(sq, BM), heads, batch],
     dtypes = [bf16, f16],
@@ -434,7 +457,7 @@ pub fn attention_bwd_q_wgmma_kernel<T: Elem>(
     cu_q: Ptr<u32>, cu_k: Ptr<u32>,
     batch: usize, sq: usize, sk: usize, heads: usize, kv_heads: usize, d: usize,
     q_bs: usize, kv_bs: usize, lse_h: usize, scale: f32, flags: u32,
-    map_k: u64, map_k1: u64, map_v: u64, map_v1: u64,
+    map_k: u64, map_k1: u64, map_v: u64, map_v1: u64, map_q: u64, map_q1: u64, map_do: u64, map_do1: u64,
 ) {
     use crate::attention::{query_tokens, store_head, Head, Seq, CAUSAL, VARLEN};
     use core::f32::consts::LOG2_E;
@@ -442,8 +465,10 @@ pub fn attention_bwd_q_wgmma_kernel<T: Elem>(
     const TAIL: bool = D > 64;
     const D1: usize = if TAIL { D - 64 } else { 64 };
     const GROUPS: u32 = if TAIL { 2 } else { 1 };
-    type AccW<const N: usize> = rustile::Acc<BM, N, THREADS, true>;
-    type Rows<const R: usize> = Head<T, R, 64, D1, THREADS>;
+    // The threads that multiply: all, or all but the copy warpgroup.
+    const TH: usize = THREADS - 128 * COPIER;
+    type AccW<const N: usize> = rustile::Acc<BM, N, TH, true>;
+    type Rows<const R: usize> = Head<T, R, 64, D1, TH>;
 
     let (qb, h, z) = (program_id(0), program_id(1), program_id(2));
     let (causal, varlen) = (flags & CAUSAL != 0, flags & VARLEN != 0);
@@ -455,80 +480,40 @@ pub fn attention_bwd_q_wgmma_kernel<T: Elem>(
     let hk = h / (heads / kv_heads);
     let (kp, vp) = (k.offset(s.k_at()), v.offset(s.k_at()));
     let c = scale * LOG2_E;
-    // This block's queries' log-sum-exp (base 2; ∞ past the end, so that P
-    // is 0 there) and delta, for every key block.
     let (lse_at, delta_at) = (s.lse0 + h * lse_h + r0, h * query_tokens(batch, q_bs, lse_h, varlen) + s.q0 + r0);
-    let lse2 = AccRows::<BM, THREADS>::from_fn(|r| if r0 + r < s.lq { lse.read(lse_at + r) * LOG2_E } else { f32::INFINITY });
-    let dlt = AccRows::<BM, THREADS>::from_fn(|r| if r0 + r < s.lq { delta.read(delta_at + r) } else { 0.0 });
 
-    // Shared memory: Q, dO, then two stages of K and V (every tile on a
-    // multiple of 1024 bytes, the swizzle period), then (`TMA`) the
-    // barriers each stage's copies land on.
-    let at = wgmma::pad(THREADS);
+    // Shared memory: Q, dO, then `STAGES` stages of K and V (every tile on
+    // a multiple of 1024 bytes, the swizzle period), then (`TMA`) the
+    // barriers: without a copy warpgroup each stage's landing; with one,
+    // Q and dO's landing, each stage's K and V landing, then each stage's
+    // K and V released by every multiplying thread.
+    let at = wgmma::pad(TH);
     let (sq_, sd_) = (Rows::<BM>::at(at, TAIL), Rows::<BM>::at(at + BM * D * 2, TAIL));
     let kv = |stage: usize, which: usize| Rows::<BN>::at(at + 2 * BM * D * 2 + (2 * stage + which) * BN * D * 2, TAIL);
-    let landed = |stage: usize| tma::Barrier::at::<THREADS>(at + 2 * (BM + 2 * BN) * D * 2 + 8 * stage);
-    if TMA == 1 {
-        landed(0).init(1);
-        landed(1).init(1);
-        tma::fence_init();
-        sync();
-    }
+    let bar = |i: usize| tma::Barrier::at::<TH>(at + 2 * (BM + STAGES * BN) * D * 2 + 8 * i);
     let blocks = s.key_blocks(r0, BM, BN, causal);
-    // Key block j's K and V into stage j % 2 (block j−2 was there; the
-    // callers copy once every warp is done with it).
-    let copy_kv = |j: usize| {
-        if j >= blocks {
-            return;
-        }
-        let stage = j % 2;
-        if TMA == 1 {
-            let tokens = [s.k0 + s.lk, s.ldk, hk, d];
-            landed(stage).expect(2 * kv(stage, 0).bytes());
-            kv(stage, 0).load_tma([map_k, map_k1], k, tokens, s.k0 + j * BN, &landed(stage), false);
-            kv(stage, 1).load_tma([map_v, map_v1], v, tokens, s.k0 + j * BN, &landed(stage), false);
+    // This block's queries' log-sum-exp (base 2; ∞ past the end, so that P
+    // is 0 there) and delta, for every key block.
+    let lse2 = AccRows::<BM, TH>::from_fn(|r| if r0 + r < s.lq { lse.read(lse_at + r) * LOG2_E } else { f32::INFINITY });
+    let dlt = AccRows::<BM, TH>::from_fn(|r| if r0 + r < s.lq { delta.read(delta_at + r) } else { 0.0 });
+    // Block j's probabilities from its finished S (keys past the end or,
+    // causal, past the query: 0). Inlined by force: called twice, LLVM
+    // kept it a function, its scores passed through local memory.
+    let probs = #[inline(always)]
+    |j: usize, sc: AccW<BN>| {
+        let c0 = j * BN;
+        let p = sc.map_rows(&lse2, |x, l| math::exp2(x * c - l));
+        if c0 + BN > s.lk || (causal && c0 + BN > r0 + 1) {
+            p.map(|r, col, x| if c0 + col >= s.lk || (causal && c0 + col > r0 + r) { 0.0 } else { x })
         } else {
-            kv(stage, 0).copy_from(kp, [s.lk, s.ldk, hk * d, d], j * BN);
-            kv(stage, 1).copy_from(vp, [s.lk, s.ldk, hk * d, d], j * BN);
+            p
         }
     };
-    sq_.copy_from(q.offset(s.q_at()), [s.lq, s.ldq, h * d, d], r0);
-    sd_.copy_from(d_o.offset(s.q_at()), [s.lq, s.ldq, h * d, d], r0);
-    copy_kv(0);
-    if TMA == 1 {
-        copy_kv(1);
-    }
-    commit_copies();
-
-    let (mut dq0, mut dq1) = (AccW::<64>::zeros(), AccW::<D1>::zeros());
-    for j in 0..blocks {
-        let c0 = j * BN;
-        let (sk_, sv_) = (kv(j % 2, 0), kv(j % 2, 1));
-        wait_copies::<0>();
-        if TMA == 1 {
-            landed(j % 2).wait((j / 2) % 2);
-            // Past the keys the copy engine read the next tokens (or
-            // anything): zeros, as `cp.async` leaves there, since P's zeros
-            // would meet them (0·NaN is NaN).
-            if c0 + BN > s.lk {
-                sk_.zero_rows_from(s.lk - c0);
-                sv_.zero_rows_from(s.lk - c0);
-            }
-        }
-        wgmma::fence_shared();
-        // Step j's tiles have landed; step j−1's products, the last readers
-        // of the other stage, finished.
-        sync();
-        // Block j+1 (by TMA issued at the start for j = 0).
-        let copies = || {
-            if TMA == 0 || j >= 1 {
-                copy_kv(j + 1);
-            }
-            commit_copies();
-        };
-        if LATE == 0 {
-            copies();
-        }
+    // dS = P ⊙ (dP − delta), packed for the tensor cores.
+    let ds_of = |p: AccW<BN>, dp: AccW<BN>| p.zip(dp.map_rows(&dlt, |x, dl| x - dl), |p, dp| p * dp).pack::<T>();
+    // Block j's `S = Q·Kᵀ` and `dP = dO·Vᵀ`, issued (read them after a `wait`).
+    let issue_scores = |j: usize| {
+        let (sk_, sv_) = (kv(j % STAGES, 0), kv(j % STAGES, 1));
         let (mut sc, mut dp) = (AccW::<BN>::zeros(), AccW::<BN>::zeros());
         wgmma::dot_new_async(&sq_.main, &sk_.main, &mut sc);
         if TAIL {
@@ -538,22 +523,186 @@ pub fn attention_bwd_q_wgmma_kernel<T: Elem>(
         if TAIL {
             wgmma::dot_async(&sd_.rest, &sv_.rest, &mut dp);
         }
-        if LATE == 1 {
-            copies();
-        }
-        wgmma::wait::<GROUPS, BM, BN, THREADS>(&mut sc);
-        let mut p = sc.map_rows(&lse2, |x, l| math::exp2(x * c - l));
-        if c0 + BN > s.lk || (causal && c0 + BN > r0 + 1) {
-            p = p.map(|r, col, x| if c0 + col >= s.lk || (causal && c0 + col > r0 + r) { 0.0 } else { x });
-        }
-        wgmma::wait::<0, BM, BN, THREADS>(&mut dp);
-        let ds = p.zip(dp.map_rows(&dlt, |x, dl| x - dl), |p, dp| p * dp).pack::<T>();
-        wgmma::dot_acc_async(&ds, &sk_.main, &mut dq0);
+        (sc, dp)
+    };
+    // `dQ += dS·K` with block j's K, issued.
+    let add_dq = |ds: &rustile::Packed<T, BM, BN, TH>, j: usize, dq0: &mut AccW<64>, dq1: &mut AccW<D1>| {
+        let sk_ = kv(j % STAGES, 0);
+        wgmma::dot_acc_async(ds, &sk_.main, dq0);
         if TAIL {
-            wgmma::dot_acc_async(&ds, &sk_.rest, &mut dq1);
+            wgmma::dot_acc_async(ds, &sk_.rest, dq1);
         }
-        wgmma::wait::<0, BM, 64, THREADS>(&mut dq0);
+    };
+    let (mut dq0, mut dq1) = (AccW::<64>::zeros(), AccW::<D1>::zeros());
+
+    if COPIER == 1 {
+        let kv_landed = |j: usize, which: usize| bar(1 + 2 * (j % STAGES) + which);
+        let kv_read = |j: usize, which: usize| bar(1 + 2 * STAGES + 2 * (j % STAGES) + which);
+        for i in 0..1 + 2 * STAGES {
+            bar(i).init(1);
+        }
+        for i in 0..2 * STAGES {
+            bar(1 + 2 * STAGES + i).init(TH as u32);
+        }
+        tma::fence_init();
+        sync();
+        let load_qdo = || {
+            bar(0).expect_by_this_thread(2 * sq_.bytes());
+            let tokens = [s.q0 + s.lq, s.ldq, h, d];
+            sq_.load_tma([map_q, map_q1], q, tokens, s.q0 + r0, &bar(0), true);
+            sd_.load_tma([map_do, map_do1], d_o, tokens, s.q0 + r0, &bar(0), true);
+        };
+        // Block j's K (which 0) or V (1) into stage j % STAGES. Rows are
+        // tokens of the whole tensor: past this sequence's keys the copy
+        // engine reads the next sequence's (zeroed below) or zeros.
+        let load_kv = |j: usize, which: usize| {
+            if j >= blocks {
+                return;
+            }
+            let (tile, landing) = (kv(j % STAGES, which), kv_landed(j, which));
+            landing.expect_by_this_thread(tile.bytes());
+            let (maps, src) = if which == 0 { ([map_k, map_k1], k) } else { ([map_v, map_v1], v) };
+            tile.load_tma(maps, src, [s.k0 + s.lk, s.ldk, hk, d], s.k0 + j * BN, &landing, true);
+        };
+        crate::attention::copy_warpgroup::<TH, false>(blocks, STAGES, load_qdo, load_kv, kv_read);
+        // No trap on the multiplying loop's path (the module doc says why).
+        wgmma::check_periods_once();
+        wgmma::raise_registers::<240>();
+        // The interpreter's one thread is the copier too: block j's copies
+        // right before its products (its stage held block j − STAGES, whose
+        // last product, dQ's, finished in step j − STAGES + 1).
+        let on_cpu = cfg!(not(target_arch = "nvptx64"));
+        if on_cpu {
+            load_qdo();
+        }
+        // Block j's K and V have landed, and past the keys (only the last
+        // block reaches there) their rows are zeros: P's zeros meet V's
+        // rows, dS's K's, and 0·NaN is NaN. Both warpgroups zero, then meet
+        // at named barrier 8 (the copy warpgroup is not there).
+        let landed = |j: usize| {
+            if on_cpu {
+                load_kv(j, 0);
+                load_kv(j, 1);
+            }
+            kv_landed(j, 0).wait((j / STAGES) % 2);
+            kv_landed(j, 1).wait((j / STAGES) % 2);
+            if j * BN + BN > s.lk {
+                kv(j % STAGES, 0).zero_rows_from(s.lk - j * BN);
+                kv(j % STAGES, 1).zero_rows_from(s.lk - j * BN);
+                wgmma::fence_shared();
+                sync_named(8, TH);
+            }
+        };
+        bar(0).wait(0);
+        if blocks > 0 {
+            let turns = wgmma::Turns::<{ TH / 128 }>::new(true, 1);
+            landed(0);
+            turns.wait();
+            let (mut sc, mut dp) = issue_scores(0);
+            turns.pass(false);
+            wgmma::wait::<GROUPS, BM, BN, TH>(&mut sc);
+            let p = probs(0, sc);
+            wgmma::wait::<0, BM, BN, TH>(&mut dp);
+            kv_read(0, 1).arrive();
+            let mut ds = ds_of(p, dp);
+            for j in 1..blocks {
+                landed(j);
+                turns.wait();
+                let (mut sc, mut dp) = issue_scores(j);
+                add_dq(&ds, j - 1, &mut dq0, &mut dq1);
+                turns.pass(false);
+                // Block j's S done, its exponentials beside its dP and
+                // block j−1's dQ.
+                wgmma::wait::<{ 2 * GROUPS }, BM, BN, TH>(&mut sc);
+                let p = probs(j, sc);
+                wgmma::wait::<GROUPS, BM, BN, TH>(&mut dp);
+                kv_read(j, 1).arrive();
+                wgmma::wait::<0, BM, 64, TH>(&mut dq0);
+                if TAIL {
+                    wgmma::wait::<0, BM, D1, TH>(&mut dq1);
+                }
+                kv_read(j - 1, 0).arrive();
+                ds = ds_of(p, dp);
+            }
+            turns.wait();
+            add_dq(&ds, blocks - 1, &mut dq0, &mut dq1);
+            turns.pass(true);
+            wgmma::wait::<0, BM, 64, TH>(&mut dq0);
+            if TAIL {
+                wgmma::wait::<0, BM, D1, TH>(&mut dq1);
+            }
+        }
+    } else {
+        if TMA == 1 {
+            bar(0).init(1);
+            bar(1).init(1);
+            tma::fence_init();
+            sync();
+        }
+        // Key block j's K and V into stage j % 2 (`STAGES = 2`: block j−2 was
+        // there; the callers copy once every warp is done with it).
+        let copy_kv = |j: usize| {
+            if j >= blocks {
+                return;
+            }
+            let stage = j % 2;
+            if TMA == 1 {
+                let tokens = [s.k0 + s.lk, s.ldk, hk, d];
+                bar(stage).expect(2 * kv(stage, 0).bytes());
+                kv(stage, 0).load_tma([map_k, map_k1], k, tokens, s.k0 + j * BN, &bar(stage), false);
+                kv(stage, 1).load_tma([map_v, map_v1], v, tokens, s.k0 + j * BN, &bar(stage), false);
+            } else {
+                kv(stage, 0).copy_from(kp, [s.lk, s.ldk, hk * d, d], j * BN);
+                kv(stage, 1).copy_from(vp, [s.lk, s.ldk, hk * d, d], j * BN);
+            }
+        };
+        sq_.copy_from(q.offset(s.q_at()), [s.lq, s.ldq, h * d, d], r0);
+        sd_.copy_from(d_o.offset(s.q_at()), [s.lq, s.ldq, h * d, d], r0);
+        copy_kv(0);
+        if TMA == 1 {
+            copy_kv(1);
+        }
+        commit_copies();
+
+        for j in 0..blocks {
+            let c0 = j * BN;
+            let (sk_, sv_) = (kv(j % 2, 0), kv(j % 2, 1));
+            wait_copies::<0>();
+            if TMA == 1 {
+                bar(j % 2).wait((j / 2) % 2);
+                // Past the keys the copy engine read the next tokens (or
+                // anything): zeros, as `cp.async` leaves there, since P's zeros
+                // would meet them (0·NaN is NaN).
+                if c0 + BN > s.lk {
+                    sk_.zero_rows_from(s.lk - c0);
+                    sv_.zero_rows_from(s.lk - c0);
+                }
+            }
+            wgmma::fence_shared();
+            // Step j's tiles have landed; step j−1's products, the last readers
+            // of the other stage, finished.
+            sync();
+            // Block j+1 (by TMA issued at the start for j = 0).
+            let copies = || {
+                if TMA == 0 || j >= 1 {
+                    copy_kv(j + 1);
+                }
+                commit_copies();
+            };
+            if LATE == 0 {
+                copies();
+            }
+            let (mut sc, mut dp) = issue_scores(j);
+            if LATE == 1 {
+                copies();
+            }
+            wgmma::wait::<GROUPS, BM, BN, TH>(&mut sc);
+            let p = probs(j, sc);
+            wgmma::wait::<0, BM, BN, TH>(&mut dp);
+            add_dq(&ds_of(p, dp), j, &mut dq0, &mut dq1);
+            wgmma::wait::<0, BM, 64, TH>(&mut dq0);
+        }
+        wgmma::wait::<0, BM, D1, TH>(&mut dq1);
     }
-    wgmma::wait::<0, BM, D1, THREADS>(&mut dq1);
     store_head(dq.offset(s.q_at()), [s.lq, s.ldq, h * d, d], r0, &dq0, &dq1, TAIL, scale);
 }

@@ -747,15 +747,17 @@ fn backward_on_gpu<T: Elem>(
                 batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
             ),
             Program::Wgmma => {
-                // Maps only for a config that copies by TMA; the others never read them.
+                // Maps only for what a config copies by TMA (K and V, and with
+                // a copy warpgroup Q and dO); the others are never read.
                 let c = &attention_bwd_q_wgmma_kernel::CONFIGS[q_cfg];
-                let [dp, bn, tma] = ["D", "BN", "TMA"].map(|p| c.get(p).expect("every Hopper dQ config names D, BN and TMA"));
-                let maps = |t: &Tensor<T>| if tma == 1 { head_maps(gpu, t, kv_heads, d, bn, dp) } else { Ok([0, 0]) };
-                let ([mk, mk1], [mv, mv1]) = (maps(k)?, maps(v)?);
+                let [dp, bm, bn, tma, copier] = ["D", "BM", "BN", "TMA", "COPIER"].map(|p| c.get(p).expect("every Hopper dQ config names D, BM, BN, TMA and COPIER"));
+                let maps = |t: &Tensor<T>, heads: usize, rows: usize, on: bool| if on { head_maps(gpu, t, heads, d, rows, dp) } else { Ok([0, 0]) };
+                let ([mk, mk1], [mv, mv1]) = (maps(k, kv_heads, bn, tma == 1)?, maps(v, kv_heads, bn, tma == 1)?);
+                let ([mq, mq1], [mdo, mdo1]) = (maps(q, heads, bm, copier == 1)?, maps(d_o, heads, bm, copier == 1)?);
                 attention_bwd_q_wgmma_kernel::launch(
                     gpu, q_cfg, q, k, v, d_o, lse, &delta, dq, cu_q, cu_k,
                     batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
-                    mk, mk1, mv, mv1,
+                    mk, mk1, mv, mv1, mq, mq1, mdo, mdo1,
                 )
             }
         };
@@ -801,17 +803,18 @@ pub fn attention_backward_cpu_on<T: Elem>(
     dims: Dims,
     opt: Attention,
 ) -> (Vec<T>, Vec<T>, Vec<T>) {
-    backward_cpu_checked(program, None, inputs, lse, dims, opt)
+    backward_cpu_checked(program, [None; 2], inputs, lse, dims, opt)
 }
 
 /// The CPU backward's argument checks, then [`backward_on_cpu`]; with
-/// `kv_config` ([`attention_bwd_kv_wgmma_kernel`]`::CONFIGS`, one whose `D`
-/// holds the head dim) that dK/dV config instead of the default: the tests
-/// walk every config.
+/// `configs` naming a dK/dV config ([`attention_bwd_kv_wgmma_kernel`]`::CONFIGS`)
+/// or a dQ one ([`attention_bwd_q_wgmma_kernel`]`::CONFIGS`), each one whose
+/// `D` holds the head dim, those instead of the defaults: the tests walk
+/// every config.
 #[allow(clippy::type_complexity)]
 pub(super) fn backward_cpu_checked<T: Elem>(
     program: Program,
-    kv_config: Option<usize>,
+    configs: [Option<usize>; 2],
     [q, k, v, o, d_o]: [&[T]; 5],
     lse: &[f32],
     dims: Dims,
@@ -823,7 +826,7 @@ pub(super) fn backward_cpu_checked<T: Elem>(
     assert_eq!([k.len(), v.len()], [batch * sk * kv_heads * d; 2], "attention_backward_cpu: k and v do not match {dims:?}");
     assert_eq!(lse.len(), batch * heads * sq, "attention_backward_cpu: lse must be [batch, heads, sq]");
     let sizes = [batch, sq, keys, heads, kv_heads, d, sq, sk, sq];
-    backward_on_cpu(program, kv_config, [q, k, v, o, d_o], lse, [&[], &[]], sizes, scale, flags)
+    backward_on_cpu(program, configs, [q, k, v, o, d_o], lse, [&[], &[]], sizes, scale, flags)
 }
 
 /// [`backward_on_gpu`] in the CPU interpreter, with the programs named;
@@ -831,7 +834,7 @@ pub(super) fn backward_cpu_checked<T: Elem>(
 #[allow(clippy::type_complexity, clippy::too_many_arguments)]
 fn backward_on_cpu<T: Elem>(
     program: Program,
-    kv_config: Option<usize>,
+    [kv_config, q_config]: [Option<usize>; 2],
     [q, k, v, o, d_o]: [&[T]; 5],
     lse: &[f32],
     [cu_q, cu_k]: [&[u32]; 2],
@@ -841,8 +844,8 @@ fn backward_on_cpu<T: Elem>(
 ) -> (Vec<T>, Vec<T>, Vec<T>) {
     let [batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h] = sizes;
     let tokens = query_tokens(batch, q_bs, lse_h, flags & VARLEN != 0);
-    let (kv_default, q_cfg, _) = program.backward_configs(d);
-    let kv_cfg = kv_config.unwrap_or(kv_default);
+    let (kv_default, q_default, _) = program.backward_configs(d);
+    let (kv_cfg, q_cfg) = (kv_config.unwrap_or(kv_default), q_config.unwrap_or(q_default));
     let fused = program == Program::Wgmma && makes_dq(kv_cfg);
     let nan = |n: usize| vec![T::from_f32(f32::NAN); n];
     let (mut dq, mut dk, mut dv) = (nan(q.len()), nan(k.len()), nan(v.len()));
@@ -878,7 +881,7 @@ fn backward_on_cpu<T: Elem>(
             Program::Wgmma => attention_bwd_q_wgmma_kernel::cpu(
                 q_cfg, q, k, v, d_o, lse, &delta, &mut dq, cu_q, cu_k,
                 batch, sq, sk, heads, kv_heads, d, q_bs, kv_bs, lse_h, scale, flags,
-                0, 0, 0, 0,
+                0, 0, 0, 0, 0, 0, 0, 0,
             ),
         }
     }
@@ -941,5 +944,5 @@ pub fn attention_varlen_backward_cpu_on<T: Elem>(
     assert_eq!(lse.len(), heads * b.tq, "attention_varlen_backward_cpu: lse must be [heads, tokens]");
     let (cu_q, cu_k) = (cumulative(q_lens, "query").unwrap(), cumulative(k_lens, "key").unwrap());
     let sizes = [b.seqs, b.max_q, b.max_k, heads, kv_heads, d, b.tq, b.tk, b.tq];
-    backward_on_cpu(program, None, [q, k, v, o, d_o], lse, [&cu_q, &cu_k], sizes, scale, flags)
+    backward_on_cpu(program, [None; 2], [q, k, v, o, d_o], lse, [&cu_q, &cu_k], sizes, scale, flags)
 }

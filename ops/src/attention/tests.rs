@@ -175,12 +175,12 @@ fn bad_arguments_are_errors() {
 
 fn check_grad<T: Elem>(dims: Dims, opt: Attention) {
     let programs = [Program::Mma, Program::Wgmma].into_iter().filter(|p| p.has_backward(dims.d));
-    check_grad_on::<T>(dims, opt, programs.map(|p| (p, None)));
+    check_grad_on::<T>(dims, opt, programs.map(|p| (p, [None; 2])));
 }
 
-/// [`check_grad`] of the programs named, each with its dK/dV config (`None`:
-/// the head dim's default).
-fn check_grad_on<T: Elem>(dims: Dims, opt: Attention, runs: impl IntoIterator<Item = (Program, Option<usize>)>) {
+/// [`check_grad`] of the programs named, each with its dK/dV and dQ configs
+/// (`None`: the head dim's default).
+fn check_grad_on<T: Elem>(dims: Dims, opt: Attention, runs: impl IntoIterator<Item = (Program, [Option<usize>; 2])>) {
     let Dims { batch, sq, sk, heads, kv_heads, d } = dims;
     let (mut rng, seed) = rng();
     let q: Vec<T> = normal(&mut rng, batch * sq * heads * d, 0.0, 1.0);
@@ -192,29 +192,32 @@ fn check_grad_on<T: Elem>(dims: Dims, opt: Attention, runs: impl IntoIterator<It
     let seqs: Vec<_> = (0..batch).map(|z| (z * sq, sq, z * sk, keys)).collect();
     let scale = opt.scale.unwrap_or(1.0 / (d as f32).sqrt()) as f64;
     let [wq, wk, wv] = reference::attention_grad(&wide(&q), &wide(&k), &wide(&v), &wide(&d_o), &seqs, [heads, kv_heads, d], scale, opt.causal);
-    for (program, kv_config) in runs {
-        let (dq, dk, dv) = backward_cpu_checked(program, kv_config, [&q, &k, &v, &o, &d_o], &lse, dims, opt);
+    for (program, configs) in runs {
+        let (dq, dk, dv) = backward_cpu_checked(program, configs, [&q, &k, &v, &o, &d_o], &lse, dims, opt);
         // The gradients pass through two products with 16-bit operands (P and dS rounded): twice the forward's tolerance.
         for (name, got, want) in [("dq", &dq, &wq), ("dk", &dk, &wk), ("dv", &dv, &wv)] {
             let err = rel_err(got, want);
-            assert!(err <= 2.0 * tolerance::<T>(), "attention backward {name}<{}> {program:?} dK/dV config {kv_config:?} {dims:?} {opt:?} (seed {seed}): rel err {err:.2e}", T::NAME);
+            assert!(err <= 2.0 * tolerance::<T>(), "attention backward {name}<{}> {program:?} dK/dV and dQ configs {configs:?} {dims:?} {opt:?} (seed {seed}): rel err {err:.2e}", T::NAME);
         }
     }
 }
 
-/// Every config of Hopper's dK/dV program, not only each head dim's
-/// default: the warp-specialized ones at D = 64 and 128 and the ones
+/// Every config of Hopper's dK/dV and dQ programs, not only each head
+/// dim's default: the warp-specialized ones at D = 64 and 128 and the ones
 /// without a copy warpgroup.
 #[test]
-fn backward_every_dkdv_config() {
-    for (cfg, c) in attention_bwd_kv_wgmma_kernel::CONFIGS.iter().enumerate() {
+fn backward_every_config() {
+    let kv = attention_bwd_kv_wgmma_kernel::CONFIGS.iter().enumerate().map(|(i, c)| (c, [Some(i), None]));
+    let q = attention_bwd_q_wgmma_kernel::CONFIGS.iter().enumerate().map(|(i, c)| (c, [None, Some(i)]));
+    for (c, configs) in kv.chain(q) {
         let d = match c.get("D").unwrap() {
             80 => 72,
             dp => dp,
         };
-        let run = [(Program::Wgmma, Some(cfg))];
+        let run = [(Program::Wgmma, configs)];
         check_grad_on::<bf16>(dims(1, 130, 70, 2, 1, d), Attention::causal(), run);
         check_grad_on::<bf16>(dims(2, 17, 150, 2, 2, d), Attention::default().keys(129), run);
+        check_grad_on::<bf16>(dims(1, 200, 600, 2, 1, d), Attention::default(), run);
     }
 }
 
