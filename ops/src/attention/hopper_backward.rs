@@ -478,7 +478,6 @@ pub fn attention_bwd_q_wgmma_kernel<T: Elem>(
         return;
     }
     let hk = h / (heads / kv_heads);
-    let (kp, vp) = (k.offset(s.k_at()), v.offset(s.k_at()));
     let c = scale * LOG2_E;
     let (lse_at, delta_at) = (s.lse0 + h * lse_h + r0, h * query_tokens(batch, q_bs, lse_h, varlen) + s.q0 + r0);
 
@@ -531,6 +530,13 @@ pub fn attention_bwd_q_wgmma_kernel<T: Elem>(
         wgmma::dot_acc_async(ds, &sk_.main, dq0);
         if TAIL {
             wgmma::dot_acc_async(ds, &sk_.rest, dq1);
+        }
+    };
+    // Waits for every dQ product issued.
+    let dq_done = |dq0: &mut AccW<64>, dq1: &mut AccW<D1>| {
+        wgmma::wait::<0, BM, 64, TH>(dq0);
+        if TAIL {
+            wgmma::wait::<0, BM, D1, TH>(dq1);
         }
     };
     let (mut dq0, mut dq1) = (AccW::<64>::zeros(), AccW::<D1>::zeros());
@@ -617,20 +623,14 @@ pub fn attention_bwd_q_wgmma_kernel<T: Elem>(
                 let p = probs(j, sc);
                 wgmma::wait::<GROUPS, BM, BN, TH>(&mut dp);
                 kv_read(j, 1).arrive();
-                wgmma::wait::<0, BM, 64, TH>(&mut dq0);
-                if TAIL {
-                    wgmma::wait::<0, BM, D1, TH>(&mut dq1);
-                }
+                dq_done(&mut dq0, &mut dq1);
                 kv_read(j - 1, 0).arrive();
                 ds = ds_of(p, dp);
             }
             turns.wait();
             add_dq(&ds, blocks - 1, &mut dq0, &mut dq1);
             turns.pass(true);
-            wgmma::wait::<0, BM, 64, TH>(&mut dq0);
-            if TAIL {
-                wgmma::wait::<0, BM, D1, TH>(&mut dq1);
-            }
+            dq_done(&mut dq0, &mut dq1);
         }
     } else {
         if TMA == 1 {
@@ -639,6 +639,7 @@ pub fn attention_bwd_q_wgmma_kernel<T: Elem>(
             tma::fence_init();
             sync();
         }
+        let (kp, vp) = (k.offset(s.k_at()), v.offset(s.k_at()));
         // Key block j's K and V into stage j % 2 (`STAGES = 2`: block j−2 was
         // there; the callers copy once every warp is done with it).
         let copy_kv = |j: usize| {
@@ -700,6 +701,7 @@ pub fn attention_bwd_q_wgmma_kernel<T: Elem>(
             let p = probs(j, sc);
             wgmma::wait::<0, BM, BN, TH>(&mut dp);
             add_dq(&ds_of(p, dp), j, &mut dq0, &mut dq1);
+            // Waits for every group, dq1's too; its registers are read after the loop.
             wgmma::wait::<0, BM, 64, TH>(&mut dq0);
         }
         wgmma::wait::<0, BM, D1, TH>(&mut dq1);
