@@ -152,6 +152,14 @@ wgmma_m64!(/// `d += Aᵀ·B`, f16, both operands transposed, N = 32.
 wgmma_m64!(/// `d += Aᵀ·B`, f16, both operands transposed, N = 64.
     wgmma_m64n64k16_f16_tt, 64, 16, "f16", "f16", ", 1, 1", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31);
 
+// `d += A·B` for a warpgroup with both operands in shared memory, A
+// K-major (`[64, 16]`, flag 0) and B N-major (`[16, 64]`, flag 1, a tile
+// one swizzle row wide): attention's dK += dS·Q from `dSᵀ` and Q as stored.
+wgmma_m64!(/// `d += A·B`, bf16, A K-major, B N-major, N = 64.
+    wgmma_m64n64k16_bf16_kn, 64, 16, "bf16", "bf16", ", 0, 1", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31);
+wgmma_m64!(/// `d += A·B`, f16, A K-major, B N-major, N = 64.
+    wgmma_m64n64k16_f16_kn, 64, 16, "f16", "f16", ", 0, 1", 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31);
+
 macro_rules! wgmma_m64_rs {
     ($(#[$doc:meta])* $name:ident, $n:literal, $k:literal, $ty:literal, $tail:literal, $d0:tt $($d:tt)*) => {
         $(#[$doc])*

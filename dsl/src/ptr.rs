@@ -116,22 +116,6 @@ impl<T: crate::Elem> Ptr<T> {
     }
 }
 
-impl<T: crate::Elem> PtrMut<T> {
-    /// This pointer as `PtrMut<U>` when `U` is `T` (the same [`Elem::KIND`](crate::Elem::KIND)),
-    /// else `None`: for a kernel generic over its output type that takes
-    /// another path where the output is the operands' type.
-    #[inline(always)]
-    pub fn as_elem<U: crate::Elem>(self) -> Option<PtrMut<U>> {
-        if T::KIND != U::KIND {
-            return None;
-        }
-        #[cfg(target_arch = "nvptx64")]
-        return Some(PtrMut(Raw { p: self.0.p as *mut U }));
-        #[cfg(not(target_arch = "nvptx64"))]
-        return Some(PtrMut(Raw { p: self.0.p as *mut U, len: self.0.len, writable: self.0.writable }));
-    }
-}
-
 impl PtrMut<f32> {
     /// Raises element 0 to the largest `x` that any thread of the program
     /// passes (`x ≥ 0`; NaN counts as missing, as in `math::max`). Every
@@ -298,11 +282,7 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> BlockPtr<T, R, C,
     pub fn put_chunk(&self, r: usize, c: usize, x: [f32; V]) {
         let (at, valid) = self.chunk_at(r, c);
         self.base.check("store_acc_staged", at, self.strides[1], valid, true);
-        let mut out = [T::default(); V];
-        for i in 0..V / 2 {
-            [out[2 * i], out[2 * i + 1]] = T::from_f32_pair(x[2 * i], x[2 * i + 1]);
-        }
-        unsafe { be::write_chunk(self.base.at(at), self.strides[1], valid, out) }
+        unsafe { be::write_chunk(self.base.at(at), self.strides[1], valid, pack_chunk(x)) }
     }
 
     /// Whether every 8-column chunk of the tensor is whole and aligned:
@@ -343,17 +323,13 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> BlockPtr<T, R, C,
     pub fn put_whole_chunk(&self, r: usize, c: usize, x: [f32; V]) {
         let (at, valid) = self.whole_chunk_at(r, c, "BlockPtr::put_whole_chunk");
         self.base.check("BlockPtr::put_whole_chunk", at, 1, valid, true);
-        let mut out = [T::default(); V];
-        for i in 0..V / 2 {
-            [out[2 * i], out[2 * i + 1]] = T::from_f32_pair(x[2 * i], x[2 * i + 1]);
-        }
         #[cfg(target_arch = "nvptx64")]
         unsafe {
-            be::write_whole_chunk(self.base.at(at), valid > 0, out)
+            be::write_whole_chunk(self.base.at(at), valid > 0, pack_chunk(x))
         }
         #[cfg(not(target_arch = "nvptx64"))]
         unsafe {
-            be::write_chunk(self.base.at(at), 1, valid, out)
+            be::write_chunk(self.base.at(at), 1, valid, pack_chunk(x))
         }
     }
 
@@ -389,6 +365,17 @@ impl<T: Elem, const R: usize, const C: usize, const TH: usize> BlockPtr<T, R, C,
     pub(crate) fn valid_cols(&self, col: usize) -> usize {
         if col >= self.shape[1] { 0 } else { self.shape[1] - col }
     }
+}
+
+/// Eight f32 values rounded to `T` in pairs: a chunk for
+/// [`BlockPtr::put_chunk`] and [`BlockPtr::put_whole_chunk`].
+#[inline(always)]
+fn pack_chunk<T: Elem>(x: [f32; V]) -> [T; V] {
+    let mut out = [T::default(); V];
+    for i in 0..V / 2 {
+        [out[2 * i], out[2 * i + 1]] = T::from_f32_pair(x[2 * i], x[2 * i + 1]);
+    }
+    out
 }
 
 /// Runs `f(c)` for each 8-column strip (`c = 0, 8, .., C − 8`) of a

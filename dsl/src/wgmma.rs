@@ -495,6 +495,85 @@ pub fn dot_acc_async<T: Elem, const M: usize, const K: usize, const N: usize, co
     }
 }
 
+/// Why `a·v` with `a` a K-major `[M, K]` tile and `v` an N-major `[K, N]`
+/// one cannot be a `wgmma` on `TH` threads, or `None`.
+pub const fn check_kn(m: usize, k: usize, n: usize, th: usize) -> Option<&'static str> {
+    if let Some(why) = check_rows(m, th) {
+        return Some(why);
+    }
+    if n != 64 {
+        return Some("wgmma: the right tile of dot_kn_async is one 128-byte swizzle row wide: N = 64 (bf16/f16)");
+    }
+    if !(k == 16 || k == 32 || k == 64) {
+        return Some("wgmma: the left tile's rows (K) must be 32, 64 or 128 bytes: K 16, 32 or 64");
+    }
+    None
+}
+
+/// Compile-time form of [`check_kn`].
+pub struct WgKnShape<const M: usize, const K: usize, const N: usize, const TH: usize>;
+impl<const M: usize, const K: usize, const N: usize, const TH: usize> WgKnShape<M, K, N, TH> {
+    pub const OK: () = match check_kn(M, K, N, TH) {
+        None => (),
+        Some(msg) => panic!("{}", msg),
+    };
+}
+
+/// Starts `acc + a·v` with both operands in shared memory: `a` K-major as
+/// [`dot_async`] reads its left tile (warpgroup `g` its rows `64g..`), `v`
+/// stored `[K, N]` N-major as [`dot_acc_async`] reads it (N = 64). For a
+/// left operand made in registers that other products also read from
+/// shared memory: attention's `dK += dS·Q` from the `dSᵀ` tile that
+/// `dQ = dS·K` reads too, so that no product in flight has a register
+/// operand the program is still writing. As [`dot_async`], `acc` must not
+/// be read until [`wait`].
+#[inline(always)]
+pub fn dot_kn_async<T: Elem, const M: usize, const K: usize, const N: usize, const TH: usize>(
+    a: &Shared<T, M, K, TH>,
+    v: &Shared<T, K, N, TH>,
+    acc: &mut Acc<M, N, TH, true>,
+) where
+    [(); acc_len(M, N, TH)]:,
+{
+    let () = WgKnShape::<M, K, N, TH>::OK;
+    on_period(a, K * 2);
+    on_period(v, N * 2);
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+    {
+        use rustile_device as d;
+        let (a_row, v_row) = ((K * 2) as u32, (N * 2) as u32);
+        let da = d::wgmma_desc(a.base + warpgroup() as u32 * 64 * a_row, a_row);
+        d::wgmma_fence();
+        for ks in 0..K / 16 {
+            // 32 bytes along a's rows (the descriptor + 2), sixteen rows down v.
+            let db = d::wgmma_desc(v.base + (ks * 16) as u32 * v_row, v_row);
+            let acc_v = acc.v.as_mut_ptr() as *mut [f32; 32];
+            unsafe {
+                match T::KIND {
+                    Kind::Bf16 => d::wgmma_m64n64k16_bf16_kn::<false>(&mut *acc_v, da + 2 * ks as u64, db),
+                    _ => d::wgmma_m64n64k16_f16_kn::<false>(&mut *acc_v, da + 2 * ks as u64, db),
+                }
+            }
+        }
+        d::wgmma_commit();
+    }
+    #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_90a")))]
+    {
+        let _ = (a, v, acc);
+        panic!("wgmma needs sm_90a: give the kernel `arch = sm_90a`");
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    for m in 0..M {
+        for n in 0..N {
+            let mut s = acc.v[m * N + n];
+            for k in 0..K {
+                s += a.get(m, k).to_f32() * v.get(k, n).to_f32();
+            }
+            acc.v[m * N + n] = s;
+        }
+    }
+}
+
 /// Starts `acc + p·bᵀ` on the tensor cores with the left operand straight
 /// from registers: `p` an accumulator of this program packed to 16 bits
 /// (made in registers: a normalized activation) and `b` stored `[N, K]`
@@ -686,6 +765,8 @@ pub struct PackedFp8<const M: usize, const K: usize, const TH: usize>
 where
     [(); acc_len(M, K, TH) / 4]:,
 {
+    // Read by sm_90a's product and the interpreter's, not by other arches' builds.
+    #[cfg_attr(all(target_arch = "nvptx64", not(target_feature = "sm_90a")), allow(dead_code))]
     v: [u32; acc_len(M, K, TH) / 4],
 }
 
@@ -865,6 +946,26 @@ mod tests {
                     let want: f32 = 1.0 + (0..64).map(|k| (((r + 2 * k) % 5) as f32 - 2.0) * bv(n, k)).sum::<f32>();
                     assert_eq!(acc.v[r * 128 + n], want, "({r}, {n})");
                 }
+            }
+        });
+    }
+
+    /// A K-major left tile (two warpgroups, 64 rows each) times an N-major
+    /// right tile is the plain product `a·v`, added to the accumulator
+    /// (small integers: exact in bf16 and f32).
+    #[test]
+    fn a_k_major_tile_times_an_n_major_tile_is_the_plain_product() {
+        run_grid([1, 1, 1], 256 * 4 + 128 * 64 * 2 + 64 * 64 * 2, || {
+            let (a, v) = (Shared::<bf16, 128, 64, 256>::at(0), Shared::<bf16, 64, 64, 256>::at(128 * 64 * 2));
+            let av = |m: usize, k: usize| ((m * 3 + k) % 7) as f32 - 3.0;
+            let vv = |k: usize, n: usize| ((k + 5 * n) % 5) as f32 - 2.0;
+            a.store(&crate::Tile::from_fn(|m, k| bf16::from_f32(av(m, k))));
+            v.store(&crate::Tile::from_fn(|k, n| bf16::from_f32(vv(k, n))));
+            let mut acc = Acc::<128, 64, 256, true>::zeros().map(|_, _, _| 1.0);
+            super::dot_kn_async(&a, &v, &mut acc);
+            for (m, n) in (0..128).flat_map(|m| (0..64).map(move |n| (m, n))) {
+                let want: f32 = 1.0 + (0..64).map(|k| av(m, k) * vv(k, n)).sum::<f32>();
+                assert_eq!(acc.v[m * 64 + n], want, "({m}, {n})");
             }
         });
     }

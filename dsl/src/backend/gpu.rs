@@ -196,11 +196,16 @@ pub type Chunk = [u32; 8];
 #[inline(always)]
 pub unsafe fn fetch_chunk<T: Elem>(p: *const T, stride: usize, valid: usize, fill: T) -> Chunk {
     let full = valid >= V && stride == 1 && (p as usize) % T::CHUNK_ALIGN == 0;
-    let mut out = [0u32; 8];
-    match core::mem::size_of::<T>() {
-        4 => out = unsafe { read_words::<T, 8>(p, stride, valid, fill, full) },
-        2 => out[..4].copy_from_slice(&unsafe { read_words::<T, 4>(p, stride, valid, fill, full) }),
-        _ => out[..2].copy_from_slice(&unsafe { read_words::<T, 2>(p, stride, valid, fill, full) }),
+    let mut out = unsafe { fetch_whole_chunk(p, full) };
+    if !full {
+        let mut vals = [fill; V];
+        for (v, x) in vals.iter_mut().enumerate() {
+            if v < valid {
+                *x = unsafe { *p.wrapping_add(v * stride) };
+            }
+        }
+        // The chunk's 8 elements fill its first words, as the vector load's would.
+        unsafe { core::ptr::copy_nonoverlapping(vals.as_ptr() as *const u8, out.as_mut_ptr() as *mut u8, core::mem::size_of::<[T; V]>()) };
     }
     out
 }
@@ -248,22 +253,6 @@ pub fn opaque(x: usize) -> usize {
 #[inline(always)]
 pub fn unpack<T: Elem>(c: Chunk) -> [T; V] {
     unsafe { core::mem::transmute_copy(&c) }
-}
-
-/// `read_chunk` with the chunk as `N` 32-bit words (`N = 8·size_of::<T>() / 4`).
-#[inline(always)]
-unsafe fn read_words<T: Elem, const N: usize>(p: *const T, stride: usize, valid: usize, fill: T, full: bool) -> [u32; N] {
-    let mut words = unsafe { vector_words::<N>(p as *const u32, full) };
-    if !full {
-        let mut vals = [fill; V];
-        for (v, x) in vals.iter_mut().enumerate() {
-            if v < valid {
-                *x = unsafe { *p.wrapping_add(v * stride) };
-            }
-        }
-        words = unsafe { core::mem::transmute_copy(&vals) };
-    }
-    words
 }
 
 /// The `N` words at `q` (16-byte aligned) if `on`, else zeros: one or two

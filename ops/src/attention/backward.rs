@@ -19,7 +19,7 @@
 //!
 //! `Pᵀ` and `dSᵀ` are left operands straight from registers (`dot_acc`); the
 //! right operands are the stored tiles read transposed (`ldmatrix.trans`).
-use super::{dot_head, store_head, Head, Seq, CAUSAL, VARLEN};
+use super::{dot_head, query_block, store_head, Head, Seq, CAUSAL, VARLEN};
 use rustile::prelude::*;
 
 // ---- 1. delta = rowsum(do ⊙ o) ------------------------------------------------------------
@@ -246,8 +246,9 @@ pub fn attention_bwd_q_kernel<T: Elem>(
     type AccW<const N: usize> = rustile::Acc<BM, N, THREADS, true>;
     type Rows<const R: usize> = Head<T, R, D0, D1, THREADS>;
 
-    let (qb, h, z) = (program_id(0), program_id(1), program_id(2));
+    let (h, z) = (program_id(1), program_id(2));
     let (causal, varlen) = (flags & CAUSAL != 0, flags & VARLEN != 0);
+    let qb = query_block(program_id(0), sq, BM, causal);
     let s = Seq::of(z, cu_q, cu_k, [sq, sk, q_bs, kv_bs, heads, kv_heads, d], varlen);
     let r0 = qb * BM;
     if r0 >= s.lq {

@@ -76,7 +76,7 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
     map_q: u64, map_q1: u64, map_k: u64, map_k1: u64, map_v: u64, map_v1: u64,
 ) {
     // Here, not at the top: on other arches the macro leaves the body out.
-    use crate::attention::{store_head, Head, Seq, CAUSAL, VARLEN};
+    use crate::attention::{query_block, store_head, Head, Seq, CAUSAL, VARLEN};
     use rustile::{tma, wgmma};
     // A head as a 64-column tile and, past 64, a second one of D1 columns
     // (otherwise D1 names an unused tile).
@@ -95,9 +95,10 @@ pub fn attention_fwd_wgmma_kernel<T: Elem>(
     type AccW<const N: usize> = rustile::Acc<BM, N, TH, true>;
     type Rows<const R: usize> = Head<T, R, 64, D1, TH>;
 
-    let (qb, h, z) = (program_id(0), program_id(1), program_id(2));
+    let (h, z) = (program_id(1), program_id(2));
     let _ = batch;
     let (causal, varlen) = (flags & CAUSAL != 0, flags & VARLEN != 0);
+    let qb = query_block(program_id(0), sq, BM, causal);
     let s = Seq::of(z, cu_q, cu_k, [sq, sk, q_bs, kv_bs, heads, kv_heads, d], varlen);
     let r0 = qb * BM;
     if r0 >= s.lq {

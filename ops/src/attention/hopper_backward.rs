@@ -72,15 +72,19 @@
 //! tile, and its first thread has the copy engine add the tile into an f32
 //! sum of dQ (`tma::SharedSum`), which [`super::attention_bwd_dq_kernel`]
 //! rounds into `dq`. Two tiles of each kind alternate, so a step writes
-//! while the previous step's are still read. Correct, but 0.4-4 % slower
-//! than the two programs on two streams, so not the default: it adds to
-//! the dK/dV program as much time as the whole dQ program takes (Nsight
-//! Compute: 5.38 ms against 3.42 + 1.98), spent in the chain each step
-//! waits through (`dSᵀ` stored, fence, barrier, dQ's product, the sum
-//! stored, fence, barrier) with no product in flight. Handing the sum to
-//! the copy engine a step later, behind the score products, spilled 268
-//! bytes and was 19 % slower (bench/RESULTS.md, 2026-11-28, “dQ inside the
-//! dK/dV program…”).
+//! while the previous step's are still read. dK's product reads the stored
+//! `dSᵀ` too (`wgmma::dot_kn_async`), so that no product in flight has a
+//! register operand still being written: dV's runs while `dSᵀ` is made and
+//! stored, dK's while the dQ block goes to the copy engine (1-1.5 % faster
+//! than dK from registers, waited with dQ). Correct, but 4-7 % slower than
+//! the two programs on two streams since the dQ program is
+//! warp-specialized, so not the default: the chain each step waits through
+//! (`dSᵀ` stored, fence, the two warpgroups' barrier, dQ's product, the sum
+//! stored, fence, barrier) costs about what the dQ program takes (Nsight
+//! Compute: 5.38 ms against 3.42 + 1.98). Handing the sum to the copy
+//! engine a step later, behind the score products, spilled 268 bytes and
+//! was 19 % slower (bench/RESULTS.md, 2026-11-28, “dQ inside the dK/dV
+//! program…” and “dK's product from the stored dSᵀ…”).
 use rustile::prelude::*;
 
 /// [`super::attention_bwd_kv_kernel`] on `wgmma` (the same arguments): one
@@ -265,32 +269,38 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
                 wgmma::dot_acc_async(&ppk, &sd_.rest, &mut dv1);
             }
             let dlt = AccCols::<BM>::from_fn(|col| if r0 + col < s.lq { stats(stage, 1).read(col) } else { 0.0 });
-            // dPᵀ and dV's product done: dO is free.
-            wgmma::wait::<0, BN, BM, TH>(&mut dpt);
-            qd_read(t, 1).arrive();
-            let dspk = pt.zip(dpt.map_cols(&dlt, |x, dl| x - dl), |p, dp| p * dp).pack::<T>();
-            wgmma::dot_acc_async(&dspk, &sq_.main, &mut dk0);
-            if TAIL {
-                wgmma::dot_acc_async(&dspk, &sq_.rest, &mut dk1);
-            }
             if DQ == 0 {
+                // dPᵀ and dV's product done: dO is free.
+                wgmma::wait::<0, BN, BM, TH>(&mut dpt);
+                qd_read(t, 1).arrive();
+                let dspk = pt.zip(dpt.map_cols(&dlt, |x, dl| x - dl), |p, dp| p * dp).pack::<T>();
+                wgmma::dot_acc_async(&dspk, &sq_.main, &mut dk0);
+                if TAIL {
+                    wgmma::dot_acc_async(&dspk, &sq_.rest, &mut dk1);
+                }
                 wgmma::wait::<0, BN, 64, TH>(&mut dk0);
                 qd_read(t, 0).arrive();
                 continue;
             }
             // dQ = dS·K here, not in a program of its own that makes S and
-            // dP again: both warpgroups' dSᵀ into shared memory, then each
+            // dP again. dSᵀ goes through shared memory to both its products,
+            // so that dV's (whose packed Pᵀ is a register operand) runs while
+            // dSᵀ is made and stored: both warpgroups' dSᵀ, then each
             // multiplies all 128 keys into its half of dQ's columns, and its
-            // first thread has the copy engine add that into `dq_sum`.
+            // own 64 keys into dK. Its first thread has the copy engine add
+            // the dQ block into `dq_sum` while dK's product runs.
+            wgmma::wait::<1, BN, BM, TH>(&mut dpt);
+            let dspk = pt.zip(dpt.map_cols(&dlt, |x, dl| x - dl), |p, dp| p * dp).pack::<T>();
             let ds = ds_tile(t % 2);
             ds.store_packed::<true>(&dspk);
             wgmma::fence_shared();
             sync_named(9, TH);
             let mut dq = AccW::<32>::zeros();
             wgmma::dot_t_split_new_async(&ds, &sk_.main, &mut dq);
-            wgmma::wait::<0, BN, 64, TH>(&mut dk0);
-            wgmma::wait::<0, BN, 32, TH>(&mut dq);
-            qd_read(t, 0).arrive();
+            wgmma::dot_kn_async(&ds, &sq_.main, &mut dk0);
+            // dV's and dQ's products done: dO is free.
+            wgmma::wait::<1, BN, 32, TH>(&mut dq);
+            qd_read(t, 1).arrive();
             // The sum tile of two steps ago is free once the copy engine read it.
             let wg = wgmma::warpgroup();
             if adder {
@@ -310,6 +320,8 @@ pub fn attention_bwd_kv_wgmma_kernel<T: Elem>(
                 }
                 tma::commit_adds();
             }
+            wgmma::wait::<0, BN, 64, TH>(&mut dk0);
+            qd_read(t, 0).arrive();
         }
         if DQ == 1 && adder {
             tma::wait_adds::<0>();
@@ -459,7 +471,7 @@ pub fn attention_bwd_q_wgmma_kernel<T: Elem>(
     q_bs: usize, kv_bs: usize, lse_h: usize, scale: f32, flags: u32,
     map_k: u64, map_k1: u64, map_v: u64, map_v1: u64, map_q: u64, map_q1: u64, map_do: u64, map_do1: u64,
 ) {
-    use crate::attention::{query_tokens, store_head, Head, Seq, CAUSAL, VARLEN};
+    use crate::attention::{query_block, query_tokens, store_head, Head, Seq, CAUSAL, VARLEN};
     use core::f32::consts::LOG2_E;
     use rustile::{tma, wgmma};
     const TAIL: bool = D > 64;
@@ -470,8 +482,9 @@ pub fn attention_bwd_q_wgmma_kernel<T: Elem>(
     type AccW<const N: usize> = rustile::Acc<BM, N, TH, true>;
     type Rows<const R: usize> = Head<T, R, 64, D1, TH>;
 
-    let (qb, h, z) = (program_id(0), program_id(1), program_id(2));
+    let (h, z) = (program_id(1), program_id(2));
     let (causal, varlen) = (flags & CAUSAL != 0, flags & VARLEN != 0);
+    let qb = query_block(program_id(0), sq, BM, causal);
     let s = Seq::of(z, cu_q, cu_k, [sq, sk, q_bs, kv_bs, heads, kv_heads, d], varlen);
     let r0 = qb * BM;
     if r0 >= s.lq {

@@ -249,6 +249,15 @@ impl Seq {
     }
 }
 
+/// The query block that program `pid` of a grid of `cdiv(sq, bm)` runs.
+/// Causal grids run the last first: it reads the most key blocks, and the
+/// grid launches in order, so the lightest programs fill the last wave
+/// instead of the heaviest.
+#[inline(always)]
+pub(crate) fn query_block(pid: usize, sq: usize, bm: usize, causal: bool) -> usize {
+    if causal { cdiv(sq, bm) - 1 - pid } else { pid }
+}
+
 /// The key rows a dK/dV grid spans: every row of `dk` (those past the keys
 /// used get zeros), or with [`VARLEN`] the longest sequence's keys (`kv_bs`
 /// is then all the packed keys).
@@ -295,9 +304,10 @@ pub fn attention_fwd_kernel<T: Elem>(
     type AccW<const N: usize> = rustile::Acc<BM, N, THREADS, true>;
     type Rows<const R: usize> = Head<T, R, D0, D1, THREADS>;
 
-    let (qb, h, z) = (program_id(0), program_id(1), program_id(2));
+    let (h, z) = (program_id(1), program_id(2));
     let _ = batch; // the grid
     let (causal, varlen) = (flags & CAUSAL != 0, flags & VARLEN != 0);
+    let qb = query_block(program_id(0), sq, BM, causal);
     let s = Seq::of(z, cu_q, cu_k, [sq, sk, q_bs, kv_bs, heads, kv_heads, d], varlen);
     let r0 = qb * BM;
     if r0 >= s.lq {

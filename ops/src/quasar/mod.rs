@@ -36,43 +36,6 @@ pub const WIDTH: usize = 4;
 /// The gated norm's row: one head.
 pub const HEAD: usize = 64;
 
-// ---- helpers ---------------------------------------------------------------------------
-// (Macros over the kernel's `T`, `BT`, `BC`: they expand inside a kernel, where a config fixes them.)
-
-/// Rows `t0 − s .. t0 − s + BT` (channels `c0 ..`) of one sequence's
-/// `[tokens, channels]` rows at `x`, in f32: zeros before its start and past its end.
-macro_rules! rows_back {
-    ($x:expr, $tokens:expr, $channels:expr, $t0:expr, $c0:expr, $s:expr) => {{
-        let (t0, s) = ($t0, $s);
-        if t0 >= s {
-            load(&BlockPtr::<T, BT, BC>::rows($x, $tokens, $channels, [t0 - s, $c0])).cast::<f32>()
-        } else {
-            // A sequence's first block: element by element, the rows before it zeros.
-            let at = BlockPtr::<T, BT, BC>::rows($x, $tokens, $channels, [0, $c0]);
-            Tile::<f32, BT, BC>::from_fn(|r, c| if t0 + r >= s { at.get(t0 + r - s, c, 0.0) } else { 0.0 })
-        }
-    }};
-}
-
-/// The four blocks of `x` that the convolution of rows `t0 ..` (channels
-/// `c0 ..`) reads: tap `j` is rows `t0 − 3 + j ..`.
-macro_rules! taps {
-    ($x:expr, $tokens:expr, $channels:expr, $t0:expr, $c0:expr) => {
-        core::array::from_fn::<_, WIDTH, _>(|j| rows_back!($x, $tokens, $channels, $t0, $c0, WIDTH - 1 - j))
-    };
-}
-
-/// The convolution's pre-activation `a = Σ_j w[j]·tap_j` of channels `c0 ..`.
-macro_rules! conv {
-    ($taps:expr, $w:expr, $channels:expr, $c0:expr) => {{
-        let mut a = Tile::<f32, BT, BC>::zeros();
-        for (j, tap) in $taps.iter().enumerate() {
-            a = a + *tap * Row::<T, BT, BC>::load($w, j * $channels + $c0, (j + 1) * $channels).cast::<f32>();
-        }
-        a
-    }};
-}
-
 // ---- the short convolution ----------------------------------------------------------------
 // Three configs of each (four of the backward's first half), the same
 // 32-row blocks (so the same shares of `dw`): a program's 32×128 tile by
@@ -92,7 +55,22 @@ macro_rules! conv {
 pub fn conv_silu_kernel<T: Elem>(x: Ptr<T>, w: Ptr<T>, y: PtrMut<T>, tokens: usize, channels: usize, batch: usize) {
     let _ = batch; // the grid
     let (t0, c0, at) = (program_id(0) * BT, program_id(1) * BC, program_id(2) * tokens * channels);
-    let a = conv!(taps!(x.offset(at), tokens, channels, t0, c0), w, channels, c0);
+    // Tap j: rows t0 − 3 + j .. of x in f32, zeros before the sequence's start.
+    let taps: [Tile<f32, BT, BC>; WIDTH] = core::array::from_fn(|j| {
+        let back = WIDTH - 1 - j;
+        if t0 >= back {
+            load(&BlockPtr::<T, BT, BC>::rows(x.offset(at), tokens, channels, [t0 - back, c0])).cast::<f32>()
+        } else {
+            // A sequence's first block: element by element, the rows before it zeros.
+            let xs = BlockPtr::<T, BT, BC>::rows(x.offset(at), tokens, channels, [0, c0]);
+            Tile::<f32, BT, BC>::from_fn(|r, c| if t0 + r >= back { xs.get(t0 + r - back, c, 0.0) } else { 0.0 })
+        }
+    });
+    // The pre-activation a = Σ_j w[j]·tap_j.
+    let mut a = Tile::<f32, BT, BC>::zeros();
+    for (j, tap) in taps.iter().enumerate() {
+        a = a + *tap * Row::<T, BT, BC>::load(w, j * channels + c0, (j + 1) * channels).cast::<f32>();
+    }
     store(&BlockPtr::<T, BT, BC>::rows(y.offset(at), tokens, channels, [t0, c0]), &a.map(math::silu).cast::<T>());
 }
 
@@ -132,7 +110,8 @@ pub fn conv_silu_bwd_kernel<T: Elem>(
     let xs = BlockPtr::<T, BT, BC>::rows(x.offset(at), tokens, channels, [0, c0]);
     let dys = BlockPtr::<T, BT, BC>::rows(dy.offset(at), tokens, channels, [0, c0]);
     let dxs = BlockPtr::<T, BT, BC>::rows(dx.offset(at), tokens, channels, [0, c0]);
-    let share = BlockPtr::<f32, WIDTH, BC>::rows(part, batch * tokens.div_ceil(BT) * WIDTH, channels, [(s * tokens.div_ceil(BT) + program_id(0)) * WIDTH, c0]);
+    let blocks = tokens.div_ceil(BT);
+    let share = BlockPtr::<f32, WIDTH, BC>::rows(part, batch * blocks * WIDTH, channels, [(s * blocks + program_id(0)) * WIDTH, c0]);
     let wp = BlockPtr::<T, WIDTH, BC>::rows(w, WIDTH, channels, [0, c0]);
     // Strip `c`, its chunks read and written whole (one vector access each) or in general.
     let walk = #[inline(always)]
