@@ -78,10 +78,10 @@
 //! stored, dK's while the dQ block goes to the copy engine (1-1.5 % faster
 //! than dK from registers, waited with dQ). Correct, but 4-7 % slower than
 //! the two programs on two streams since the dQ program is
-//! warp-specialized, so not the default: the chain each step waits through
-//! (`dSᵀ` stored, fence, the two warpgroups' barrier, dQ's product, the sum
-//! stored, fence, barrier) costs about what the dQ program takes (Nsight
-//! Compute: 5.38 ms against 3.42 + 1.98). Handing the sum to the copy
+//! warp-specialized, so not the default: both warpgroups meet at a barrier
+//! every step (each needs the other's `dSᵀ`), which keeps them in lockstep,
+//! and the chain around dQ's product costs about what the dQ program takes
+//! (Nsight Compute: 5.38 ms against 3.42 + 1.98). Handing the sum to the copy
 //! engine a step later, behind the score products, spilled 268 bytes and
 //! was 19 % slower (bench/RESULTS.md, 2026-11-28, “dQ inside the dK/dV
 //! program…” and “dK's product from the stored dSᵀ…”).
