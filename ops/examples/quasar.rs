@@ -25,7 +25,7 @@ fn main() {
     let (mut pre, mut q) = (gpu.alloc::<bf16>(&[batch, tokens, hidden]).unwrap(), gpu.alloc::<bf16>(&[batch, tokens, hidden]).unwrap());
     proj_conv_silu(&gpu, &x, &wq, &w, Some(&mut pre), &mut q).unwrap();
     // The same as two steps.
-    let (mut pre2, mut q2) = (gpu.alloc::<bf16>(&[batch, tokens, hidden]).unwrap(), gpu.alloc::<bf16>(&[batch, tokens, hidden]).unwrap());
+    let (pre2, mut q2) = (gpu.alloc::<bf16>(&[batch, tokens, hidden]).unwrap(), gpu.alloc::<bf16>(&[batch, tokens, hidden]).unwrap());
     let rows = batch * tokens;
     gemm(&gpu, &x.view(0, &[rows, hidden]).unwrap(), wq.t(), &mut pre2.view(0, &[rows, hidden]).unwrap(), &Epilogue::new()).unwrap();
     conv_silu(&gpu, &pre2, &w, &mut q2).unwrap();
